@@ -1,0 +1,114 @@
+"""Acceptance rules: given drafts x [w], draft dists q [w, V] and target dists p [w+1, V], decide.
+
+Every rule returns (ok [w] bool, fallback [w+1] long). The engine accepts the longest prefix of
+ok, n = number of leading True, and emits fallback[n] as the next token: the correction at the
+first rejected position, or the bonus token from p_{w+1} when all w drafts are accepted.
+At temperature 0 every rule reduces to `greedy` (plus the JS test for `js_relaxed`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.registry import Registry
+
+RULES: Registry = Registry("acceptance rule")
+
+
+def leading_true(ok: torch.Tensor) -> int:
+    """n = number of leading True values of ok [w] (one host sync)."""
+    return int(ok.to(torch.int32).cumprod(0).sum().item()) if ok.numel() else 0
+
+
+class Rule:
+    """Base class; `lossless` says whether the rule preserves the target distribution."""
+
+    name = "base"
+    lossless = True
+    needs_js = False
+
+    def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, greedy: bool,
+                 generator: torch.Generator | None, js: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        if greedy:
+            return greedy_rule(x, p)
+        return self.sample(x, q, p, generator)
+
+    def sample(self, x, q, p, generator):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def greedy_rule(x: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accept while x_i == argmax p_i; next = argmax p_{n+1}."""
+    top = p.argmax(-1)  # [w+1]
+    return x == top[: x.shape[0]], top
+
+
+@RULES.register("greedy")
+class Greedy(Rule):
+    """Argmax matching regardless of temperature (lossless only at temperature 0)."""
+
+    name = "greedy"
+
+    def __call__(self, x, q, p, greedy, generator, js=None):
+        return greedy_rule(x, p)
+
+
+@RULES.register("rejection")
+class Rejection(Rule):
+    """Leviathan et al. / Chen et al.: accept x_i w.p. min(1, p_i(x_i)/q_i(x_i)), else draw from
+    norm(max(p_i - q_i, 0)); bonus from p_{w+1}. Lossless in distribution."""
+
+    name = "rejection"
+
+    def sample(self, x, q, p, generator):
+        w = x.shape[0]
+        idx = torch.arange(w, device=x.device)
+        px, qx = p[idx, x], q[idx, x]  # [w]
+        u = torch.rand(w, generator=generator, device=p.device)
+        ok = u * qx < px  # u < p/q without dividing; q(x) > 0 since x ~ q
+        resid = (p[:w] - q).clamp_min(0.0)  # [w, V]
+        mass = resid.sum(-1, keepdim=True)
+        resid = torch.where(mass > 0, resid, p[:w])  # p == q: rejection impossible, avoid 0/0
+        dists = torch.cat([resid, p[w:]], dim=0)  # [w+1, V]; multinomial normalises rows
+        fallback = torch.multinomial(dists, 1, generator=generator).squeeze(-1)
+        return ok, fallback
+
+
+@RULES.register("sample_match")
+class SampleMatch(Rule):
+    """AdaSD Algorithm 1: draw y_i ~ p_i at every position; accept while x_i == y_i; next = y_{n+1}.
+    Lossless in distribution (each emitted token is a draw from p given the accepted prefix)."""
+
+    name = "sample_match"
+
+    def sample(self, x, q, p, generator):
+        y = torch.multinomial(p, 1, generator=generator).squeeze(-1)  # [w+1]
+        return x == y[: x.shape[0]], y
+
+
+class JSRelaxed(Rule):
+    """`js_relaxed(base)`: the base rule, but a mismatch at position i is also accepted when
+    d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations."""
+
+    lossless = False
+    needs_js = True
+
+    def __init__(self, base: Rule, threshold: float = 0.0) -> None:
+        self.base = base
+        self.threshold = threshold
+        self.name = f"js_relaxed({base.name})"
+
+    def __call__(self, x, q, p, greedy, generator, js=None):
+        if js is None:
+            raise ValueError("js_relaxed needs the per-position JS distances d_JS(p_i, q_i)")
+        ok, fallback = self.base(x, q, p, greedy, generator)
+        return ok | (js <= self.threshold), fallback
+
+
+def make_rule(spec: str, threshold: float = 0.0) -> Rule:
+    """Build a rule from a config string: 'greedy', 'rejection', 'sample_match', 'js_relaxed(BASE)'."""
+    spec = spec.strip()
+    if spec.startswith("js_relaxed(") and spec.endswith(")"):
+        return JSRelaxed(make_rule(spec[len("js_relaxed("):-1]), threshold)
+    return RULES.get(spec)()

@@ -1,0 +1,234 @@
+"""The one speculative decoding loop every method runs through (design.md section 3). Batch size 1.
+
+State: a token buffer buf [1, P + max_new_tokens + 1] whose first L entries are committed, and one
+KV cache per model that covers buf[:cache_len]. One iteration:
+  1. draft x_1..x_w from q_i = q(. | buf[:L+i-1]), asking the method's policy after each token;
+  2. one target forward over buf[target_len : L+w] gives p_1..p_{w+1} (the first iteration's
+     forward is also the prompt prefill, as in transformers' assisted generation);
+  3. the acceptance rule gives n accepted drafts and the next token buf[L+n];
+  4. both caches are cropped to the accepted prefix, L <- L + n + 1;
+  5. the method's policy is updated with the iteration record.
+`ar` and `draft_only` are the same loop with w = 0: one forward, one token per iteration, so
+every method's tokens are produced and counted by the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from specbench.acceptance import leading_true
+from specbench.method import IterationRecord, Method
+from specbench.sampling import Sampler, entropy_bits, js_distance
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued kernels so wall-clock timers measure finished work (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class ModelState:
+    """A model plus its KV cache, which holds the first `length` tokens of the buffer."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.device = model.device
+        self.cache = DynamicCache(config=model.config)
+        self.length = 0
+        self.seconds = 0.0  # summed wall time of forward calls
+        self.calls = 0
+
+    @torch.inference_mode()
+    def forward(self, buf: torch.Tensor, upto: int, keep: int) -> torch.Tensor:
+        """Feed buf[:, length:upto]; return logits [keep, V_model] of the last `keep` positions."""
+        t0 = time.perf_counter()
+        ids = buf[:, self.length : upto].to(self.device)  # no-op unless the models sit on different devices
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        sync(self.device)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        self.length = upto
+        return out.logits[0, -keep:]
+
+    def crop(self, length: int) -> None:
+        """Roll the cache back to its first `length` tokens.
+
+        transformers 5.x `Cache.crop(k)` takes k <= 0 = minus the number of tokens to remove
+        (a positive k raises); tests/test_engine.py pins this against a fresh forward.
+        """
+        if length < self.length:
+            self.cache.crop(length - self.length)
+            self.length = length
+
+
+@dataclass
+class Generation:
+    """The outcome of one generation call."""
+
+    token_ids: list[int]
+    stop_reason: str  # eos / stop_string / length / context
+    records: list[IterationRecord]
+    decode_s: float
+    prefill_s: float  # wall time to the first committed token (first iteration, prefill included)
+    target_model_s: float  # summed verifier forward time
+    draft_model_s: float  # summed drafter forward time
+    target_calls: int
+    draft_calls: int
+    text: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class Engine:
+    """Runs a method on a verifier (and optional drafter) for one example at a time."""
+
+    def __init__(
+        self,
+        verifier: PreTrainedModel,
+        drafter: PreTrainedModel | None,
+        sampler: Sampler,
+        eos_ids: set[int],
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        stop_strings: tuple[str, ...] = (),
+        context_length: int | None = None,
+    ) -> None:
+        self.verifier = verifier
+        self.drafter = drafter
+        self.sampler = sampler
+        self.eos_ids = set(eos_ids)
+        self.tokenizer = tokenizer
+        self.stop_strings = tuple(stop_strings)
+        if self.stop_strings and tokenizer is None:
+            raise ValueError("stop strings need a tokenizer to decode the output")
+        self.context_length = context_length
+        self.device = verifier.device
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        method: Method,
+        max_new_tokens: int,
+        generator: torch.Generator | None = None,
+        trace: bool = False,
+    ) -> Generation:
+        """Decode up to max_new_tokens new tokens after prompt_ids [P] with `method`."""
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if method.uses_draft and self.drafter is None:
+            raise ValueError(f"method {method.name!r} needs a draft model, but the pair has none")
+        P = len(prompt_ids)
+        ctx = self.context_length or (P + max_new_tokens + 1)
+        if P >= ctx:
+            raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
+        stats = trace or method.needs_stats
+        greedy = self.sampler.params.greedy
+        target = ModelState(self.verifier)
+        draft = ModelState(self.drafter) if method.uses_draft else None
+        buf = torch.zeros((1, P + max_new_tokens + 1), dtype=torch.long, device=self.device)
+        buf[0, :P] = torch.tensor(prompt_ids, dtype=torch.long)
+        L, stop_reason, records, prefill_s = P, "", [], 0.0
+        method.reset()
+        sync(self.device)
+        t_start = time.perf_counter()
+        while not stop_reason:
+            # 1. draft: at most min(window, tokens left - 1, context left - 1) tokens
+            w_max = min(method.window(), P + max_new_tokens - L - 1, ctx - L - 1) if draft else 0
+            t0 = time.perf_counter()
+            qs: list[torch.Tensor] = []
+            why = "window" if draft else "none"
+            for i in range(w_max):
+                q_i = self.sampler.probs(draft.forward(buf, L + i, 1))[0].to(self.device)  # [V]
+                x_i = self.sampler.pick(q_i[None], generator)
+                buf[0, L + i] = x_i[0]
+                qs.append(q_i)
+                tok = int(x_i[0])
+                if tok in self.eos_ids:
+                    why = "eos"
+                    break
+                if not method.keep_drafting(i + 1, q_i, tok):
+                    why = "policy"
+                    break
+            if draft and w_max <= 0:
+                why = "length"
+            w = len(qs)
+            t1 = time.perf_counter()
+            # 2. verify: p_1..p_{w+1} in one target forward
+            p = self.sampler.probs(target.forward(buf, L + w, w + 1))  # [w+1, V]
+            t2 = time.perf_counter()
+            # 3. accept
+            x = buf[0, L : L + w]
+            q = torch.stack(qs) if qs else p.new_zeros((0, p.shape[-1]))
+            js = js_distance(p[:w], q) if (stats or method.rule.needs_js) and w else None
+            ok, fallback = method.rule(x, q, p, greedy, generator, js)
+            n = leading_true(ok)
+            buf[0, L + n] = fallback[n]
+            # 4. roll back: caches keep the accepted prefix buf[:L+n]
+            target.crop(L + n)
+            if draft:
+                draft.crop(min(draft.length, L + n))
+            new = buf[0, L : L + n + 1].tolist()
+            L += n + 1
+            # 5. record and update the policy
+            rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1)
+            if stats and w:
+                rec.entropy = entropy_bits(q).tolist()
+                rec.js = js.tolist()
+            method.update(rec)
+            rec.state = method.state()
+            records.append(rec)
+            stop_reason, L = self._stop(buf, P, L, new, max_new_tokens, ctx)
+            if len(records) == 1:
+                sync(self.device)
+                prefill_s = time.perf_counter() - t_start
+        sync(self.device)
+        decode_s = time.perf_counter() - t_start
+        out = buf[0, P:L].tolist()
+        text = self.tokenizer.decode(out, skip_special_tokens=True) if self.tokenizer else ""
+        if stop_reason == "stop_string":  # the text ends before the stop string, as lm-eval expects
+            text = text[: min(text.index(s) for s in self.stop_strings if s in text)]
+        return Generation(
+            token_ids=out,
+            stop_reason=stop_reason,
+            records=records,
+            decode_s=decode_s,
+            prefill_s=prefill_s,
+            target_model_s=target.seconds,
+            draft_model_s=draft.seconds if draft else 0.0,
+            target_calls=target.calls,
+            draft_calls=draft.calls if draft else 0,
+            text=text,
+        )
+
+    def _stop(self, buf: torch.Tensor, P: int, L: int, new: list[int], max_new: int, ctx: int
+              ) -> tuple[str, int]:
+        """Stop reason ('' to go on) and the committed length, cut after EOS or a stop string."""
+        for j, tok in enumerate(new):
+            if tok in self.eos_ids:
+                return "eos", L - len(new) + j + 1
+        if self.stop_strings:
+            cut = self._stop_string_cut(buf[0, P:L].tolist())
+            if cut is not None:
+                return "stop_string", P + cut
+        if L - P >= max_new:
+            return "length", L
+        if L >= ctx:
+            return "context", L
+        return "", L
+
+    def _stop_string_cut(self, out: list[int]) -> int | None:
+        """Smallest k such that decode(out[:k]) contains a stop string, or None.
+
+        Tokens after the stop string are dropped so that every method counts the tokens an
+        autoregressive decoder would have produced up to it.
+        """
+        text = self.tokenizer.decode(out, skip_special_tokens=True)
+        if not any(s in text for s in self.stop_strings):
+            return None
+        for k in range(1, len(out) + 1):
+            t = self.tokenizer.decode(out[:k], skip_special_tokens=True)
+            if any(s in t for s in self.stop_strings):
+                return k
+        return len(out)

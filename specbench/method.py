@@ -1,0 +1,77 @@
+"""The method interface the engine drives: which models it uses, a draft policy and an acceptance rule.
+
+A method file under `methods/` subclasses `Method` and registers itself in `METHODS` under its
+config name (`conf/method/<name>.yaml` has `name: <name>`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specbench.acceptance import Rule, make_rule
+from specbench.registry import Registry
+
+METHODS: Registry = Registry("method")
+
+
+@dataclass
+class IterationRecord:
+    """One draft-verify iteration (design.md section 3)."""
+
+    drafted: int  # w
+    accepted: int  # n
+    stop: str  # why drafting ended: policy / window / eos / length / none (no drafter)
+    draft_s: float  # wall seconds of the draft phase
+    verify_s: float  # wall seconds of the target forward
+    entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
+    js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)
+    state: dict[str, float] = field(default_factory=dict)  # policy state after the update
+
+
+class Method:
+    """Base method: draft policy (window, keep_drafting, update) plus an acceptance rule.
+
+    Defaults describe plain speculative decoding with a fixed window; subclasses override.
+    """
+
+    name = "base"
+    uses_draft = True  # False: no drafting (ar, draft_only)
+    verifier = "target"  # which model of the pair verifies/generates: "target" or "draft"
+    needs_stats = False  # True: the engine computes H(q_i) and d_JS(p_i, q_i) every iteration
+
+    def __init__(self, rule: str = "rejection", **options: Any) -> None:
+        if options:
+            raise ValueError(f"method {self.name!r} got unknown options {sorted(options)}")
+        self.rule: Rule = make_rule(rule)
+
+    @property
+    def lossless(self) -> bool:
+        return self.rule.lossless
+
+    def reset(self) -> None:
+        """Start of a generation call (per example)."""
+
+    def window(self) -> int:
+        """Maximum number of tokens to draft in the next iteration."""
+        return 0
+
+    def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool:
+        """After drafting token i (1-based) with draft dist q_i [V]: draft another?"""
+        return True
+
+    def update(self, record: IterationRecord) -> None:
+        """Update the policy state with the iteration just finished."""
+
+    def state(self) -> dict[str, float]:
+        """Policy state to log (thresholds, gamma)."""
+        return {}
+
+
+def check_gamma(name: str, gamma: int) -> int:
+    """Validate a speculation length γ >= 1."""
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"method {name!r}: gamma must be an integer >= 1, got {gamma!r}")
+    return gamma

@@ -1,0 +1,181 @@
+"""Model pairs: load a target and a draft (hub ids or local paths), check they share a vocabulary.
+
+A pair config (conf/pair/*.yaml) has `name`, `builder` (`hub` or a registered builder such as
+`tiny_random`), `target` and `draft` model specs (`path`, `revision`, `dtype`, `device_map`,
+`attn_implementation`, `quantization`, `trust_remote_code`) and an optional `tokenizer` path.
+Loaded pairs are cached per process, keyed by their config, so consecutive jobs of a multirun
+with the same pair reuse the models.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from specbench.registry import Registry
+
+log = logging.getLogger(__name__)
+
+BUILDERS: Registry = Registry("pair builder")
+_LOADED: dict[str, "Pair"] = {}
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass
+class Pair:
+    """A loaded pair: target, optional draft, the shared tokenizer and its vocabulary range."""
+
+    name: str
+    target: PreTrainedModel
+    draft: PreTrainedModel | None
+    tokenizer: PreTrainedTokenizerBase
+    vocab_size: int  # shared tokenizer range; logits beyond it (embedding padding) are ignored
+
+    def model(self, role: str) -> PreTrainedModel:
+        """The model playing `role` ('target' or 'draft')."""
+        m = self.target if role == "target" else self.draft
+        if m is None:
+            raise ValueError(f"pair {self.name!r} has no {role} model")
+        return m
+
+    def context_length(self, models: list[PreTrainedModel]) -> int | None:
+        """The smallest max_position_embeddings among `models` (None if none declares one)."""
+        lens = [getattr(m.config.get_text_config(), "max_position_embeddings", None) for m in models]
+        lens = [n for n in lens if n]
+        return min(lens) if lens else None
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' -> cuda if available else cpu; anything else is passed to torch.device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    """'auto' -> bfloat16 on CUDA, float32 on CPU."""
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _quantization_config(quant: dict | None) -> Any:
+    """bitsandbytes int8/int4 options from the pair config (`{bits: 8}` or `{bits: 4, ...}`)."""
+    if not quant:
+        return None
+    from transformers import BitsAndBytesConfig
+
+    q = dict(quant)
+    bits = q.pop("bits", None)
+    if bits == 8:
+        return BitsAndBytesConfig(load_in_8bit=True, **q)
+    if bits == 4:
+        compute = q.pop("compute_dtype", "bfloat16")
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=_DTYPES[compute], **q)
+    raise ValueError(f"quantization.bits must be 4 or 8, got {bits!r}")
+
+
+def _missing(path: str, err: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"could not load model or tokenizer {path!r}: {err}. It must be a local folder or a hub id in "
+        "the local Hugging Face cache: download it with hub access (`huggingface-cli download "
+        f"{path}`), or for the offline Qwen2.5-Coder / SmolLM2 models run "
+        "../shared/tools/prepare-offline-models."
+    )
+
+
+def load_model(spec: dict, device: torch.device) -> PreTrainedModel:
+    """One causal LM from a model spec, in eval mode, on `device` unless spec.device_map is set."""
+    path = spec["path"]
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device)}
+    for key in ("revision", "attn_implementation", "device_map"):
+        if spec.get(key):
+            kwargs[key] = spec[key]
+    if spec.get("trust_remote_code"):
+        kwargs["trust_remote_code"] = True
+    qc = _quantization_config(spec.get("quantization"))
+    if qc is not None:
+        kwargs["quantization_config"] = qc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as err:
+        raise _missing(path, err) from err
+    if "device_map" not in kwargs and qc is None:
+        model.to(device)
+    return model.eval()
+
+
+def load_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer at a hub id or local path."""
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=revision)
+    except OSError as err:
+        raise _missing(path, err) from err
+
+
+def check_vocab(target_name: str, tok_t: PreTrainedTokenizerBase, draft_name: str,
+                tok_d: PreTrainedTokenizerBase) -> None:
+    """Raise unless target and draft tokenizers map the same strings to the same ids."""
+    if tok_t.get_vocab() != tok_d.get_vocab():
+        raise ValueError(
+            f"target {target_name!r} (vocabulary {len(tok_t)}) and draft {draft_name!r} "
+            f"(vocabulary {len(tok_d)}) do not share a tokenizer vocabulary; speculative decoding "
+            "here needs one vocabulary"
+        )
+
+
+def shared_vocab_size(tokenizer: PreTrainedTokenizerBase, models: list[PreTrainedModel]) -> int:
+    """len(tokenizer), checked against each model's output size (which may be padded larger)."""
+    v = len(tokenizer)
+    for m in models:
+        out = m.get_output_embeddings().weight.shape[0]
+        if out < v:
+            raise ValueError(f"model {m.name_or_path!r} has {out} output logits but the tokenizer has {v} tokens")
+    return v
+
+
+@BUILDERS.register("hub")
+def build_hub(cfg: dict, device: torch.device) -> Pair:
+    """Load target and draft from hub ids or local paths."""
+    t_spec, d_spec = cfg["target"], cfg.get("draft")
+    tok = load_tokenizer(cfg.get("tokenizer") or t_spec["path"], t_spec.get("revision"))
+    if d_spec:
+        d_tok = load_tokenizer(d_spec.get("tokenizer") or d_spec["path"], d_spec.get("revision"))
+        check_vocab(t_spec["path"], tok, d_spec["path"], d_tok)
+    target = load_model(t_spec, device)
+    draft = load_model(d_spec, device) if d_spec else None
+    models = [m for m in (target, draft) if m is not None]
+    return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, models))
+
+
+def load_pair(cfg: dict, device: torch.device) -> Pair:
+    """The pair for `cfg`, reusing the one this process loaded last if the config is the same."""
+    key = json.dumps({"cfg": cfg, "device": str(device)}, sort_keys=True, default=str)
+    if key in _LOADED:
+        log.info("reusing loaded pair %s", cfg["name"])
+        return _LOADED[key]
+    free_pairs()
+    builder: Callable[[dict, torch.device], Pair] = BUILDERS.get(cfg.get("builder", "hub"))
+    log.info("loading pair %s", cfg["name"])
+    pair = builder(cfg, device)
+    _LOADED[key] = pair
+    return pair
+
+
+def free_pairs() -> None:
+    """Drop every cached pair and release its memory."""
+    _LOADED.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+from specbench import tiny as _tiny  # noqa: E402,F401  (registers the tiny_random builder)

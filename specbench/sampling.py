@@ -1,0 +1,98 @@
+"""Sampling distributions and the statistics the adaptive methods read (entropy, JS distance).
+
+p and q are the *processed* distributions: temperature, top-k and top-p applied through
+transformers' logits warpers, the same ones tokens are drawn from. At temperature 0 tokens
+are argmax and statistics use the softmax at temperature 1 (design.md section 3).
+Entropy is in bits; the JS divergence uses log base 2, so the JS distance lies in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+_LN2 = 0.6931471805599453
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decode settings shared by both models; temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"decode.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"decode.top_k must be >= 0 or null, got {self.top_k}")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"decode.top_p must be in (0, 1] or null, got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def warpers(self) -> LogitsProcessorList:
+        """transformers' warpers in generate()'s order: temperature, top-k, top-p."""
+        procs = LogitsProcessorList()
+        if self.greedy:
+            return procs
+        if self.temperature != 1.0:
+            procs.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_k:
+            procs.append(TopKLogitsWarper(self.top_k))
+        if self.top_p is not None and self.top_p < 1.0:
+            procs.append(TopPLogitsWarper(self.top_p))
+        return procs
+
+
+class Sampler:
+    """Turns raw logits [n, V] into token choices and distributions for one decode setting."""
+
+    def __init__(self, params: SamplingParams, vocab_size: int) -> None:
+        self.params = params
+        self.vocab_size = vocab_size  # shared tokenizer range; padded logits beyond it are cut
+        self._warpers = params.warpers()
+        self._dummy_ids = torch.zeros((1, 1), dtype=torch.long)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Processed sampling distribution [n, V] from logits [n, V_model] (float32)."""
+        logits = logits[..., : self.vocab_size].float()
+        if self.params.greedy:
+            return torch.softmax(logits, dim=-1)  # statistics only: softmax at T=1
+        if self._warpers:
+            logits = self._warpers(self._dummy_ids.expand(logits.shape[0], 1), logits)
+        return torch.softmax(logits, dim=-1)
+
+    def pick(self, probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """One token per row [n] from probs [n, V]: argmax when greedy, else a draw."""
+        if self.params.greedy:
+            return probs.argmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
+    """H(p) = -sum_v p(v) log2 p(v), over the last dim: [..., V] -> [...]; 0 log 0 = 0."""
+    logp = torch.log(probs.clamp_min(1e-30))
+    return -(probs * logp).sum(-1) / _LN2
+
+
+def js_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """d_JS(p, q) = sqrt(D_JS), D_JS = (KL(p||m) + KL(q||m)) / 2, m = (p+q)/2, log base 2: [..., V] -> [...]."""
+    m = 0.5 * (p + q)
+    logm = torch.log(m.clamp_min(1e-30))
+
+    def kl_to_m(a: torch.Tensor) -> torch.Tensor:  # sum_v a log2(a/m), with 0 log 0 = 0
+        return torch.where(a > 0, a * (torch.log(a.clamp_min(1e-30)) - logm), 0.0).sum(-1) / _LN2
+
+    d = 0.5 * (kl_to_m(p) + kl_to_m(q))
+    return d.clamp(0.0, 1.0).sqrt()

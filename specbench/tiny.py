@@ -1,0 +1,82 @@
+"""The `tiny_random` pair: small random Llama models with fixed seeds and a byte-level tokenizer.
+
+For tests and smoke runs without any download. The draft is the target's first layers (same
+embeddings and head), so the two distributions are related and acceptance is neither 0 nor 1.
+The two models' embedding matrices are padded to different sizes beyond the tokenizer's 259
+tokens, to exercise comparison over the shared tokenizer range.
+"""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specbench.pairs import BUILDERS, Pair, shared_vocab_size
+
+SPECIALS = ["<s>", "</s>", "<pad>"]
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer without merges: 256 byte tokens then <s>, </s>, <pad> (259 ids)."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    for s in SPECIALS:
+        vocab[s] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def tiny_llama(seed: int, **config) -> LlamaForCausalLM:
+    """A random LlamaForCausalLM from `config` keyword arguments, initialised under `seed`."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**{"tie_word_embeddings": False, **config})
+    return LlamaForCausalLM(cfg).eval()
+
+
+def draft_from_target(target: LlamaForCausalLM, layers: int, vocab_size: int, seed: int) -> LlamaForCausalLM:
+    """A draft made of the target's first `layers` layers, its final norm and head (rows padded)."""
+    cfg = target.config.to_dict()
+    cfg.update(num_hidden_layers=layers, vocab_size=vocab_size)
+    for k in ("architectures", "model_type", "transformers_version", "layer_types", "dtype"):
+        cfg.pop(k, None)
+    draft = tiny_llama(seed, **cfg)
+    src = target.state_dict()
+    with torch.no_grad():
+        for name, t in draft.state_dict().items():
+            if name in src:
+                s = src[name]
+                t[: s.shape[0]].copy_(s[: t.shape[0]])  # embeddings/head: copy the shared rows
+    return draft
+
+
+def damp_upper_layers(model: LlamaForCausalLM, first: int, scale: float) -> None:
+    """Scale the residual-branch outputs (o_proj, down_proj) of layers >= first by `scale`.
+
+    The target then equals its first layers plus a damped correction, so a draft made of those
+    first layers agrees with it often but not always (acceptance is tuned by `scale`).
+    """
+    with torch.no_grad():
+        for layer in model.model.layers[first:]:
+            layer.self_attn.o_proj.weight.mul_(scale)
+            layer.mlp.down_proj.weight.mul_(scale)
+
+
+@BUILDERS.register("tiny_random")
+def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
+    """Target from cfg.target (LlamaConfig fields), draft = its first cfg.draft.num_hidden_layers layers."""
+    tok = byte_tokenizer()
+    seed = int(cfg.get("seed", 0))
+    t_cfg = dict(cfg["target"])
+    d_cfg = dict(cfg["draft"])
+    common = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    scale = float(cfg.get("upper_layer_scale", 1.0))
+    target = tiny_llama(seed, **common, **t_cfg)
+    damp_upper_layers(target, d_cfg["num_hidden_layers"], scale)
+    target = target.to(device)
+    draft = draft_from_target(target, d_cfg["num_hidden_layers"], d_cfg["vocab_size"], seed + 1).to(device)
+    target.name_or_path = f"tiny_random/target(seed={seed})"
+    draft.name_or_path = f"tiny_random/draft(seed={seed})"
+    return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, [target, draft]))

@@ -1,0 +1,36 @@
+"""Per-iteration traces (trace=true): one Parquet file per example under run_dir/traces/."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from specbench.method import IterationRecord
+
+
+def trace_frame(example_id: str, records: list[IterationRecord]) -> pd.DataFrame:
+    """One row per iteration; policy state keys become columns (t_g, t_v, gamma, ...)."""
+    rows = []
+    for i, r in enumerate(records):
+        rows.append({"id": example_id, "iteration": i, "drafted": r.drafted, "accepted": r.accepted, "stop": r.stop,
+                     "draft_s": r.draft_s, "verify_s": r.verify_s, "entropy": r.entropy, "js": r.js, **r.state})
+    return pd.DataFrame(rows)
+
+
+def write_trace(run_dir: Path, example_id: str, records: list[IterationRecord]) -> Path:
+    """Write the example's trace atomically (temporary file, then rename)."""
+    d = Path(run_dir) / "traces"
+    d.mkdir(exist_ok=True)
+    path = d / f"{example_id.replace('/', '_')}.parquet"
+    tmp = path.with_suffix(".parquet.tmp")
+    trace_frame(example_id, records).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def read_traces(run_dir: Path) -> pd.DataFrame:
+    """All traces of a run as one DataFrame."""
+    files = sorted((Path(run_dir) / "traces").glob("*.parquet"))
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else pd.DataFrame()
