@@ -121,8 +121,8 @@ def decode_one(engine: Engine, method: Method, ids: list[int], max_new: int, see
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Run one job of the config; returns the summary (also written to out_dir/summary.json)."""
     choices = _choices(cfg)
-    c = OmegaConf.to_container(cfg, resolve=True)
-    c.pop("hydra", None)
+    c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+         for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
     if out_dir is None:
         from hydra.core.hydra_config import HydraConfig
 
@@ -137,6 +137,12 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     device = resolve_device(c.get("device", "auto"))
     torch.manual_seed(seed)
 
+    pair = load_pair(c["pair"], device)
+    stops = tuple(evaluator.stop_strings) + tuple(c.get("stop_strings") or ())
+    engine = make_engine(pair, method, params, stops)
+    prompts = prepare_prompts(pair, evaluator, examples, c["dataset"], max_new, engine.context_length,
+                              c.get("on_long_prompt", "error"))
+    # everything is validated: only now touch the output folder
     record = {"config": c, "choices": choices, "seed": seed, **provenance.git_info(),
               "versions": provenance.package_versions(), "device_info": provenance.device_info(device)}
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -144,12 +150,6 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     writer = RowWriter(run_dir)
     todo = [e for e in examples if e.id not in writer.done]
     log.info("%s: %d examples, %d already done, %d to decode", run_dir, len(examples), len(examples) - len(todo), len(todo))
-
-    pair = load_pair(c["pair"], device)
-    stops = tuple(evaluator.stop_strings) + tuple(c.get("stop_strings") or ())
-    engine = make_engine(pair, method, params, stops)
-    prompts = prepare_prompts(pair, evaluator, todo, c["dataset"], max_new, engine.context_length,
-                              c.get("on_long_prompt", "error"))
     trace = bool(c.get("trace", False))
     for ex in todo[: int(c.get("warmup", 0))]:  # same path, not recorded
         decode_one(engine, method, prompts[ex.id][0], max_new, example_seed(seed, ex.id), False)

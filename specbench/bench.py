@@ -1,0 +1,199 @@
+"""Micro-benchmarks of the engine (a CLI, so it prints): `python -m specbench.bench engine --help`.
+
+`engine` measures, on one pair and the first N smoke prompts at temperature 0:
+  (a) engine overhead of `vanilla` = 1 - (target + draft model-call seconds) / decode wall seconds;
+  (b) throughput of `vanilla` (γ) against transformers' `generate(assistant_model=...)` with a
+      constant schedule of the same γ and the confidence stop off, interleaved per prompt, and
+      checks that both produce identical token ids (exit status 1 if not);
+  (c) the median cost of single model calls (target 1 token, target γ+1 tokens, draft 1 token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from omegaconf import OmegaConf
+from transformers import PreTrainedModel
+
+from specbench.data import Example, build_dataset
+from specbench.engine import Engine, Generation, ModelState, sync
+from specbench.method import Method
+from specbench.pairs import Pair, load_pair, resolve_device
+from specbench.prompting import encode
+from specbench.runner import build_method, make_engine, sampling_params
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def load(name: str, device: torch.device) -> Pair:
+    """The pair conf/pair/<name>.yaml, composed through Hydra as the runner does."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"pair={name}"])
+    return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
+
+
+def smoke_prompts(pair: Pair, n: int) -> list[list[int]]:
+    """Token ids of the first n smoke prompts."""
+    examples: list[Example] = build_dataset({"name": "smoke"}).examples()[:n]
+    return [encode(pair.tokenizer, ex) for ex in examples]
+
+
+@contextmanager
+def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
+    """Constant schedule of γ drafts, confidence stop off (0 disables both the stop and the ROC update)."""
+    gc = draft.generation_config
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    saved = {k: getattr(gc, k) for k in keys}
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
+    gc.assistant_confidence_threshold = 0.0
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(gc, k, v)
+
+
+def run_ours(engine: Engine, method: Method, ids: list[int], max_new: int) -> tuple[Generation, float]:
+    """One `vanilla` generation and its wall seconds around the call."""
+    t0 = time.perf_counter()
+    gen = engine.generate(ids, method, max_new)
+    return gen, time.perf_counter() - t0
+
+
+@torch.inference_mode()
+def run_theirs(pair: Pair, ids: list[int], max_new: int) -> tuple[list[int], float, list[int]]:
+    """transformers' greedy assisted generation: new token ids, wall seconds, [target, draft] forward calls."""
+    device = pair.target.device
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    calls = [0, 0]
+    hooks = [m.register_forward_pre_hook(lambda *_, k=k: calls.__setitem__(k, calls[k] + 1))
+             for k, m in enumerate((pair.target, pair.draft))]
+    try:
+        sync(device)
+        t0 = time.perf_counter()
+        out = pair.target.generate(x, attention_mask=torch.ones_like(x), assistant_model=pair.draft, do_sample=False,
+                                   max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
+        sync(device)
+        seconds = time.perf_counter() - t0
+    finally:
+        for h in hooks:
+            h.remove()
+    return out[0, len(ids):].tolist(), seconds, calls
+
+
+def call_ms(model: PreTrainedModel, prompt: list[int], width: int, steps: int = 15) -> float:
+    """Median ms of one forward of `width` new tokens on top of a cached prompt (cache rolled back each time)."""
+    buf = torch.tensor([prompt + [65] * width], dtype=torch.long, device=model.device)
+    state = ModelState(model)
+    state.forward(buf, len(prompt), 1)
+    times = []
+    for _ in range(steps + 2):
+        t0 = state.seconds
+        state.forward(buf, len(prompt) + width, 1)
+        times.append(state.seconds - t0)
+        state.crop(len(prompt))
+    return 1e3 * statistics.median(times[2:])
+
+
+def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
+    """A one-paragraph report of where two token sequences first differ."""
+    k = next((j for j, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    return (f"MISMATCH prompt {i}: ours {len(ours)} tokens, transformers {len(theirs)}; first difference at "
+            f"position {k}: ours {ours[k:k + 5]} vs transformers {theirs[k:k + 5]} "
+            f"(after {ours[max(0, k - 5):k]})")
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    """Overhead, throughput against transformers, token identity, per-call costs."""
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    pair = load(args.pair, device)
+    v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.draft))
+    if v_t != v_d:  # transformers then takes the different-tokenizer path (universal assisted decoding)
+        print(f"pair {args.pair}: target and draft vocab_size differ ({v_t} vs {v_d}); transformers' assisted "
+              "generation needs equal sizes to run the same algorithm", file=sys.stderr)
+        return 2
+    method = build_method({"name": "vanilla", "gamma": args.gamma, "rule": "rejection"})
+    params = sampling_params({"temperature": 0.0, "max_new_tokens": args.max_new_tokens})
+    engine = make_engine(pair, method, params, ())
+    prompts = smoke_prompts(pair, args.prompts)
+    n_t = sum(p.numel() for p in pair.target.parameters()) / 1e6
+    n_d = sum(p.numel() for p in pair.draft.parameters()) / 1e6
+    print(f"pair {args.pair}: target {n_t:.1f}M params, draft {n_d:.1f}M; device {device}, {torch.get_num_threads()} "
+          f"thread(s); {len(prompts)} prompts x {args.max_new_tokens} new tokens, γ={args.gamma}, greedy, "
+          f"{args.repeats} repeat(s)")
+    p0 = prompts[0]
+    print(f"model calls (median ms): target 1 token {call_ms(pair.target, p0, 1):.2f}, target {args.gamma + 1} tokens "
+          f"{call_ms(pair.target, p0, args.gamma + 1):.2f}, draft 1 token {call_ms(pair.draft, p0, 1):.2f}")
+
+    ours_s = theirs_s = model_s = decode_s = 0.0
+    tokens = tokens_theirs = drafted = accepted = 0
+    bad: dict[int, str] = {}
+    with assistant_settings(pair.draft, args.gamma):
+        run_ours(engine, method, p0, args.max_new_tokens)  # warm-up, not measured
+        run_theirs(pair, p0, args.max_new_tokens)
+        for r in range(args.repeats):
+            for i, ids in enumerate(prompts):
+                first_ours = (r + i) % 2 == 0  # alternate who goes first, against drift
+                if not first_ours:
+                    theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
+                gen, t_ours = run_ours(engine, method, ids, args.max_new_tokens)
+                if first_ours:
+                    theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
+                if gen.token_ids != theirs:
+                    bad.setdefault(i, mismatch(i, gen.token_ids, theirs))
+                ours_s, theirs_s = ours_s + t_ours, theirs_s + t_theirs
+                model_s += gen.target_model_s + gen.draft_model_s
+                decode_s += gen.decode_s
+                tokens, tokens_theirs = tokens + len(gen.token_ids), tokens_theirs + len(theirs)
+                drafted += sum(rec.drafted for rec in gen.records)
+                accepted += sum(rec.accepted for rec in gen.records)
+                if r == 0:
+                    print(f"  prompt {i}: {len(gen.token_ids)} tokens ({gen.stop_reason}); target/draft calls ours "
+                          f"{gen.target_calls}/{gen.draft_calls}, transformers {calls[0]}/{calls[1]}; ours "
+                          f"{1e3 * t_ours:.0f} ms, transformers {1e3 * t_theirs:.0f} ms; "
+                          f"{'identical' if gen.token_ids == theirs else 'DIFFERENT'}")
+
+    print(f"acceptance rate (vanilla): {accepted / max(drafted, 1):.3f} ({accepted}/{drafted} drafts)")
+    print(f"(a) engine overhead: {1 - model_s / decode_s:.1%} (model calls {model_s:.2f} s of decode {decode_s:.2f} s)")
+    ours_tps, theirs_tps = tokens / ours_s, tokens_theirs / theirs_s
+    print(f"(b) throughput: ours {ours_tps:.1f} tok/s, transformers {theirs_tps:.1f} tok/s, "
+          f"ratio ours/transformers {ours_tps / theirs_tps:.3f}")
+    if bad:
+        print(f"token ids differ on {len(bad)} of {len(prompts)} prompts:", *bad.values(), sep="\n")
+        return 1
+    print(f"token ids identical on all {len(prompts)} prompts")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the subcommand."""
+    ap = argparse.ArgumentParser(prog="python -m specbench.bench", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("engine", help="engine overhead and throughput against transformers' assisted generation")
+    e.add_argument("--pair", default="bench_random", help="a conf/pair name")
+    e.add_argument("--prompts", type=int, default=8, help="the first N smoke prompts")
+    e.add_argument("--max-new-tokens", type=int, default=64)
+    e.add_argument("--gamma", type=int, default=5)
+    e.add_argument("--repeats", type=int, default=1, help="measured passes over the prompts")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (1: several threads on a shared 2-core box spin and time erratically)")
+    args = ap.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    return cmd_engine(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

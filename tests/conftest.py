@@ -1,0 +1,37 @@
+"""Shared fixtures: the real Hydra config, composed and shrunk for CPU tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+
+
+def compose_cfg(*overrides: str) -> DictConfig:
+    """conf/config.yaml composed with overrides (hydra node included, as under @hydra.main)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def small(*overrides: str) -> DictConfig:
+    """The default config shrunk for tests: tiny_random, CPU, no warm-up, no progress bar."""
+    return compose_cfg("pair=tiny_random", "device=cpu", "warmup=0", "progress=false", *overrides)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    """The tiny_random pair as configured in conf/pair/tiny_random.yaml."""
+    from specbench.pairs import load_pair
+
+    cfg = compose_cfg("pair=tiny_random")
+    return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))

@@ -1,0 +1,99 @@
+"""Results are append-only and resumable; a crash leaves only complete rows."""
+
+import json
+
+import pytest
+
+import specbench.runner as runner
+from conftest import small
+from specbench.results import ROWS, RowWriter, read_rows
+
+KEYS = ("id", "token_ids", "output", "new_tokens", "iterations", "drafted", "accepted", "stop_reason")
+
+
+def stable(rows):
+    """The row fields that do not depend on timing."""
+    return [{k: r[k] for k in KEYS} for r in rows]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("decode", ["greedy", "t1"])
+def test_resume_after_a_crash_gives_the_uninterrupted_rows(tmp_path, monkeypatch, decode):
+    overrides = ("method=vanilla", f"decode={decode}", "dataset.limit=8", "decode.max_new_tokens=24")
+    runner.run(small(*overrides), tmp_path / "whole")
+    whole = read_rows(tmp_path / "whole" / ROWS)
+    assert len(whole) == 8
+
+    real = runner.decode_one
+    calls = {"n": 0}
+
+    def crashing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise Crash("simulated crash on the 4th example")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "decode_one", crashing)
+    with pytest.raises(Crash):
+        runner.run(small(*overrides), tmp_path / "resumed")
+    part = tmp_path / "resumed" / ROWS
+    assert len(read_rows(part)) == 3 and not (tmp_path / "resumed" / "summary.json").exists()
+    with open(part, "a") as f:
+        f.write('{"id": "smoke-03", "token_ids": [1, 2')  # a row cut off mid-write by the crash
+    monkeypatch.setattr(runner, "decode_one", real)
+    summary = runner.run(small(*overrides), tmp_path / "resumed")
+    resumed = read_rows(part)
+    assert stable(resumed) == stable(whole)
+    assert summary["n_examples"] == 8
+    assert all(line.endswith("}") for line in part.read_text().splitlines())  # no partial row left
+
+
+def test_rerun_of_a_finished_run_adds_nothing(tmp_path):
+    overrides = ("method=ar", "dataset.limit=3", "decode.max_new_tokens=8")
+    runner.run(small(*overrides), tmp_path)
+    before = (tmp_path / ROWS).read_text()
+    runner.run(small(*overrides), tmp_path)
+    assert (tmp_path / ROWS).read_text() == before
+
+
+def test_extending_the_limit_appends_only_new_examples(tmp_path):
+    runner.run(small("method=ar", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+    runner.run(small("method=ar", "dataset.limit=5", "decode.max_new_tokens=8"), tmp_path)
+    assert [r["id"] for r in read_rows(tmp_path / ROWS)] == [f"smoke-0{i}" for i in range(5)]
+
+
+def test_a_different_config_is_not_mixed_into_a_folder(tmp_path):
+    runner.run(small("method=vanilla", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+    with pytest.raises(ValueError, match="different configuration"):
+        runner.run(small("method=vanilla", "method.gamma=3", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+    assert len(read_rows(tmp_path / ROWS)) == 2
+
+
+def test_summary_records_provenance(tmp_path):
+    s = runner.run(small("method=vanilla", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["n_examples"] == 2 and saved["seed"] == 0
+    for key in ("git_hash", "versions", "device_info", "config", "choices", "peak_rss_mb"):
+        assert key in saved
+    assert saved["versions"]["torch"] and saved["versions"]["transformers"]
+    assert saved["choices"]["method"] == "vanilla" and saved["choices"]["pair"] == "tiny_random"
+    assert saved["config"]["method"]["gamma"] == 5
+    assert saved["device_info"]["device"] == "cpu"
+    # token-weighted totals agree with the rows
+    rows = read_rows(tmp_path / ROWS)
+    assert s["total_new_tokens"] == sum(r["new_tokens"] for r in rows)
+    assert s["acceptance_rate"] == pytest.approx(sum(r["accepted"] for r in rows) / sum(r["drafted"] for r in rows))
+    for r in rows:
+        assert r["block_efficiency"] == pytest.approx(r["new_tokens"] / r["target_calls"])
+        assert r["target_calls"] == r["iterations"]
+
+
+def test_row_writer_refuses_duplicates(tmp_path):
+    w = RowWriter(tmp_path)
+    w.append({"id": "a", "x": 1})
+    with pytest.raises(ValueError, match="already"):
+        w.append({"id": "a", "x": 2})
+    assert RowWriter(tmp_path).done == {"a"}
