@@ -117,6 +117,8 @@ class Engine:
         """Decode up to max_new_tokens new tokens after prompt_ids [P] with `method`."""
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if method.external:  # a method that decodes with another library's loop (hf_assisted)
+            return method.generate_external(self, prompt_ids, max_new_tokens, generator, trace)
         if method.uses_draft and self.drafter is None:
             raise ValueError(f"method {method.name!r} needs a draft model, but the pair has none")
         P = len(prompt_ids)

@@ -41,6 +41,7 @@ class Method:
     uses_draft = True  # False: no drafting (ar, draft_only)
     verifier = "target"  # which model of the pair verifies/generates: "target" or "draft"
     needs_stats = False  # True: the engine computes H(q_i) and d_JS(p_i, q_i) every iteration
+    external = False  # True: Engine.generate hands the whole call to generate_external
 
     def __init__(self, rule: str = "rejection", **options: Any) -> None:
         if options:
@@ -68,6 +69,11 @@ class Method:
     def state(self) -> dict[str, float]:
         """Policy state to log (thresholds, gamma)."""
         return {}
+
+    def generate_external(self, engine: Any, prompt_ids: list[int], max_new_tokens: int,
+                          generator: torch.Generator | None, trace: bool) -> Any:
+        """For `external` methods: decode with another loop and return a specbench.engine.Generation."""
+        raise NotImplementedError(f"method {self.name!r} is not external")
 
 
 def check_gamma(name: str, gamma: int) -> int:
