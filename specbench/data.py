@@ -12,12 +12,17 @@ DATASETS: Registry = Registry("dataset")
 
 @dataclass
 class Example:
-    """One benchmark item: `prompt` is a user message (str) or a list of chat messages."""
+    """One benchmark item: `prompt` is a user message (str) or a list of chat messages.
+
+    Multi-turn items (MT-bench) also set `turns`, the user turns in order: the runner asks turn k
+    after the model's own answers to turns 1..k-1 (`prompt` is then the first turn).
+    """
 
     id: str
     prompt: str | list[dict[str, str]]
     reference: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
+    turns: list[str] | None = None
 
 
 class Evaluator:

@@ -82,6 +82,22 @@ class Generation:
     extra: dict = field(default_factory=dict)
 
 
+def concat_generations(gens: list[Generation], text: str) -> Generation:
+    """One Generation for a multi-turn example: counts and times summed, records concatenated."""
+    return Generation(
+        token_ids=[t for g in gens for t in g.token_ids],
+        stop_reason=gens[-1].stop_reason,
+        records=[r for g in gens for r in g.records],
+        decode_s=sum(g.decode_s for g in gens),
+        prefill_s=gens[0].prefill_s,
+        target_model_s=sum(g.target_model_s for g in gens),
+        draft_model_s=sum(g.draft_model_s for g in gens),
+        target_calls=sum(g.target_calls for g in gens),
+        draft_calls=sum(g.draft_calls for g in gens),
+        text=text,
+    )
+
+
 class Engine:
     """Runs a method on a verifier (and optional drafter) for one example at a time."""
 

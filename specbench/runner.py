@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from tqdm.auto import tqdm
 
 from specbench import provenance
 from specbench.data import Evaluator, Example, build_dataset, select
-from specbench.engine import Engine, Generation
+from specbench.engine import Engine, Generation, concat_generations
 from specbench.method import METHODS, Method
 from specbench.metrics import example_metrics, summarize
 from specbench.pairs import Pair, load_pair, resolve_device
@@ -91,31 +92,78 @@ def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings
                   stop_strings, pair.context_length(models))
 
 
-def prepare_prompts(pair: Pair, evaluator: Evaluator, examples: list[Example], dcfg: dict, max_new: int,
-                    context: int | None, on_long: str) -> dict[str, tuple[list[int], int | None]]:
-    """Token ids per example id, checked against the context before any decoding starts."""
-    if on_long not in ("error", "truncate"):
-        raise ValueError(f"on_long_prompt must be 'error' or 'truncate', got {on_long!r}")
-    out = {}
-    for ex in examples:
-        ids = encode(pair.tokenizer, ex, dcfg.get("system_prompt"), dcfg.get("chat_template", "auto"))
-        truncated = None
-        if context is not None and len(ids) >= context:
-            if on_long == "error":
-                raise ValueError(
-                    f"example {ex.id!r} of dataset {evaluator.name!r}: the prompt has {len(ids)} tokens but the "
-                    f"model context is {context}; set on_long_prompt=truncate to keep its last tokens"
-                )
-            keep = max(1, context - max_new) if context > max_new else context // 2
-            truncated, ids = len(ids), ids[-keep:]
-        out[ex.id] = (ids, truncated)
-    return out
+def fit_prompt(ids: list[int], context: int | None, max_new: int, on_long: str, where: str
+               ) -> tuple[list[int], int | None]:
+    """The prompt ids [P] if they fit the context; else an error, or its last tokens when truncating."""
+    if context is None or len(ids) < context:
+        return ids, None
+    if on_long == "error":
+        raise ValueError(f"{where}: the prompt has {len(ids)} tokens but the model context is {context}; "
+                         "set on_long_prompt=truncate to keep its last tokens")
+    keep = max(1, context - max_new) if context > max_new else context // 2
+    return ids[-keep:], len(ids)
 
 
-def decode_one(engine: Engine, method: Method, ids: list[int], max_new: int, seed: int, trace: bool) -> Generation:
-    """Decode one prompt with a fresh per-example generator."""
-    gen = torch.Generator(device=engine.device).manual_seed(seed)
-    return engine.generate(ids, method, max_new, generator=gen, trace=trace)
+@dataclass
+class Job:
+    """Everything needed to decode and score the examples of one run."""
+
+    engine: Engine
+    method: Method
+    pair: Pair
+    evaluator: Evaluator
+    dataset_cfg: dict
+    max_new: int
+    seed: int
+    on_long: str
+    trace: bool
+
+    def encode(self, ex: Example, answers: list[str]) -> list[int]:
+        """Prompt ids for the next turn: the example's prompt, or its turns interleaved with the answers so far."""
+        if ex.turns:
+            msgs = []
+            for turn, ans in zip(ex.turns, answers + [None]):
+                msgs.append({"role": "user", "content": turn})
+                if ans is not None:
+                    msgs.append({"role": "assistant", "content": ans})
+            ex = Example(id=ex.id, prompt=msgs)
+        return encode(self.pair.tokenizer, ex, self.dataset_cfg.get("system_prompt"),
+                      self.dataset_cfg.get("chat_template", "auto"))
+
+    def check_prompts(self, examples: list[Example]) -> None:
+        """Fail before any decoding if a first-turn prompt does not fit and on_long_prompt=error."""
+        if self.on_long not in ("error", "truncate"):
+            raise ValueError(f"on_long_prompt must be 'error' or 'truncate', got {self.on_long!r}")
+        for ex in examples:
+            fit_prompt(self.encode(ex, []), self.engine.context_length, self.max_new, self.on_long,
+                       f"example {ex.id!r} of dataset {self.evaluator.name!r}")
+
+
+def decode_example(job: Job, ex: Example, trace: bool) -> tuple[Generation, dict[str, Any]]:
+    """Decode every turn of one example with one per-example generator; returns the merged Generation."""
+    gen = torch.Generator(device=job.engine.device).manual_seed(example_seed(job.seed, ex.id))
+    answers: list[str] = []
+    gens: list[Generation] = []
+    info: dict[str, Any] = {"prompt_tokens": 0, "prompt_truncated_from": None}
+    for k in range(len(ex.turns) if ex.turns else 1):
+        ids, cut = fit_prompt(job.encode(ex, answers), job.engine.context_length, job.max_new, job.on_long,
+                              f"example {ex.id!r} turn {k + 1}")
+        g = job.engine.generate(ids, job.method, job.max_new, generator=gen, trace=trace)
+        info["prompt_tokens"] += len(ids)
+        info["prompt_truncated_from"] = info["prompt_truncated_from"] or cut
+        gens.append(g)
+        answers.append(g.text)
+    if ex.turns:
+        info["turn_outputs"] = answers
+        return concat_generations(gens, answers[-1]), info
+    return gens[0], info
+
+
+def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict) -> dict[str, Any]:
+    """The result row of one example: ids, output, metrics (design.md section 5) and scores."""
+    return {"id": ex.id, "method": job.method.name, "pair": c["pair"]["name"], "dataset": job.evaluator.name,
+            **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.lossless, "seed": job.seed,
+            **example_metrics(g, job.method.verifier), **job.evaluator.score(ex, g.text)}
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
@@ -139,9 +187,9 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
 
     pair = load_pair(c["pair"], device)
     stops = tuple(evaluator.stop_strings) + tuple(c.get("stop_strings") or ())
-    engine = make_engine(pair, method, params, stops)
-    prompts = prepare_prompts(pair, evaluator, examples, c["dataset"], max_new, engine.context_length,
-                              c.get("on_long_prompt", "error"))
+    job = Job(make_engine(pair, method, params, stops), method, pair, evaluator, c["dataset"], max_new, seed,
+              c.get("on_long_prompt", "error"), bool(c.get("trace", False)))
+    job.check_prompts(examples)
     # everything is validated: only now touch the output folder
     record = {"config": c, "choices": choices, "seed": seed, **provenance.git_info(),
               "versions": provenance.package_versions(), "device_info": provenance.device_info(device)}
@@ -150,22 +198,14 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     writer = RowWriter(run_dir)
     todo = [e for e in examples if e.id not in writer.done]
     log.info("%s: %d examples, %d already done, %d to decode", run_dir, len(examples), len(examples) - len(todo), len(todo))
-    trace = bool(c.get("trace", False))
     for ex in todo[: int(c.get("warmup", 0))]:  # same path, not recorded
-        decode_one(engine, method, prompts[ex.id][0], max_new, example_seed(seed, ex.id), False)
-
+        decode_example(job, ex, False)
     progress = c.get("progress", "auto")
-    bar = tqdm(todo, desc=f"{method.name}", unit="ex", disable=None if progress == "auto" else not progress)
-    for ex in bar:
-        ids, truncated = prompts[ex.id]
-        gen = decode_one(engine, method, ids, max_new, example_seed(seed, ex.id), trace)
-        row = {"id": ex.id, "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
-               "prompt_tokens": len(ids), "prompt_truncated_from": truncated, "output": gen.text,
-               "token_ids": gen.token_ids, "lossless": method.lossless, "seed": seed,
-               **example_metrics(gen, method.verifier), **evaluator.score(ex, gen.text)}
-        if trace:
-            write_trace(run_dir, ex.id, gen.records)
-        writer.append(row)
+    for ex in tqdm(todo, desc=method.name, unit="ex", disable=None if progress == "auto" else not progress):
+        g, info = decode_example(job, ex, job.trace)
+        if job.trace:
+            write_trace(run_dir, ex.id, g.records)
+        writer.append(make_row(job, ex, g, info, c))
 
     summary = {**summarize(writer.rows), "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
                "lossless": method.lossless, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
