@@ -64,12 +64,13 @@ class AcceptAll(Rule):
         return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
 
 
-def sample_pairs(models, rule, n: int) -> np.ndarray:
+def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
+    """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
     target, draft = models
     eng = Engine(target, draft, Sampler(SamplingParams(1.0), V), set(), None, (), 64)
     g = torch.Generator().manual_seed(1234)
     counts = np.zeros((V, V))
-    method = FixedGamma(rule)
+    method = method or FixedGamma(rule)
     for _ in range(n):
         out = eng.generate(PROMPT, method, 3, generator=g).token_ids
         counts[out[0], out[1]] += 1

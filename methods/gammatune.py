@@ -1,0 +1,86 @@
+"""GammaTune and GammaTune+ (../shared/papers/gammatune.md, Algorithm 1): adaptive speculation length.
+
+After each iteration with A accepted drafts out of a planned window γ:
+    A' = A + δ           if A == γ (every planned draft accepted: expand)   else A
+    γ̄  = clip((1 - η) γ̄ + η A', γ_min, γ_max)                              (EWMA, bounded)
+    γ  = ceil(γ̄)
+The paper's Algorithm 1 writes `γ <- A + δ` on line 2 and then overwrites γ on line 5, which would
+make δ a no-op; its text (eq. 7, "increases A by a tunable offset δ") says A is increased: we
+follow the text. "A == γ" compares with the planned window, so an iteration cut short (EOS, the
+length cap, or GammaTune+'s confidence stop) with all its drafts accepted does not expand.
+The paper gives no values: defaults η = 0.5, δ = 2, γ_min = 1, γ_max = 24, initial γ = 5
+(the paper sweeps the initial γ over 1..8, 12, 16, 20, 24). State (γ̄, γ) restarts at the initial
+γ for every generation call unless `persist: true`. Rule `rejection` (lossless).
+GammaTune+ adds a confidence stop: end the draft after a token whose top draft probability
+max_v q_i(v) is below τ (default 0.4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from specbench.method import METHODS, IterationRecord, Method, check_gamma
+
+
+def gammatune_step(gamma: int, gamma_bar: float, accepted: int, eta: float, delta: int,
+                   gamma_min: int, gamma_max: int) -> tuple[int, float]:
+    """One GammaTune update: (γ, γ̄, A) -> (new γ, new γ̄)."""
+    a = accepted + delta if accepted == gamma else accepted  # eq. 7: expand when all accepted
+    gamma_bar = min(gamma_max, max(gamma_min, (1 - eta) * gamma_bar + eta * a))  # eq. 8
+    return math.ceil(gamma_bar), gamma_bar
+
+
+@METHODS.register("gammatune")
+class GammaTune(Method):
+    """Adaptive γ from the EWMA of accepted counts (see the module docstring for the exact update)."""
+
+    name = "gammatune"
+
+    def __init__(self, gamma: int = 5, eta: float = 0.5, delta: int = 2, gamma_min: int = 1,
+                 gamma_max: int = 24, persist: bool = False, rule: str = "rejection", **options) -> None:
+        super().__init__(rule=rule, **options)
+        self.gamma0 = check_gamma(self.name, gamma)
+        check_gamma(self.name, gamma_min)
+        if not gamma_min <= gamma_max:
+            raise ValueError(f"method {self.name!r}: need gamma_min <= gamma_max, got {gamma_min} > {gamma_max}")
+        if not 0 < eta <= 1:
+            raise ValueError(f"method {self.name!r}: eta must be in (0, 1], got {eta}")
+        if delta < 0:
+            raise ValueError(f"method {self.name!r}: delta must be >= 0, got {delta}")
+        self.eta, self.delta, self.gamma_min, self.gamma_max = eta, delta, gamma_min, gamma_max
+        self.persist = persist
+        self.gamma, self.gamma_bar = self.gamma0, float(self.gamma0)
+
+    def reset(self) -> None:
+        if not self.persist:
+            self.gamma, self.gamma_bar = self.gamma0, float(self.gamma0)
+
+    def window(self) -> int:
+        return self.gamma
+
+    def update(self, record: IterationRecord) -> None:
+        if record.drafted == 0:  # nothing was speculated (length cap): no evidence
+            return
+        self.gamma, self.gamma_bar = gammatune_step(self.gamma, self.gamma_bar, record.accepted, self.eta,
+                                                    self.delta, self.gamma_min, self.gamma_max)
+
+    def state(self) -> dict[str, float]:
+        return {"gamma": self.gamma, "gamma_bar": self.gamma_bar}
+
+
+@METHODS.register("gammatune_plus")
+class GammaTunePlus(GammaTune):
+    """GammaTune plus the confidence stop: end the draft after a token with max_v q_i(v) < τ."""
+
+    name = "gammatune_plus"
+
+    def __init__(self, tau: float = 0.4, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not 0 <= tau <= 1:
+            raise ValueError(f"method {self.name!r}: tau must be in [0, 1], got {tau}")
+        self.tau = tau
+
+    def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool:
+        return bool(q_i.max() >= self.tau)
