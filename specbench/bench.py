@@ -175,6 +175,39 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+ALL_METHODS = ("ar,draft_only,vanilla,hf_assisted,heuristic,confidence,gammatune,gammatune_plus,adasd,"
+               "adasd_gen_only,adasd_verify_only,adasd_variant_a,adasd_variant_b,adasd_variant_c")
+TABLE = ["tokens_per_s", "mean_drafted", "mean_accepted", "acceptance_rate", "block_efficiency", "mean_t_v", "score"]
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """Run each method through the runner on one pair and dataset; print the metric table."""
+    import pandas as pd
+    from hydra import compose, initialize_config_dir
+
+    from specbench.runner import run
+
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.methods.split(","):
+        overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"dataset.limit={args.limit}",
+                     f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
+                     f"device={args.device}", *args.overrides]
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        s = run(cfg, Path(args.out) / args.pair / args.dataset / args.decode / name)
+        rows.append({"method": name, **{k: s.get(k, s["example_means"].get(k)) for k in TABLE},
+                     "mean_t_v": s["example_means"]["mean_t_v"], "score": s["example_means"]["score"],
+                     "n": s["n_examples"], "lossless": s["lossless"]})
+    df = pd.DataFrame(rows).set_index("method")
+    if "vanilla" in df.index:
+        df["speedup_vs_vanilla"] = df["tokens_per_s"] / df.loc["vanilla", "tokens_per_s"]
+    print(f"pair {args.pair}, dataset {args.dataset} (limit {args.limit}), decode {args.decode}, "
+          f"max_new_tokens {args.max_new_tokens}, device {args.device}, {args.threads} thread(s)")
+    print(df.to_string(float_format=lambda x: f"{x:.3f}"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the subcommand."""
     ap = argparse.ArgumentParser(prog="python -m specbench.bench", description=__doc__.splitlines()[0])
@@ -188,11 +221,22 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (1: several threads on a shared 2-core box spin and time erratically)")
+    m = sub.add_parser("methods", help="every method on one pair: the design.md metric table")
+    m.add_argument("--pair", default="tiny_random")
+    m.add_argument("--methods", default=ALL_METHODS, help="comma-separated method names")
+    m.add_argument("--dataset", default="smoke")
+    m.add_argument("--limit", type=int, default=8)
+    m.add_argument("--decode", default="greedy")
+    m.add_argument("--max-new-tokens", type=int, default=64)
+    m.add_argument("--device", default="auto")
+    m.add_argument("--threads", type=int, default=1)
+    m.add_argument("--out", default="results/bench_methods", help="run folders (resumable)")
+    m.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. warmup=0")
     args = ap.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    return cmd_engine(args)
+    return cmd_engine(args) if args.cmd == "engine" else cmd_methods(args)
 
 
 if __name__ == "__main__":
