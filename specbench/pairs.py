@@ -69,14 +69,28 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+MODEL_KEYS = {"path", "revision", "dtype", "device_map", "attn_implementation", "quantization",
+              "trust_remote_code", "tokenizer"}
+
+
 def _quantization_config(quant: dict | None) -> Any:
-    """bitsandbytes int8/int4 options from the pair config (`{bits: 8}` or `{bits: 4, ...}`)."""
+    """Weight quantization from the pair config: `{bits: 8|4}` with bitsandbytes (default), or
+    `{bits: 8|4, backend: quanto}` (optimum-quanto, as the GammaTune paper used for its 70B target)."""
     if not quant:
         return None
-    from transformers import BitsAndBytesConfig
-
     q = dict(quant)
     bits = q.pop("bits", None)
+    backend = q.pop("backend", "bitsandbytes")
+    if backend == "quanto":
+        from transformers import QuantoConfig
+
+        if bits not in (4, 8):
+            raise ValueError(f"quantization.bits must be 4 or 8, got {bits!r}")
+        return QuantoConfig(weights=f"int{bits}", **q)
+    if backend != "bitsandbytes":
+        raise ValueError(f"quantization.backend must be bitsandbytes or quanto, got {backend!r}")
+    from transformers import BitsAndBytesConfig
+
     if bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True, **q)
     if bits == 4:
@@ -96,6 +110,9 @@ def _missing(path: str, err: Exception) -> RuntimeError:
 
 def load_model(spec: dict, device: torch.device) -> PreTrainedModel:
     """One causal LM from a model spec, in eval mode, on `device` unless spec.device_map is set."""
+    unknown = set(spec) - MODEL_KEYS
+    if unknown:
+        raise ValueError(f"unknown model keys {sorted(unknown)} for {spec.get('path')!r}; valid: {sorted(MODEL_KEYS)}")
     path = spec["path"]
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device)}
     for key in ("revision", "attn_implementation", "device_map"):
