@@ -179,7 +179,7 @@ class Engine:
             # 3. accept
             x = buf[0, L : L + w]
             q = torch.stack(qs) if qs else p.new_zeros((0, p.shape[-1]))
-            js = js_distance(p[:w], q) if (stats or method.rule.needs_js) and w else None
+            js = js_distance(p[:w], q) if (stats or method.rule.needs_js) else None  # [w]
             ok, fallback = method.rule(x, q, p, greedy, generator, js)
             n = leading_true(ok)
             buf[0, L + n] = fallback[n]
