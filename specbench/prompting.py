@@ -1,4 +1,11 @@
-"""Prompts -> token ids: the tokenizer's chat template when it has one, plain text otherwise."""
+"""Prompts -> token ids: the tokenizer's chat template when it has one, plain text otherwise.
+
+Plain text is the example's messages joined by blank lines, unless the evaluator gives its own
+plain-text prompt in `example.meta["plain_prompt"]`: HumanEval's (the code to complete rather
+than an instruction), and few-shot prompts, whose chat form has the examples as turns (as
+lm-eval's `--fewshot_as_multiturn`) and whose plain form joins them as lm-eval does
+(`fewshot_text`: question, a space, answer; a blank line between examples).
+"""
 
 from __future__ import annotations
 
@@ -25,5 +32,25 @@ def encode(tokenizer: PreTrainedTokenizerBase, example: Example, system_prompt: 
         text = tokenizer.apply_chat_template(messages(example, system_prompt), add_generation_prompt=True, tokenize=False)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
     parts = [system_prompt] if system_prompt else []
-    parts += [example.prompt] if isinstance(example.prompt, str) else [m["content"] for m in example.prompt]
+    if isinstance(example.meta.get(PLAIN_PROMPT), str):
+        parts.append(example.meta[PLAIN_PROMPT])
+    else:
+        parts += [example.prompt] if isinstance(example.prompt, str) else [m["content"] for m in example.prompt]
     return tokenizer("\n\n".join(parts))["input_ids"]
+
+
+PLAIN_PROMPT = "plain_prompt"  # Example.meta key: the prompt text used when no chat template is applied
+TARGET_DELIMITER = " "  # between a few-shot question and its answer (lm-eval's default)
+FEWSHOT_DELIMITER = "\n\n"  # between few-shot examples (lm-eval's default)
+
+
+def fewshot_text(msgs: list[dict[str, str]]) -> str:
+    """Few-shot chat turns as lm-eval's plain prompt: each answer after its question and a space,
+    examples separated by a blank line."""
+    text = ""
+    for i, m in enumerate(msgs):
+        if i:
+            after_question = m["role"] == "assistant" and msgs[i - 1]["role"] == "user"
+            text += TARGET_DELIMITER if after_question else FEWSHOT_DELIMITER
+        text += m["content"]
+    return text

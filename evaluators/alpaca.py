@@ -1,0 +1,64 @@
+"""`alpaca` (Stanford Alpaca's 52k instructions) and `alpaca_eval` (AlpacaEval's 805); no accuracy.
+
+`alpaca`: hub `tatsu-lab/alpaca` (split train; the SD2 paper's Alpaca); the prompt is the
+instruction, followed by its input after a blank line when there is one. No local copy exists:
+offline it fails naming tatsu-lab/alpaca (use `alpaca_eval`, a different set, explicitly).
+`alpaca_eval`: AlpacaEval's 805 instructions, hub `tatsu-lab/alpaca_eval` (its alpaca_eval.json,
+read with datasets' json builder since the hub repo's loading script is not supported by
+datasets >= 4), or `alpaca_eval/instructions_805.json` under the local data folder; rows carry the
+instruction's origin (`subset`: helpful_base, koala, oasst, selfinstruct, vicuna).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+
+ALPACA = Source("Alpaca", hub="tatsu-lab/alpaca", hub_split="train")
+ALPACA_EVAL = Source("AlpacaEval", hub="json", hub_files="hf://datasets/tatsu-lab/alpaca_eval/alpaca_eval.json",
+                     hub_split="train", local="alpaca_eval/instructions_805.json")
+
+
+def instruction_prompt(row: dict[str, Any]) -> str:
+    """The instruction, then its input (if any) after a blank line."""
+    extra = (row.get("input") or "").strip()
+    return row["instruction"].strip() + (f"\n\n{extra}" if extra else "")
+
+
+@DATASETS.register("alpaca")
+class Alpaca(Evaluator):
+    """Alpaca instructions (hub only); not scored."""
+
+    name = "alpaca"
+
+    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.data_dir = data_dir
+
+    def examples(self) -> list[Example]:
+        try:
+            rows = load_source(ALPACA, self.data_dir)
+        except DataSourceError as err:
+            raise DataSourceError(f"{err}. (AlpacaEval's 805 instructions, a different set, have a local copy: "
+                                  "dataset=alpaca_eval)") from err
+        return [Example(id=f"alpaca-{i:05d}", prompt=instruction_prompt(r), reference=r.get("output"))
+                for i, r in enumerate(rows)]
+
+
+@DATASETS.register("alpaca_eval")
+class AlpacaEval(Evaluator):
+    """AlpacaEval's 805 instructions; not scored."""
+
+    name = "alpaca_eval"
+
+    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.data_dir = data_dir
+
+    def examples(self) -> list[Example]:
+        return [Example(id=f"alpaca_eval-{i:03d}", prompt=instruction_prompt(r), meta={"subset": r.get("dataset")})
+                for i, r in enumerate(load_source(ALPACA_EVAL, self.data_dir))]
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        return {"score": None, "subset": example.meta["subset"]}

@@ -1,0 +1,113 @@
+"""`gsm8k`: grade-school math word problems (test split, 1319), scored by exact match of the final number.
+
+Source: hub `openai/gsm8k` (config main), or `gsm8k/test.jsonl` (few-shot: `train.jsonl`) under the
+local data folder. Prompt as lm-eval's `gsm8k` task: "Question: {question}\\nAnswer:", zero-shot by
+default; `num_fewshot` > 0 puts the first n training problems with their worked answers before it,
+as chat turns with a chat template and joined as lm-eval joins them without one (lm-eval samples
+the examples at random; the first n keep prompts fixed across runs).
+Scoring follows lm-eval's two filters and records both: `pred_strict` is the number after
+"####" (the dataset's answer format), `pred_flexible` the last number in the output. The headline
+`score` uses the strict answer when there is one and falls back to the last number otherwise.
+Numbers are compared as values after removing ",", "$" and a trailing "." (so "18.00" == "18";
+lm-eval compares strings).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+from specbench.prompting import PLAIN_PROMPT, fewshot_text
+
+TEST = Source("GSM8K test", hub="openai/gsm8k", hub_config="main", hub_split="test", local="gsm8k/test.jsonl")
+TRAIN = Source("GSM8K train", hub="openai/gsm8k", hub_config="main", hub_split="train", local="gsm8k/train.jsonl")
+STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")  # lm-eval gsm8k "strict-match"
+FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")  # lm-eval gsm8k "flexible-extract" (last match)
+
+
+def question_text(question: str) -> str:
+    """lm-eval's doc_to_text."""
+    return f"Question: {question}\nAnswer:"
+
+
+def to_number(text: str | None) -> Decimal | None:
+    """'$1,234.' -> Decimal('1234'); None if it is not a number."""
+    if text is None:
+        return None
+    s = text.replace(",", "").replace("$", "").strip().rstrip(".")
+    try:
+        return Decimal(s)
+    except InvalidOperation:
+        return None
+
+
+def strict_answer(output: str) -> str | None:
+    """The number after the first '#### ', as written."""
+    m = STRICT.search(output)
+    return m.group(1) if m else None
+
+
+def flexible_answer(output: str) -> str | None:
+    """The last number-like span in the output, as written."""
+    found = [a or b for a, b in FLEXIBLE.findall(output)]
+    return found[-1] if found else None
+
+
+def reference_number(answer: str) -> str:
+    """The final answer of a GSM8K solution ('... #### 1,600' -> '1600')."""
+    return answer.split("####")[-1].strip().replace(",", "")
+
+
+def match(pred: str | None, reference: str) -> float:
+    """1.0 if pred equals reference as a number."""
+    p = to_number(pred)
+    return float(p is not None and p == to_number(reference))
+
+
+@DATASETS.register("gsm8k")
+class GSM8K(Evaluator):
+    """GSM8K test problems; score = exact match of the final number."""
+
+    name = "gsm8k"
+    stop_strings = ("Question:",)  # lm-eval's `until` (EOS is always a stop)
+
+    def __init__(self, data_dir: str | None = None, num_fewshot: int = 0, instruction: str | None = None,
+                 stop_strings: list[str] | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        if not 0 <= int(num_fewshot) <= 8:
+            raise ValueError(f"gsm8k num_fewshot must be in 0..8, got {num_fewshot}")
+        self.data_dir, self.num_fewshot, self.instruction = data_dir, int(num_fewshot), instruction
+        if stop_strings is not None:
+            self.stop_strings = tuple(stop_strings)
+
+    def shots(self) -> list[dict[str, str]]:
+        """The few-shot turns: the first num_fewshot training problems and their answers."""
+        if not self.num_fewshot:
+            return []
+        rows = load_source(TRAIN, self.data_dir)[: self.num_fewshot]
+        return [m for r in rows for m in ({"role": "user", "content": question_text(r["question"])},
+                                          {"role": "assistant", "content": r["answer"]})]
+
+    def examples(self) -> list[Example]:
+        rows, shots = load_source(TEST, self.data_dir), self.shots()
+        head = f"{self.instruction}\n\n" if self.instruction else ""
+        out = []
+        for i, r in enumerate(rows):
+            msgs = shots + [{"role": "user", "content": question_text(r["question"])}]
+            msgs[0] = {**msgs[0], "content": head + msgs[0]["content"]}
+            ref = reference_number(r["answer"])
+            if len(msgs) == 1:
+                out.append(Example(id=f"gsm8k-{i:04d}", prompt=msgs[0]["content"], reference=ref))
+            else:
+                out.append(Example(id=f"gsm8k-{i:04d}", prompt=msgs, reference=ref,
+                                   meta={PLAIN_PROMPT: fewshot_text(msgs)}))
+        return out
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        strict, flexible = strict_answer(output), flexible_answer(output)
+        pred = strict if strict is not None else flexible
+        return {"score": match(pred, example.reference), "pred": pred, "pred_strict": strict,
+                "pred_flexible": flexible, "exact_match_strict": match(strict, example.reference),
+                "exact_match_flexible": match(flexible, example.reference), "reference": example.reference}

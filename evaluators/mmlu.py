@@ -1,0 +1,145 @@
+"""`mmlu`: 57-subject multiple choice, scored by the accuracy of the answer letter extracted from the output.
+
+Splits: `validation` (1531 questions, the AdaSD paper's: hub `cais/mmlu`, config all) is the
+default; `test` (14042) is also on the hub and is the only split with a local copy
+(`mmlu/test.jsonl`); `dev` (285) gives the few-shot examples. A split that the chosen source does
+not have fails with a message naming it (offline: run with dataset.split=test); every row
+records the split it came from.
+
+Examples are ordered by subject (alphabetical, stable), so the hub's `all` config and the local
+copy (grouped by subject in another order) give the same examples and ids (`<subject>-<index in
+subject>`). Prompt as lm-eval's generative MMLU: "The following are multiple choice questions
+(with answers) about <subject>.", then, with `num_fewshot` (0..5), the first dev questions of the
+subject with their answer letters (chat turns with a chat template, lm-eval's plain few-shot
+text without one), then "<question>\\nA. ..\\nB. ..\\nC. ..\\nD. ..\\nAnswer:".
+`extract_letter` reads the letter from free-form output (see its docstring).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.prompting import PLAIN_PROMPT, fewshot_text
+
+LETTERS = "ABCD"
+SPLITS = {"validation": None, "test": "mmlu/test.jsonl", "dev": None}  # split -> local file (None: hub only)
+
+
+def source(split: str) -> Source:
+    """The MMLU `split` on the hub (cais/mmlu, all) and its local file, if any."""
+    return Source(f"MMLU {split}", hub="cais/mmlu", hub_config="all", hub_split=split, local=SPLITS[split])
+
+
+def question_text(row: dict[str, Any]) -> str:
+    """lm-eval's doc_to_text."""
+    options = "".join(f"\n{LETTERS[i]}. {c}" for i, c in enumerate(row["choices"]))
+    return f"{row['question'].strip()}{options}\nAnswer:"
+
+
+def by_subject(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows sorted by subject, keeping the source order within a subject."""
+    return sorted(rows, key=lambda r: r["subject"])
+
+
+# The letter after optional spaces, asterisks, brackets; not the start of a word ("A new ...").
+_LETTER = r"[\s*(\[]*([A-D])(?![A-Za-z0-9'])"
+PATTERNS = [  # tried in order; the first match of the first pattern that matches gives the letter
+    re.compile(r"\\boxed\{\s*(?:\\text\{)?([A-D])"),
+    re.compile(r"(?:answer|option|choice)\**\s*(?:is|would be|should be|=|:)\**\s*(?:option|choice)?\s*:?"
+               + _LETTER, re.I),
+    re.compile(r"^[\s*(\[]*([A-D])(?:[.):\]]|\*\*|\s*$|\s+[-\u2013:]|\s+is\b)", re.M),
+    re.compile(r"\(([A-D])\)"),
+    re.compile(r"\*\*([A-D])[.)]?\*\*"),
+]
+LONE = re.compile(r"(?<![A-Za-z0-9'])([B-D])(?![A-Za-z0-9'])")
+
+
+def extract_letter(output: str, choices: list[str] | None = None) -> str | None:
+    """The answer letter in a model output, or None.
+
+    In order: a boxed letter; an explicit statement ("The answer is (B)", "**Answer:** C",
+    "the correct option is D"); a letter opening a line ("B", "B.", "(B) text", "**C**", "D is
+    correct"); a parenthesised letter "(C)"; a bold letter; the text of exactly one of the choices;
+    a lone B, C or D (a lone "A" is too often the article). A bare lower-case letter is accepted.
+    """
+    text = output.strip()
+    if re.fullmatch(r"\(?[a-d]\)?\.?", text):
+        return text.strip("().").upper()
+    for pat in PATTERNS:
+        for m in pat.finditer(text):
+            if m.group(1) in LETTERS:  # re.I lets 'a' (the article) match: skip it
+                return m.group(1)
+    if choices:
+        hits = [LETTERS[j] for j, c in enumerate(choices) if str(c).strip() and _contains(text, str(c))]
+        if len(hits) == 1:
+            return hits[0]
+    m = LONE.search(text)
+    return m.group(1) if m else None
+
+
+def _contains(text: str, choice: str) -> bool:
+    """Whether the choice text appears in the output as a whole phrase (case-insensitive)."""
+    return re.search(rf"(?<!\w){re.escape(choice.strip())}(?!\w)", text, re.I) is not None
+
+
+@DATASETS.register("mmlu")
+class MMLU(Evaluator):
+    """MMLU questions; score = 1 if the extracted letter is the answer."""
+
+    name = "mmlu"
+
+    def __init__(self, data_dir: str | None = None, split: str = "validation", num_fewshot: int = 0,
+                 stop_strings: list[str] | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        if split not in SPLITS:
+            raise ValueError(f"mmlu split must be one of {', '.join(SPLITS)}, got {split!r}")
+        if not 0 <= int(num_fewshot) <= 5:
+            raise ValueError(f"mmlu num_fewshot must be in 0..5 (the dev split has 5 per subject), got {num_fewshot}")
+        self.data_dir, self.split, self.num_fewshot = data_dir, split, int(num_fewshot)
+        if stop_strings is not None:
+            self.stop_strings = tuple(stop_strings)
+
+    def rows(self, split: str) -> list[dict[str, Any]]:
+        """The rows of `split`, ordered by subject; a clear error if the source does not have it."""
+        if self.data_dir and SPLITS[split] is None:
+            raise DataSourceError(
+                f"MMLU {split}: no local copy exists (only the test split, {SPLITS['test']}, under "
+                f"data_dir={self.data_dir}); run with dataset.split=test"
+                + (" dataset.num_fewshot=0" if split == "dev" else "") + f", or unset data_dir to load cais/mmlu "
+                f"({split}) from the hub")
+        return by_subject(load_source(source(split), self.data_dir))
+
+    def shots(self) -> dict[str, list[dict[str, str]]]:
+        """Few-shot chat turns per subject: its first num_fewshot dev questions and their letters."""
+        if not self.num_fewshot:
+            return {}
+        out: dict[str, list[dict[str, str]]] = {}
+        for r in self.rows("dev"):
+            turns = out.setdefault(r["subject"], [])
+            if len(turns) < 2 * self.num_fewshot:
+                turns += [{"role": "user", "content": question_text(r)},
+                          {"role": "assistant", "content": LETTERS[r["answer"]]}]
+        return out
+
+    def examples(self) -> list[Example]:
+        rows, shots, seen = self.rows(self.split), self.shots(), {}
+        out = []
+        for r in rows:
+            subject = r["subject"]
+            i = seen[subject] = seen.get(subject, -1) + 1
+            head = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+            msgs = shots.get(subject, []) + [{"role": "user", "content": question_text(r)}]
+            msgs[0] = {**msgs[0], "content": head + msgs[0]["content"]}
+            meta = {"subject": subject, "choices": r["choices"]}
+            if len(msgs) > 1:
+                meta[PLAIN_PROMPT] = fewshot_text(msgs)
+            out.append(Example(id=f"{subject}-{i:03d}", prompt=msgs[0]["content"] if len(msgs) == 1 else msgs,
+                               reference=LETTERS[r["answer"]], meta=meta))
+        return out
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        pred = extract_letter(output, example.meta["choices"])
+        return {"score": float(pred == example.reference), "pred": pred, "answer": example.reference,
+                "subject": example.meta["subject"], "split": self.split}

@@ -1,0 +1,57 @@
+"""`mt_bench`: MT-bench's 80 two-turn questions (Zheng et al., 2023); no accuracy here (it needs a judge).
+
+Source: hub `HuggingFaceH4/mt_bench_prompts` (split train: `prompt` = the two turns, `category`,
+`reference`, and a `prompt_id` that is a hash of the turns, not FastChat's id), or FastChat's
+`mt_bench/question.jsonl` under the local data folder (`turns`, `question_id` 81..160, `category`,
+`reference`). Hub rows take FastChat's ids by position (81 + row index: the hub set is FastChat's
+file in its order, with `turns` renamed); every row also carries `prompt_id`, the hub's hash
+(sha256 of the joined turns mod 10^8) computed from the text, so rows from either source can be
+matched by content. The second turn is asked after the model's own first answer (`Example.turns`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from evaluators.spec_bench import multi_turn_example
+from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+
+SOURCE = Source("MT-bench", hub="HuggingFaceH4/mt_bench_prompts", hub_split="train", local="mt_bench/question.jsonl")
+FIRST_ID = 81
+
+
+def prompt_id(turns: list[str]) -> int:
+    """HuggingFaceH4/mt_bench_prompts' prompt_id: sha256 of the joined turns, mod 10^8."""
+    return int(hashlib.sha256("".join(turns).encode("utf-8")).hexdigest(), 16) % 10**8
+
+
+def normalize(row: dict[str, Any], index: int) -> dict[str, Any]:
+    """A row of either schema as FastChat's (question_id, category, turns, reference)."""
+    if "turns" in row:
+        return row
+    return {"question_id": FIRST_ID + index, "category": row["category"], "turns": row["prompt"],
+            "reference": row.get("reference") or None}
+
+
+@DATASETS.register("mt_bench")
+class MTBench(Evaluator):
+    """MT-bench questions, two turns each; not scored."""
+
+    name = "mt_bench"
+
+    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.data_dir = data_dir
+
+    def examples(self) -> list[Example]:
+        rows = [normalize(r, i) for i, r in enumerate(load_source(SOURCE, self.data_dir))]
+        out = []
+        for r in rows:
+            ex = multi_turn_example(r["question_id"], r["category"], r["turns"], r.get("reference"))
+            ex.meta["prompt_id"] = prompt_id(ex.turns or [ex.prompt])
+            out.append(ex)
+        return out
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        return {"score": None, "category": example.meta["category"], "prompt_id": example.meta["prompt_id"]}

@@ -1,0 +1,44 @@
+"""`toy_arith`: held-out toy arithmetic word problems (specbench.toy_task), scored by exact answer.
+
+The prompt is the question alone (the toy pair is trained on exactly that prompt format); the
+reference is the integer answer. The score is 1.0 when the output's first `#### N` line gives
+N == reference, else 0.0 (also when the line is missing). Generation ends at EOS, which the toy
+models emit right after the answer line; the stop string "\\n\\n" (a blank line never occurs in
+the task) caps a model that runs on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from specbench.data import DATASETS, Evaluator, Example
+from specbench.toy_task import heldout_set
+
+ANSWER = re.compile(r"^#### *(-?[\d,]+)", re.MULTILINE)
+
+
+def extract_answer(output: str) -> int | None:
+    """The integer on the first `#### N` line of the output (commas allowed), or None."""
+    m = ANSWER.search(output)
+    return int(m.group(1).replace(",", "")) if m and m.group(1).replace(",", "").lstrip("-") else None
+
+
+@DATASETS.register("toy_arith")
+class ToyArith(Evaluator):
+    """`n` held-out problems drawn from `seed`; ids toy-000, toy-001, ..."""
+
+    name = "toy_arith"
+    stop_strings = ("\n\n",)
+
+    def __init__(self, n: int = 200, seed: int = 1234) -> None:
+        super().__init__()
+        self.n, self.seed = int(n), int(seed)
+
+    def examples(self) -> list[Example]:
+        return [Example(id=f"toy-{i:03d}", prompt=p.question, reference=p.answer, meta={"solution": p.solution})
+                for i, p in enumerate(heldout_set(self.seed, self.n))]
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        got = extract_answer(output)
+        return {"score": float(got is not None and got == example.reference), "answer": got}

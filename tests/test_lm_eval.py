@@ -1,0 +1,86 @@
+"""The lm-eval model `specbench`: lm-eval's CLI scores a speculative decoder offline on a local task."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from specbench.data import read_local
+from specbench.lm_eval import SpecbenchLM, task_sampling, to_override
+from specbench.sampling import SamplingParams
+
+DATA = ROOT.parent / "shared" / "data"
+TASKS = ROOT / "tests" / "lm_eval_tasks"
+LIMIT, MAX_NEW = 3, 16
+pytestmark = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"no local GSM8K under {DATA}")
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """`python -m specbench.lm_eval ... --tasks gsm8k_local` once, offline, on tiny_random with vanilla."""
+    out = tmp_path_factory.mktemp("lm_eval")
+    rows = out / "rows.jsonl"
+    cmd = [sys.executable, "-m", "specbench.lm_eval", "--model", "specbench",
+           "--model_args", f"pair=tiny_random,method=vanilla,method.gamma=3,decode.max_new_tokens={MAX_NEW},"
+                           f"rows_path={rows}",
+           "--device", "cpu", "--include_path", str(TASKS), "--tasks", "gsm8k_local", "--limit", str(LIMIT),
+           "--output_path", str(out / "results"), "--log_samples"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    results = json.loads(next((out / "results").rglob("results_*.json")).read_text())
+    samples = [json.loads(line) for line in next((out / "results").rglob("samples_gsm8k_local_*.jsonl")).open()]
+    samples = sorted((x for x in samples if x["filter"] == "strict-match"), key=lambda x: x["doc_id"])  # one per doc
+    return results, samples, [json.loads(line) for line in rows.open()]
+
+
+def test_cli_scores_the_task_with_lm_evals_metrics(cli_run):
+    results, samples, _ = cli_run
+    r = results["results"]["gsm8k_local"]
+    assert {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(r)
+    assert results["config"]["model"] == "specbench" and results["n-samples"]["gsm8k_local"]["effective"] == LIMIT
+    assert len(samples) == LIMIT and all(isinstance(s["resps"][0][0], str) for s in samples)
+    test = read_local(DATA / "gsm8k" / "test.jsonl")
+    assert [s["doc"]["question"] for s in samples] == [t["question"] for t in test[:LIMIT]]
+
+
+def test_cli_decoded_with_the_configured_speculative_method(cli_run):
+    _, samples, rows = cli_run
+    assert len(rows) == LIMIT and all(r["method"] == "vanilla" for r in rows)
+    assert all(0 < r["new_tokens"] <= MAX_NEW for r in rows)
+    assert sum(r["drafted"] for r in rows) > 0 and all(r["mean_drafted"] <= 3 for r in rows)  # gamma=3
+    assert [r["output"] for r in rows] == [s["resps"][0][0] for s in samples]
+
+
+def test_outputs_equal_the_engines_and_are_lossless(cli_run):
+    """The same requests through the adapter in-process: vanilla == CLI outputs == ar (greedy is lossless)."""
+    _, samples, _ = cli_run
+    kwargs = {"pair": "tiny_random", "device": "cpu", "decode.max_new_tokens": MAX_NEW}
+    vanilla = SpecbenchLM(method="vanilla", **{"method.gamma": 3}, **kwargs)
+    ar = SpecbenchLM(method="ar", **kwargs)
+    for s in samples:
+        context, gen_kwargs = s["arguments"]["gen_args_0"]["arg_0"], s["arguments"]["gen_args_0"]["arg_1"]
+        text, m = vanilla.generate_one(context, gen_kwargs)
+        assert text == s["resps"][0][0] == ar.generate_one(context, gen_kwargs)[0]
+        assert m["drafted"] > 0
+    with pytest.raises(NotImplementedError, match="generate_until"):
+        ar.loglikelihood([])
+
+
+def test_model_args_become_hydra_overrides():
+    assert [to_override(k, v) for k, v in {"method": "vanilla", "method.gamma": 8, "trace": True,
+                                           "decode.top_k": None}.items()] == \
+        ["method=vanilla", "method.gamma=8", "trace=true", "decode.top_k=null"]
+    greedy, t1 = SamplingParams(0.0), SamplingParams(1.0, None, 0.9)
+    assert task_sampling({"do_sample": False}, greedy) == greedy
+    assert task_sampling({"do_sample": False, "temperature": 0.7}, t1) == SamplingParams(0.0, None, 0.9)
+    assert task_sampling({"temperature": 0.7}, greedy) == SamplingParams(0.7)
+    assert task_sampling({}, t1) == t1 and task_sampling({"do_sample": True}, greedy) == SamplingParams(1.0)
+
+
+def test_unknown_method_lists_valid_names():
+    with pytest.raises(Exception, match="(?s)speculate_harder.*vanilla"):
+        SpecbenchLM(pair="tiny_random", method="speculate_harder", device="cpu")
