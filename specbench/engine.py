@@ -163,10 +163,11 @@ class Engine:
                 buf[0, L + i] = x_i[0]
                 qs.append(q_i)
                 tok = int(x_i[0])
+                keep = method.keep_drafting(i + 1, q_i, tok)  # asked for EOS too: confidence learns from it
                 if tok in self.eos_ids:
                     why = "eos"
                     break
-                if not method.keep_drafting(i + 1, q_i, tok):
+                if not keep:
                     why = "policy"
                     break
             if draft and w_max <= 0:

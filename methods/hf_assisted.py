@@ -1,0 +1,258 @@
+"""`hf_assisted`: transformers' own `generate(assistant_model=...)` (the AdaSD paper's "AssistedGen")."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
+from transformers.utils import is_sklearn_available
+
+from specbench.engine import Engine, Generation, sync
+from specbench.method import METHODS, IterationRecord, Method, check_gamma
+
+log = logging.getLogger(__name__)
+
+ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+
+
+def leading_matches(a: list[int], b: list[int]) -> int:
+    """Number of leading positions where a and b agree."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+class Recorder(StoppingCriteria):
+    """Rebuilds transformers' iterations from outside: forward hooks time and count the model calls, and
+    this stopping criterion, which the assisted loop checks once after every iteration, closes each one.
+
+    The target's one verify call per iteration is fed [uncached committed tokens, x_1..x_w], so
+    w = cached + fed - committed and the candidates are the last w fed ids. The sequence handed to the
+    stopping check then holds the committed tokens; accepted n = leading matches of the candidates with
+    them (a correction never equals the rejected draft: argmax at T=0; at T>0 it is drawn from
+    max(p - q, 0), which is 0 at a rejected draft). The models are only observed, never modified.
+    """
+
+    def __init__(self, engine: Engine, prompt_len: int, max_len: int, gamma: int, schedule: str) -> None:
+        self.engine, self.P, self.L, self.max_len = engine, prompt_len, prompt_len, max_len
+        self.gamma, self.schedule = gamma, schedule  # mirror of num_assistant_tokens, for stop labels
+        self.records: list[IterationRecord] = []
+        self.seconds = {"target": 0.0, "draft": 0.0}
+        self.calls = {"target": 0, "draft": 0}
+        self.cand: list[int] = []
+        self.stop_string = False
+        self.t_start = self.t_iter = self.t_verify = self.t_verified = self.prefill_s = 0.0
+        self._t0 = 0.0
+
+    def attach(self, target: PreTrainedModel, draft: PreTrainedModel) -> list[Any]:
+        """Register the hooks on both models; returns their handles."""
+        return [target.register_forward_pre_hook(self._target_pre, with_kwargs=True),
+                target.register_forward_hook(lambda m, *_: self._post("target", m.device)),
+                draft.register_forward_pre_hook(lambda *_: self._pre()),
+                draft.register_forward_hook(lambda m, *_: self._post("draft", m.device))]
+
+    def start(self) -> None:
+        """Mark the start of the generate call."""
+        self.t_start = self.t_iter = time.perf_counter()
+
+    def _pre(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def _post(self, which: str, device: torch.device) -> None:
+        sync(device)
+        t = time.perf_counter()
+        self.seconds[which] += t - self._t0
+        self.calls[which] += 1
+        if which == "target":
+            self.t_verified = t
+
+    def _target_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        cache = kwargs.get("past_key_values")
+        cached = cache.get_seq_length() if cache is not None else 0
+        w = cached + ids.shape[1] - self.L  # fed tokens past the committed prefix = candidates
+        self.cand = ids[0, ids.shape[1] - w:].tolist() if w > 0 else []
+        self._pre()
+        self.t_verify = self._t0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        """End of one iteration: record it; True stops at a stop string (as the engine's _stop)."""
+        eos, cand = self.engine.eos_ids, self.cand
+        new = input_ids[0, self.L:].tolist()  # committed this iteration (cut after EOS by transformers)
+        w = len(cand)
+        if w == 0:
+            why = "length"
+        elif cand[-1] in eos:
+            why = "eos"
+        elif w < min(self.gamma, self.max_len - self.L - 1):  # transformers' cap: max_length - cur_len - 1
+            why = "policy"  # the confidence stop (a stop on the window's last token reads as "window")
+        else:
+            why = "window"
+        if self.schedule != "constant":  # transformers' heuristic, with its n_matches = len(valid) - 1
+            self.gamma = self.gamma + 2 if len(new) - 1 == w else max(1, self.gamma - 1)
+        self.records.append(IterationRecord(
+            drafted=w, accepted=leading_matches(cand, new), stop=why, draft_s=self.t_verify - self.t_iter,
+            verify_s=self.t_verified - self.t_verify, state={"gamma": self.gamma}))
+        self.L += len(new)
+        if self.engine.stop_strings and not any(t in eos for t in new):
+            self.stop_string = self.engine._stop_string_cut(input_ids[0, self.P:].tolist()) is not None
+        if len(self.records) == 1:
+            self.prefill_s = time.perf_counter() - self.t_start
+        self.t_iter = time.perf_counter()
+        return torch.full((input_ids.shape[0],), self.stop_string, dtype=torch.bool, device=input_ids.device)
+
+
+@METHODS.register("hf_assisted")
+class HFAssisted(Method):
+    """transformers' assisted generation run as is, observed through hooks (AdaSD's "AssistedGen").
+
+    Settings: the three assistant keys of the draft's generation_config, with transformers' defaults
+    num_assistant_tokens=20, num_assistant_tokens_schedule="constant" ("heuristic",
+    "heuristic_transient"), assistant_confidence_threshold=0.4 (0 disables the confidence stop and its
+    ROC update; the update runs only when scikit-learn is installed, a dependency here).
+    Persistence: transformers reads these from `draft.generation_config` at every call and, with the
+    "heuristic" schedule, writes the final num_assistant_tokens back to it (5.23 fits the confidence
+    threshold on a per-call copy, so the threshold itself does not carry over despite its docs).
+    `reset_per_example: true` (default) starts every example from the configured values;
+    `false` carries whatever transformers left in the config into the next example, as one long-lived
+    assistant model would. Either way the shared draft's config is restored after each call.
+    Decoding: greedy (do_sample=False) at temperature 0, else do_sample with the engine's temperature,
+    top_k (0 = off) and top_p (1.0 = off); repetition_penalty=1 and no_repeat_ngram_size=0 are pinned
+    so a checkpoint's generation_config cannot add processors the engine does not apply. EOS ids are
+    the engine's; stop strings are checked after every iteration by the engine's own rule and tokens
+    after them dropped; the context cap is the engine's. Logit rows beyond the tokenizer (embedding
+    padding) are suppressed (`suppress_tokens`, `suppress_padding: true`) so neither model can pick a
+    padding id, as the engine's sampler cuts them.
+    Seeding: transformers draws from torch's global RNG; each call reseeds it, inside
+    torch.random.fork_rng (the caller's global state is restored), from one draw of the engine's
+    generator. Runs are reproducible per example seed, but the random stream differs from the engine's,
+    so sampled tokens are not those of native methods. At T>0 transformers verifies with speculative
+    sampling (Leviathan et al.), so rows carry lossless: true.
+    Records (see Recorder): drafted (transformers' candidate_length), accepted, stop (eos; policy = fewer
+    than both the window and the length cap, i.e. the confidence stop; window; length), draft_s (iteration
+    start to the verify call, transformers' drafting overhead included), verify_s (the target forward),
+    state gamma (num_assistant_tokens after the iteration); a confidence stop on the window's last token
+    reads as "window", and no per-position entropy / JS is recorded. pad_token_id is set to an EOS id
+    (see generate_kwargs).
+    Refused: different vocab sizes of the two models (transformers then switches to universal assisted
+    decoding, another algorithm).
+    """
+
+    name = "hf_assisted"
+    external = True
+
+    def __init__(self, num_assistant_tokens: int = 20, num_assistant_tokens_schedule: str = "constant",
+                 assistant_confidence_threshold: float = 0.4, reset_per_example: bool = True,
+                 suppress_padding: bool = True, **options) -> None:
+        super().__init__(rule="rejection", **options)
+        if num_assistant_tokens_schedule not in SCHEDULES:
+            raise ValueError(f"method {self.name!r}: num_assistant_tokens_schedule must be one of {SCHEDULES}, "
+                             f"got {num_assistant_tokens_schedule!r}")
+        if not 0.0 <= float(assistant_confidence_threshold) <= 1.0:
+            raise ValueError(f"method {self.name!r}: assistant_confidence_threshold must be in [0, 1], "
+                             f"got {assistant_confidence_threshold!r}")
+        self.settings = {"num_assistant_tokens": check_gamma(self.name, num_assistant_tokens),
+                         "num_assistant_tokens_schedule": num_assistant_tokens_schedule,
+                         "assistant_confidence_threshold": float(assistant_confidence_threshold)}
+        self.reset_per_example = bool(reset_per_example)
+        self.suppress_padding = bool(suppress_padding)
+        self.carried: dict[str, Any] | None = None  # what transformers left in the draft's config
+        if assistant_confidence_threshold and not is_sklearn_available():
+            log.warning("scikit-learn is not installed: transformers will not update the confidence threshold")
+
+    @property
+    def lossless(self) -> bool:
+        return True  # greedy matching at T=0, speculative sampling at T>0
+
+    def generate_external(self, engine: Engine, prompt_ids: list[int], max_new_tokens: int,
+                          generator: torch.Generator | None, trace: bool) -> Generation:
+        """One transformers assisted generation, returned as the engine's Generation."""
+        target, draft = engine.verifier, engine.drafter
+        if draft is None:
+            raise ValueError(f"method {self.name!r} needs a draft model, but the pair has none")
+        check_vocab_sizes(target, draft)
+        P = len(prompt_ids)
+        ctx = engine.context_length or (P + max_new_tokens + 1)
+        if P >= ctx:
+            raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
+        max_new = min(max_new_tokens, ctx - P)  # the engine stops at the context too
+        settings = self.settings if self.reset_per_example or self.carried is None else self.carried
+        rec = Recorder(engine, P, P + max_new, int(settings["num_assistant_tokens"]),
+                       settings["num_assistant_tokens_schedule"])
+        x = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
+        kwargs = self.generate_kwargs(engine, target, max_new)
+        gc = draft.generation_config
+        saved = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
+        hooks = rec.attach(target, draft)
+        try:
+            for k, v in settings.items():
+                setattr(gc, k, v)
+            with torch.random.fork_rng(devices=[target.device] if target.device.type == "cuda" else [],
+                                       enabled=generator is not None):
+                if generator is not None:
+                    torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator, device=generator.device)))
+                sync(engine.device)
+                rec.start()
+                out = target.generate(x, attention_mask=torch.ones_like(x), assistant_model=draft,
+                                      stopping_criteria=StoppingCriteriaList([rec]), **kwargs)
+                sync(engine.device)
+                decode_s = time.perf_counter() - rec.t_start
+        finally:
+            self.carried = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
+            for k, v in saved.items():
+                setattr(gc, k, v)
+            for h in hooks:
+                h.remove()
+        return self.finish(engine, out[0, P:].tolist(), rec, decode_s, max_new, max_new_tokens)
+
+    def generate_kwargs(self, engine: Engine, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
+        """generate() keyword arguments for the engine's decode settings."""
+        sp = engine.sampler.params
+        eos = sorted(engine.eos_ids)
+        # pad = an EOS id: the drafter's inner generate() gets no attention mask, infers one from the pad id
+        # (utils.py, _prepare_attention_mask_for_generation) and would mask any generated token equal to it;
+        # transformers skips that inference when the pad id is an EOS id
+        kw: dict[str, Any] = {"max_new_tokens": max_new, "eos_token_id": eos or None,
+                              "pad_token_id": eos[0] if eos else None,
+                              "do_sample": not sp.greedy, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+                              "use_cache": True}
+        if not sp.greedy:
+            kw.update(temperature=sp.temperature, top_k=sp.top_k or 0, top_p=sp.top_p if sp.top_p is not None else 1.0)
+        v_model = target.config.get_text_config().vocab_size
+        if self.suppress_padding and engine.sampler.vocab_size < v_model:
+            kw["suppress_tokens"] = list(range(engine.sampler.vocab_size, v_model))
+        return kw
+
+    def finish(self, engine: Engine, out: list[int], rec: Recorder, decode_s: float, max_new: int,
+               max_new_tokens: int) -> Generation:
+        """Stop reason, stop-string cut and text, as Engine.generate does."""
+        eos_at = next((j for j, t in enumerate(out) if t in engine.eos_ids), None)
+        if eos_at is not None:
+            out, reason = out[: eos_at + 1], "eos"
+        elif rec.stop_string:
+            out, reason = out[: engine._stop_string_cut(out)], "stop_string"
+        else:
+            reason = "length" if len(out) >= max_new_tokens else "context"
+        text = engine.tokenizer.decode(out, skip_special_tokens=True) if engine.tokenizer else ""
+        if reason == "stop_string":
+            text = text[: min(text.index(s) for s in engine.stop_strings if s in text)]
+        return Generation(token_ids=out, stop_reason=reason, records=rec.records, decode_s=decode_s,
+                          prefill_s=rec.prefill_s, target_model_s=rec.seconds["target"],
+                          draft_model_s=rec.seconds["draft"], target_calls=rec.calls["target"],
+                          draft_calls=rec.calls["draft"], text=text,
+                          extra={"assistant_settings_after": dict(self.carried or {})})
+
+
+def check_vocab_sizes(target: PreTrainedModel, draft: PreTrainedModel) -> None:
+    """Raise unless both models declare the same vocab_size (transformers' condition for this algorithm)."""
+    v_t = target.config.get_text_config().vocab_size
+    v_d = draft.config.get_text_config().vocab_size
+    if v_t != v_d:
+        raise ValueError(
+            f"hf_assisted: the target has vocab_size {v_t} and the draft {v_d}; transformers' assisted "
+            "generation treats different sizes as different tokenizers (universal assisted decoding, another "
+            "algorithm) and refuses them without tokenizer/assistant_tokenizer. Use a pair whose models have "
+            "equal vocab_size (e.g. pair.target.vocab_size=259 pair.draft.vocab_size=259 for tiny_random)."
+        )
