@@ -32,10 +32,6 @@ class Alpaca(Evaluator):
 
     name = "alpaca"
 
-    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        self.data_dir = data_dir
-
     def examples(self) -> list[Example]:
         try:
             rows = load_source(ALPACA, self.data_dir)
@@ -51,10 +47,6 @@ class AlpacaEval(Evaluator):
     """AlpacaEval's 805 instructions; not scored."""
 
     name = "alpaca_eval"
-
-    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        self.data_dir = data_dir
 
     def examples(self) -> list[Example]:
         return [Example(id=f"alpaca_eval-{i:03d}", prompt=instruction_prompt(r), meta={"subset": r.get("dataset")})

@@ -40,10 +40,6 @@ class MTBench(Evaluator):
 
     name = "mt_bench"
 
-    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        self.data_dir = data_dir
-
     def examples(self) -> list[Example]:
         rows = [normalize(r, i) for i, r in enumerate(load_source(SOURCE, self.data_dir))]
         out = []

@@ -34,10 +34,6 @@ class SpecBench(Evaluator):
 
     name = "spec_bench"
 
-    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        self.data_dir = data_dir
-
     def examples(self) -> list[Example]:
         return [multi_turn_example(r["question_id"], r["category"], r["turns"], r.get("reference"))
                 for r in load_source(SOURCE, self.data_dir)]

@@ -21,10 +21,6 @@ class UltraChat(Evaluator):
 
     name = "ultrachat"
 
-    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        self.data_dir = data_dir
-
     def examples(self) -> list[Example]:
         return [Example(id=f"ultrachat-{i:05d}", prompt=r["prompt"], meta={"prompt_id": r.get("prompt_id")})
                 for i, r in enumerate(load_source(SOURCE, self.data_dir))]

@@ -46,9 +46,10 @@ class Evaluator:
     name = "base"
     stop_strings: tuple[str, ...] = ()
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, data_dir: str | None = None, **options: Any) -> None:
         if options:
             raise ValueError(f"dataset {self.name!r} got unknown options {sorted(options)}")
+        self.data_dir = data_dir  # local copies folder; None: the hub
 
     def examples(self) -> list[Example]:
         raise NotImplementedError
