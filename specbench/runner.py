@@ -27,7 +27,7 @@ from specbench.traces import write_trace
 log = logging.getLogger(__name__)
 
 # Keys that may change between a run and its resumption without changing any row.
-RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",)}
+RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",)}
 
 
 def build_method(cfg: dict) -> Method:
@@ -183,6 +183,8 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c["dataset"].get("limit"), c["dataset"].get("shard"))
     device = resolve_device(c.get("device", "auto"))
+    if c.get("threads"):  # CPU threads; 1 keeps timings stable on a busy shared machine
+        torch.set_num_threads(int(c["threads"]))
     torch.manual_seed(seed)
 
     pair = load_pair(c["pair"], device)
