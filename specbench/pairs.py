@@ -196,3 +196,4 @@ def free_pairs() -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 from specbench import tiny as _tiny  # noqa: E402,F401  (registers the tiny_random builder)
+from specbench import toy as _toy  # noqa: E402,F401  (registers the toy builder)

@@ -75,12 +75,14 @@ def train_tokenizer(seed: int, vocab_size: int, n_problems: int) -> PreTrainedTo
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    bos = ("<s>", tok.token_to_id("<s>"))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[bos])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
-def encode_batch(tok: PreTrainedTokenizerFast, batch: list[Problem]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """input_ids, attention_mask, labels [B, T]: [<s> question][answer </s>], right-padded; labels only on the answer."""
+def encode_batch(tok: PreTrainedTokenizerFast, batch: list[Problem]
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask, labels [B, T]: [<s> question][answer </s>], right-padded; labels on the answer."""
     prompts = tok([p.question for p in batch])["input_ids"]
     answers = tok([answer_text(p) for p in batch], add_special_tokens=False)["input_ids"]
     T = max(len(q) + len(a) + 1 for q, a in zip(prompts, answers))
@@ -116,8 +118,9 @@ def deterministic(threads: int) -> Iterator[None]:
         torch.set_num_threads(old_threads)
 
 
-def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict, seed: int) -> tuple[LlamaForCausalLM, list[float]]:
-    """A LlamaForCausalLM from `arch`, trained with AdamW on the problem stream of `seed`; returns it and its losses."""
+def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict, seed: int
+                ) -> tuple[LlamaForCausalLM, list[float]]:
+    """A LlamaForCausalLM from `arch`, trained with AdamW on the problem stream of `seed`; also its step losses."""
     steps, bs = int(train["steps"][role]), int(train["batch_size"])
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -154,7 +157,8 @@ def train_pair(cfg: dict, out: Path) -> dict:
             model.save_pretrained(out / role)
             tok.save_pretrained(out / role)
             n = sum(p.numel() for p in model.parameters())
-            record[role] = {"parameters": n, "seconds": time.perf_counter() - t1, "final_loss": sum(losses[-20:]) / len(losses[-20:])}
+            record[role] = {"parameters": n, "steps": len(losses), "seconds": time.perf_counter() - t1,
+                            "final_loss": sum(losses[-20:]) / len(losses[-20:])}
             log.info("toy %s: %.2fM parameters, %d steps in %.0f s, final loss %.3f", role, n / 1e6,
                      len(losses), record[role]["seconds"], record[role]["final_loss"])
     record["seconds"] = time.perf_counter() - t0

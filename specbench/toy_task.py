@@ -1,10 +1,11 @@
 """The toy task: arithmetic word problems with step-by-step solutions ending in a GSM8K-style line.
 
 A problem is a question (the prompt) and a solution: one line per arithmetic step, each
-`... a op b = c ...`, then `#### answer`. Problems are drawn from a `random.Random(seed)`, so
-a seed fixes the whole stream. The train/test split is a property of the question text itself
-(`is_heldout`: a stable hash of the question), so the toy_arith dataset never contains a
-question the toy models were trained on, whatever seeds either side uses.
+`... a op b = c ...`, then `#### answer`. Questions use one-digit numbers; intermediate results
+have up to two digits. Problems are drawn from a `random.Random(seed)`, so a seed fixes the whole
+stream. The train/test split is decided by the problem's kind and numbers (`Problem.key`,
+`is_heldout`: a stable hash), so the toy_arith dataset only holds number combinations the toy
+models never saw in training, whatever seeds either side uses.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Finn", "Gia", "Hugo", "Ivy", "Jon"
          "Omar", "Pia", "Raj", "Sam", "Tia", "Uma"]
 ITEMS = ["apples", "books", "coins", "pens", "cards", "shells", "stamps", "marbles", "cookies", "stickers",
          "plums", "beads"]
-HELDOUT_MOD = 10  # one question in HELDOUT_MOD (by hash) is reserved for evaluation
+HELDOUT_MOD = 10  # one number combination in HELDOUT_MOD (by hash) is reserved for evaluation
 
 
 @dataclass(frozen=True)
@@ -28,58 +29,50 @@ class Problem:
     question: str
     solution: str
     answer: int
-
-
-def _buy_give(r: random.Random) -> Problem:
-    """n = a + b - c."""
-    n, it = r.choice(NAMES), r.choice(ITEMS)
-    a, b = r.randint(10, 99), r.randint(10, 99)
-    c = r.randint(1, a + b)
-    s = a + b
-    q = f"{n} has {a} {it} and buys {b} more. Then {n} gives away {c}. How many {it} are left?"
-    sol = f"{n} has {a} + {b} = {s} {it}.\nAfter giving away {c}, {s} - {c} = {s - c}."
-    return Problem(q, f"{sol}\n#### {s - c}", s - c)
+    key: str  # kind and numbers: the train/test split is decided on this
 
 
 def _boxes(r: random.Random) -> Problem:
-    """n = a * b + c."""
+    """a * b - c."""
     n, it = r.choice(NAMES), r.choice(ITEMS)
-    a, b, c = r.randint(2, 9), r.randint(2, 12), r.randint(1, 99)
+    a, b = r.randint(2, 9), r.randint(2, 9)
     p = a * b
-    q = f"{n} has {a} boxes of {b} {it} and finds {c} more. How many {it} does {n} have?"
-    sol = f"The boxes hold {a} * {b} = {p} {it}.\nWith {c} more, {p} + {c} = {p + c}."
-    return Problem(q, f"{sol}\n#### {p + c}", p + c)
+    c = r.randint(1, min(9, p - 1))
+    q = f"{n} has {a} boxes of {b} {it} and gives away {c}. How many {it} are left?"
+    sol = f"The boxes hold {a} * {b} = {p}.\nAfter giving away {c}, {p} - {c} = {p - c} are left."
+    return Problem(q, f"{sol}\n#### {p - c}", p - c, f"boxes:{a},{b},{c}")
 
 
-def _eat_get(r: random.Random) -> Problem:
-    """n = a - b + c."""
+def _bags(r: random.Random) -> Problem:
+    """a + b * c - d."""
+    n, it = r.choice(NAMES), r.choice(ITEMS)
+    a, b, c, d = (r.randint(2, 9) for _ in range(4))
+    g = b * c
+    q = f"{n} has {a} {it} and buys {b} bags of {c}. Then {n} loses {d}. How many {it} are left?"
+    sol = (f"The bags hold {b} * {c} = {g}.\nSo there are {a} + {g} = {a + g}.\n"
+           f"After losing {d}, {a + g} - {d} = {a + g - d} are left.")
+    return Problem(q, f"{sol}\n#### {a + g - d}", a + g - d, f"bags:{a},{b},{c},{d}")
+
+
+def _friends(r: random.Random) -> Problem:
+    """(a + b - c) * k."""
     n, m, it = *r.sample(NAMES, 2), r.choice(ITEMS)
-    a = r.randint(20, 99)
-    b, c = r.randint(1, a), r.randint(10, 99)
-    d = a - b
-    q = f"{n} had {a} {it} and lost {b}. Then {m} gave {n} {c} more. How many {it} does {n} have now?"
-    sol = f"After losing {b}, {n} has {a} - {b} = {d} {it}.\nWith {c} more, {d} + {c} = {d + c}."
-    return Problem(q, f"{sol}\n#### {d + c}", d + c)
+    a, b, k = r.randint(2, 9), r.randint(2, 9), r.randint(2, 9)
+    s = a + b
+    c = r.randint(1, s - 1)
+    q = (f"{n} has {a} {it} and {m} has {b}. They eat {c}. Then they get {k} times as many as are left. "
+         f"How many {it} do they get?")
+    sol = (f"Together they have {a} + {b} = {s}.\nAfter eating {c}, {s} - {c} = {s - c} are left.\n"
+           f"They get {k} * {s - c} = {k * (s - c)}.")
+    return Problem(q, f"{sol}\n#### {k * (s - c)}", k * (s - c), f"friends:{a},{b},{c},{k}")
 
 
-def _share(r: random.Random) -> Problem:
-    """n = a + b - k * c, with k * c <= a + b."""
-    n, m, it = *r.sample(NAMES, 2), r.choice(ITEMS)
-    a, b = r.randint(10, 99), r.randint(10, 99)
-    k = r.randint(2, 5)
-    c = r.randint(1, min(20, (a + b) // k))
-    s, g = a + b, k * c
-    q = f"{n} has {a} {it} and {m} has {b}. They give {c} to each of {k} friends. How many {it} are left?"
-    sol = f"Together they have {a} + {b} = {s} {it}.\nThey give away {k} * {c} = {g}.\nSo {s} - {g} = {s - g} are left."
-    return Problem(q, f"{sol}\n#### {s - g}", s - g)
+KINDS: list[Callable[[random.Random], Problem]] = [_boxes, _bags, _friends]
 
 
-KINDS: list[Callable[[random.Random], Problem]] = [_buy_give, _boxes, _eat_get, _share]
-
-
-def is_heldout(question: str) -> bool:
-    """True for the questions reserved for evaluation: crc32(question) mod HELDOUT_MOD == 0."""
-    return zlib.crc32(question.encode()) % HELDOUT_MOD == 0
+def is_heldout(key: str) -> bool:
+    """True for the problems reserved for evaluation: crc32(key) mod HELDOUT_MOD == 0."""
+    return zlib.crc32(key.encode()) % HELDOUT_MOD == 0
 
 
 def problems(seed: int, split: str) -> "ProblemStream":
@@ -101,7 +94,7 @@ class ProblemStream:
     def __next__(self) -> Problem:
         while True:
             p = self.rng.choice(KINDS)(self.rng)
-            if is_heldout(p.question) == self.heldout:
+            if is_heldout(p.key) == self.heldout:
                 return p
 
     def take(self, n: int) -> list[Problem]:
@@ -114,8 +107,8 @@ def heldout_set(seed: int, n: int) -> list[Problem]:
     seen: set[str] = set()
     out: list[Problem] = []
     for p in problems(seed, "test"):
-        if p.question not in seen:
-            seen.add(p.question)
+        if p.key not in seen:
+            seen.add(p.key)
             out.append(p)
         if len(out) == n:
             return out

@@ -25,8 +25,8 @@ def compose_cfg(*overrides: str) -> DictConfig:
 
 
 def small(*overrides: str) -> DictConfig:
-    """The default config shrunk for tests: tiny_random, CPU, no warm-up, no progress bar."""
-    return compose_cfg("pair=tiny_random", "device=cpu", "warmup=0", "progress=false", *overrides)
+    """The default config shrunk for tests: tiny_random on smoke, CPU, no warm-up, no progress bar."""
+    return compose_cfg("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", *overrides)
 
 
 @pytest.fixture(scope="session")

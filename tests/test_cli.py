@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from conftest import ROOT
+from test_toy import TINY
 
 
 def run_py(*args: str) -> subprocess.CompletedProcess:
@@ -12,14 +13,20 @@ def run_py(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_default_run(tmp_path):
-    p = run_py(f"hydra.run.dir={tmp_path}", "dataset.limit=2", "decode.max_new_tokens=8")
+    """The default run (toy pair, toy_arith, vanilla) with the toy pair shrunk and trained into tmp_path."""
+    out = tmp_path / "run"
+    p = run_py(f"hydra.run.dir={out}", "dataset.limit=2", "decode.max_new_tokens=8",
+               f"pair.cache_dir={tmp_path / 'toy'}", *TINY)
     assert p.returncode == 0, p.stderr
-    s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["n_examples"] == 2 and s["choices"]["method"] == "vanilla"
+    s = json.loads((out / "summary.json").read_text())
+    assert s["n_examples"] == 2 and s["n_examples"] == len((out / "rows.jsonl").read_text().splitlines())
+    assert s["choices"] == {**s["choices"], "pair": "toy", "dataset": "toy_arith", "method": "vanilla"}
+    assert len(list((tmp_path / "toy").iterdir())) == 1  # trained once, into the configured cache
 
 
 def test_sweep_writes_one_folder_per_job(tmp_path):
-    p = run_py("-m", "method=ar,vanilla", "decode=greedy,t1", f"hydra.sweep.dir={tmp_path}",
+    p = run_py("-m", "pair=tiny_random", "dataset=smoke", "method=ar,vanilla", "decode=greedy,t1",
+               f"hydra.sweep.dir={tmp_path}",
                "dataset.limit=2", "decode.max_new_tokens=8", "warmup=0")
     assert p.returncode == 0, p.stderr
     summaries = sorted(tmp_path.rglob("summary.json"))

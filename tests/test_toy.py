@@ -1,0 +1,135 @@
+"""The toy pair and its task: data checked against Python arithmetic, tiny training runs end to end."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from conftest import compose_cfg
+from evaluators.toy_arith import ToyArith, extract_answer
+from specbench import toy
+from specbench.pairs import load_pair
+from specbench.prompting import encode
+from specbench.runner import run
+from specbench.toy_task import answer_text, heldout_set, is_heldout, problems
+
+STEP = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")
+TINY = ["pair.tokenizer.vocab_size=300", "pair.tokenizer.train_problems=200", "pair.train.batch_size=4",
+        "pair.train.steps.target=3", "pair.train.steps.draft=2", "pair.train.warmup_steps=1",
+        "pair.target.hidden_size=32", "pair.target.intermediate_size=64", "pair.target.num_hidden_layers=2",
+        "pair.target.num_attention_heads=2", "pair.target.num_key_value_heads=1",
+        "pair.draft.hidden_size=16", "pair.draft.intermediate_size=32", "pair.draft.num_attention_heads=2",
+        "pair.draft.num_key_value_heads=1"]
+
+
+def tiny_cfg(cache: Path, *extra: str) -> dict:
+    """conf/pair/toy.yaml shrunk to a few steps of tiny models, cached under `cache`."""
+    cfg = compose_cfg("pair=toy", f"pair.cache_dir={cache}", *TINY, *extra)
+    return OmegaConf.to_container(cfg.pair, resolve=True)
+
+
+def test_problems_are_deterministic_and_their_arithmetic_is_right():
+    a, b = problems(7, "train").take(300), problems(7, "train").take(300)
+    assert a == b and a != problems(8, "train").take(300)
+    for p in a:
+        q_numbers = {int(x) for x in re.findall(r"\d+", p.question)}
+        steps = STEP.findall(p.solution)
+        assert len(steps) >= 2, p.solution
+        results = set()
+        for x, op, y, z in steps:
+            assert eval(f"{x} {op} {y}") == int(z), p.solution  # recomputed by Python, not the generator
+            assert {int(x), int(y)} <= q_numbers | results, f"operand not from the question: {p.solution}"
+            results.add(int(z))
+        assert p.solution.endswith(f"\n#### {steps[-1][3]}") and int(steps[-1][3]) == p.answer >= 0
+
+
+def test_heldout_problems_never_appear_in_training():
+    test = heldout_set(1234, 200)
+    assert len({p.key for p in test}) == 200 and all(is_heldout(p.key) for p in test)
+    assert heldout_set(1234, 200) == test
+    train = problems(0, "train").take(5000)
+    assert not {p.key for p in train} & {p.key for p in test}
+    assert not {p.question for p in train} & {p.question for p in test}
+
+
+def test_toy_arith_scoring():
+    ds = ToyArith(n=3)
+    ex = ds.examples()[0]
+    right = answer_text(heldout_set(1234, 1)[0])
+    assert ex.prompt == heldout_set(1234, 1)[0].question
+    assert ds.score(ex, right)["score"] == 1.0
+    assert ds.score(ex, right.replace(f"#### {ex.reference}", f"#### {ex.reference + 1}"))["score"] == 0.0
+    assert ds.score(ex, right.split("####")[0])["score"] == 0.0  # no answer line
+    assert ds.score(ex, f"{ex.reference} apples")["score"] == 0.0
+    assert extract_answer("x = 3\n#### 1,204\n#### 7") == 1204 and extract_answer("#### ") is None
+
+
+def test_prompt_encoding_matches_the_training_format(tmp_path):
+    """The runner's plain-text prompt ids are exactly the prompt part of a training sequence."""
+    tok = toy.train_tokenizer(0, 300, 200)
+    p = heldout_set(1234, 1)[0]
+    ids, mask, labels = toy.encode_batch(tok, [p])
+    prompt = encode(tok, ToyArith(n=1).examples()[0])
+    assert prompt[0] == tok.bos_token_id and ids[0, : len(prompt)].tolist() == prompt
+    assert (labels[0, : len(prompt)] == -100).all() and labels[0, len(prompt)] == ids[0, len(prompt)]
+    assert tok.decode(ids[0, mask[0].bool()], skip_special_tokens=True) == p.question + answer_text(p)
+
+
+def test_tiny_training_loads_through_load_pair_and_decodes(tmp_path):
+    cfg = tiny_cfg(tmp_path)
+    pair = load_pair(cfg, torch.device("cpu"))
+    folder = tmp_path / toy.config_hash(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name]  # no temp folder left behind
+    assert json.loads((folder / "toy.json").read_text())["config_hash"] == folder.name
+    assert pair.target.config.num_hidden_layers == 2 and pair.draft.config.hidden_size == 16
+    assert pair.vocab_size == len(pair.tokenizer) and pair.target.name_or_path == str(folder / "target")
+    out = tmp_path / "run"
+    overrides = ["dataset=toy_arith", "dataset.limit=2", "decode.max_new_tokens=6", "device=cpu", "warmup=0",
+                 "progress=false", "pair=toy", f"pair.cache_dir={tmp_path}", *TINY]
+    s = run(compose_cfg(*overrides), out)
+    rows = [json.loads(r) for r in (out / "rows.jsonl").read_text().splitlines()]
+    assert s["n_examples"] == 2 and all(r["score"] in (0.0, 1.0) and r["new_tokens"] >= 1 for r in rows)
+
+
+def test_second_use_loads_without_training(tmp_path, monkeypatch):
+    cfg = tiny_cfg(tmp_path)
+    first = toy.ensure_trained(cfg)
+    monkeypatch.setattr(toy, "train_pair", lambda *a: pytest.fail("trained again"))
+    assert toy.ensure_trained(cfg) == first
+    monkeypatch.setenv(toy.ENV_CACHE, str(tmp_path))
+    assert toy.ensure_trained({**cfg, "cache_dir": None}) == first  # the env var names the same cache
+    assert toy.config_hash({**cfg, "seed": 1}) != first.name
+
+
+def test_interrupted_training_leaves_no_folder(tmp_path, monkeypatch):
+    cfg = tiny_cfg(tmp_path)
+
+    def boom(role, *a):
+        if role == "draft":
+            raise KeyboardInterrupt
+        return real(role, *a)
+
+    real = toy.train_model
+    monkeypatch.setattr(toy, "train_model", boom)
+    with pytest.raises(KeyboardInterrupt):
+        toy.ensure_trained(cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_training_twice_with_one_seed_gives_identical_weights(tmp_path):
+    a = toy.ensure_trained(tiny_cfg(tmp_path / "a"))
+    b = toy.ensure_trained(tiny_cfg(tmp_path / "b"))
+    assert (a / "target" / "tokenizer.json").read_text() == (b / "target" / "tokenizer.json").read_text()
+    for role in ("target", "draft"):
+        wa, wb = load_file(a / role / "model.safetensors"), load_file(b / role / "model.safetensors")
+        assert wa.keys() == wb.keys()
+        for k in wa:
+            assert torch.equal(wa[k], wb[k]), f"{role} {k} differs"
+    c = toy.ensure_trained(tiny_cfg(tmp_path / "c", "pair.seed=1"))
+    emb = "model.embed_tokens.weight"
+    assert not torch.equal(load_file(a / "draft" / "model.safetensors")[emb],
+                           load_file(c / "draft" / "model.safetensors")[emb])
