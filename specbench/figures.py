@@ -1,0 +1,205 @@
+"""The papers' figures as PNG files, from traces (`trace=true` runs) and rows; matplotlib's Agg canvas.
+
+Figures are drawn on `matplotlib.figure.Figure` objects with an Agg canvas, not through pyplot, so
+importing this module changes no global backend (a notebook keeps its own).
+
+- thresholds: AdaSD's T_G and T_V after each iteration, one line per example;
+- gamma: γ and accepted drafts per iteration (GammaTune Appendix A), one line per example;
+- token_means: per example, mean entropy H(q_i) and mean d_JS(p_i, q_i) of accepted and rejected
+  drafts (AdaSD Figure 2); js_hist: the distribution of d_JS for accepted and rejected drafts (Figure 3).
+  A draft is accepted if it lies before the iteration's first rejection, rejected if it is that first
+  rejection; drafts after it were never judged and are left out (Algorithm 1's lists L_D^A, L_D^R);
+- accept_hist: histogram of accepted drafts per iteration, one series per run;
+- position: mean accepted drafts per block against the position of the block's last token (SD²
+  Figure 4), positions in bins of 2·half_width tokens, plotted at the bin centre (the paper's x ± 8);
+  positions count the new tokens of an example, turns of a multi-turn example one after another;
+- task_throughput: tokens/s per Spec-Bench category, mean ± std over initial γ (GammaTune Figure 1).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from specbench import report, tables
+from specbench.report import ReportError
+
+MAX_LINES = 10  # examples drawn in per-example line plots
+
+
+def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.0)) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=size, dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png")
+    tmp.replace(path)
+    return path
+
+
+def token_stats(traces: pd.DataFrame) -> pd.DataFrame:
+    """One row per judged draft: label, id, iteration, position i (1-based), entropy, js, accepted (i <= n)."""
+    recs = []
+    for r in traces.itertuples(index=False):
+        if r.js is None or r.drafted == 0:
+            continue
+        for i in range(min(r.accepted + 1, r.drafted)):  # accepted drafts and the first rejected one
+            recs.append({"run_dir": r.run_dir, "label": r.label, "id": r.id, "iteration": r.iteration,
+                         "position": i + 1, "entropy": float(r.entropy[i]), "js": float(r.js[i]),
+                         "accepted": i < r.accepted})
+    return pd.DataFrame(recs, columns=["run_dir", "label", "id", "iteration", "position", "entropy", "js", "accepted"])
+
+
+def accepted_by_position(traces: pd.DataFrame, half_width: int = 8) -> pd.DataFrame:
+    """Mean accepted drafts per block by the position of the block's last committed token (0-based).
+
+    An iteration commits accepted + 1 tokens, so the last token's position is the running sum of
+    (accepted + 1) over the example's iterations minus 1; bins of 2·half_width, x = bin centre.
+    """
+    t = traces.sort_values(["run_dir", "id", "iteration"])
+    pos = (t["accepted"] + 1).groupby([t["run_dir"], t["id"]]).cumsum() - 1
+    width = 2 * half_width
+    t = t.assign(x=(pos // width) * width + half_width)[t["drafted"] > 0]
+    return (t.groupby(["label", "x"])["accepted"].agg(mean_accepted="mean", blocks="count").reset_index())
+
+
+def plot_thresholds(traces: pd.DataFrame, path: str | Path) -> Path:
+    """T_G and T_V after each iteration, one line per example (the first MAX_LINES)."""
+    keys = [k for k in ("t_g", "t_v") if k in traces and traces[k].notna().any()]
+    if not keys:
+        raise ReportError("plot_thresholds: the traces have no t_g / t_v (AdaSD-family runs with trace=true)")
+    fig, axes = _figure(1, len(keys), (5.0 * len(keys), 3.6))
+    for ax, k in zip(axes, keys):
+        for (label, ex), t in list(traces.groupby(["label", "id"], sort=False))[:MAX_LINES]:
+            ax.plot(t["iteration"], t[k], lw=1, label=f"{label} {ex}")
+        ax.set(xlabel="iteration", ylabel={"t_g": "$T_G$ (bits)", "t_v": "$T_V$ (JS distance)"}[k],
+               title={"t_g": "generation threshold", "t_v": "verification threshold"}[k])
+    axes[-1].legend(fontsize=6)
+    return _save(fig, path)
+
+
+def plot_gamma(traces: pd.DataFrame, path: str | Path) -> Path:
+    """γ after each iteration and accepted drafts per iteration, one line per example (GammaTune App. A)."""
+    if "gamma" not in traces or traces["gamma"].isna().all():
+        raise ReportError("plot_gamma: the traces have no gamma (vanilla, heuristic, gammatune runs with trace=true)")
+    fig, axes = _figure(1, 2, (10.0, 3.6))
+    for (label, ex), t in list(traces.groupby(["label", "id"], sort=False))[:MAX_LINES]:
+        axes[0].step(t["iteration"], t["gamma"], where="post", lw=1, label=f"{label} {ex}")
+        axes[1].plot(t["iteration"], t["accepted"], lw=1, marker=".", ms=3)
+    axes[0].set(xlabel="iteration", ylabel="γ", title="speculation length")
+    axes[1].set(xlabel="iteration", ylabel="accepted drafts", title="accepted per iteration")
+    axes[0].legend(fontsize=6)
+    return _save(fig, path)
+
+
+def plot_token_means(traces: pd.DataFrame, path: str | Path) -> Path:
+    """AdaSD Figure 2: per example, mean entropy and mean JS distance of accepted and rejected drafts."""
+    s = token_stats(traces)
+    if s.empty:
+        raise ReportError("plot_token_means: the traces have no per-draft entropy / JS (runs with trace=true)")
+    m = s.groupby(["label", "id", "accepted"], sort=False)[["entropy", "js"]].mean().reset_index()
+    x = {ex: i for i, ex in enumerate(dict.fromkeys(zip(s["label"], s["id"])))}  # example number, in trace order
+    fig, axes = _figure(1, 2, (10.0, 3.6))
+    for ax, k, unit in zip(axes, ("entropy", "js"), ("mean entropy H(q) (bits)", "mean JS distance")):
+        for (label, acc), g in m.groupby(["label", "accepted"]):
+            ax.plot([x[e] for e in zip(g["label"], g["id"])], g[k], marker="o" if acc else "x", ls="",
+                    label=f"{label} {'accepted' if acc else 'rejected'}")
+        ax.set(xlabel="example", ylabel=unit)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_js_hist(traces: pd.DataFrame, path: str | Path, bins: int = 20) -> Path:
+    """AdaSD Figure 3: distribution of d_JS(p_i, q_i) over accepted and rejected drafts, on [0, 1]."""
+    s = token_stats(traces)
+    if s.empty:
+        raise ReportError("plot_js_hist: the traces have no per-draft JS distances (runs with trace=true)")
+    fig, (ax,) = _figure()
+    for acc, g in s.groupby("accepted"):
+        ax.hist(g["js"], bins=bins, range=(0, 1), alpha=0.6, label=f"{'accepted' if acc else 'rejected'} ({len(g)})")
+    ax.set(xlabel="JS distance", ylabel="drafts", title=", ".join(dict.fromkeys(s["label"])))
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_accept_hist(traces: pd.DataFrame, path: str | Path) -> Path:
+    """Histogram of accepted drafts per drafting iteration, one series per run (fractions of its iterations)."""
+    t = traces[traces["drafted"] > 0]
+    if t.empty:
+        raise ReportError("plot_accept_hist: no drafting iterations in the traces")
+    fig, (ax,) = _figure()
+    edges = np.arange(t["accepted"].max() + 2) - 0.5
+    for label, g in t.groupby("label", sort=False):
+        ax.hist(g["accepted"], bins=edges, histtype="step", lw=1.5, weights=np.full(len(g), 1 / len(g)), label=label)
+    ax.set(xlabel="accepted drafts per iteration", ylabel="fraction of iterations")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_position(traces: pd.DataFrame, path: str | Path, half_width: int = 8) -> Path:
+    """SD² Figure 4: mean accepted drafts per block against the block's position, one line per run."""
+    d = accepted_by_position(traces, half_width)
+    if d.empty:
+        raise ReportError("plot_position: no drafting iterations in the traces")
+    fig, (ax,) = _figure()
+    for label, g in d.groupby("label", sort=False):
+        ax.plot(g["x"], g["mean_accepted"], marker="o", ms=3, label=label)
+    ax.set(xlabel=f"position of the block's last token (± {half_width})", ylabel="accepted tokens per block")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_task_throughput(data: pd.DataFrame, path: str | Path) -> Path:
+    """GammaTune Figure 1: grouped bars of tokens/s per task and method, error bars = std over initial γ."""
+    if data.empty:
+        raise ReportError("plot_task_throughput: no per-task throughput (GammaTune-table runs on a dataset with tasks)")
+    tasks, rows = list(dict.fromkeys(data["task"])), list(dict.fromkeys(data["row"]))
+    fig, (ax,) = _figure(size=(max(6.0, 0.6 * len(tasks) * len(rows) / 2), 4.0))
+    w = 0.8 / len(rows)
+    for k, row in enumerate(rows):
+        g = data[data["row"] == row].set_index("task").reindex(tasks)
+        ax.bar(np.arange(len(tasks)) + k * w, g["mean"], w, yerr=g["std"], capsize=2, label=row)
+    ax.set_xticks(np.arange(len(tasks)) + 0.4 - w / 2, tasks, rotation=45, ha="right")
+    ax.set(ylabel="tokens/s (mean ± std over initial γ)")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", "__".join(parts)).strip("_")
+
+
+def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None) -> list[Path]:
+    """Every figure the runs have data for, as <out>/fig_<kind>__<pair>__<dataset>[__<run>].png."""
+    out, paths = Path(out), []
+    traces = report.load_traces(runs)
+    if len(traces):
+        for (pair, d), t in traces.groupby(["pair", "dataset"], sort=False):
+            paths += [plot_accept_hist(t, out / f"fig_accept_hist__{_slug(pair, d)}.png"),
+                      plot_position(t, out / f"fig_position__{_slug(pair, d)}.png")]
+            for label, r in t.groupby("label", sort=False):
+                stem = _slug(pair, d, label)
+                if any(k in r and r[k].notna().any() for k in ("t_g", "t_v")):
+                    paths.append(plot_thresholds(r, out / f"fig_thresholds__{stem}.png"))
+                if "gamma" in r and r["gamma"].notna().any():
+                    paths.append(plot_gamma(r, out / f"fig_gamma__{stem}.png"))
+                if r["js"].notna().any() and not token_stats(r).empty:
+                    paths += [plot_token_means(r, out / f"fig_token_means__{stem}.png"),
+                              plot_js_hist(r, out / f"fig_js_hist__{stem}.png")]
+    examples = report.load_examples(runs)
+    if "category" in examples:
+        data = tables.task_throughput(runs, examples, baseline)
+        for (pair, d), g in data.groupby(["pair", "dataset"], sort=False):
+            paths.append(plot_task_throughput(g, out / f"fig_task_throughput__{_slug(pair, d)}.png"))
+    return paths

@@ -1,0 +1,423 @@
+"""The papers' tables, rebuilt from a runs DataFrame (`specbench.report.load_runs`).
+
+Every builder returns a list of `Table`s (empty when none of the table's methods has a run): `values`
+holds the numbers (NaN = no data, shown as an empty cell), `cells` the printed strings. Row labels and
+column names are the papers'. A table cell that more than one run fits (e.g. greedy and sampled runs
+of one method) is refused with the runs' names; select runs first (`report.where`, CLI `--where`).
+
+- AdaSD Table 1 (tk/sec, JSDist, acc, speedup per dataset), Table 2 (#cand, #match, AccRate, speedup),
+  Tables 3-5 (one per dataset, all columns, Variants A-C). Speedup over `vanilla` with γ=5.
+- GammaTune Table 2: speedup over fixed-γ speculative decoding, mean ± std over the initial γ grid.
+  The paper's own SpecDecode row reads 1.00 ± 0.28: each run's throughput is divided by the *mean*
+  throughput of `vanilla` over the grid (normalize="grid", the default). normalize="paired" divides
+  by `vanilla` at the same γ instead (SpecDecode is then 1.00 ± 0.00). The std is over the fixed grid
+  (numpy's ddof=0). "Average" = mean over pairs of the means ± mean of the stds (how the paper's
+  Average column adds up, e.g. HFHeuristic 1.11 = mean(1.14, 1.04, 1.12, 1.12)). Initial γ is the
+  option report.INITIAL_GAMMA names: `gamma` (vanilla, gammatune, gammatune_plus), `gamma0`
+  (heuristic = HFHeuristic), `window` (confidence = AssistantThreshold).
+- SD² Table 1 (T=1) / Table 5 (T=0): τ = block efficiency, mean ± sample std (ddof=1) over seeds;
+  α = throughput over the pretrained drafter's run with the same seed (the paper: "the increase in
+  tokens generated per second"), mean over seeds; "Mean" = mean over datasets (std: mean of the stds,
+  as the paper's Mean column adds up). Table 3: Welch's t-test of the seeds' τ against Pretrained's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from specbench.report import MethodSpec, ReportError, differences, find_baseline, select, speedup
+
+log = logging.getLogger(__name__)
+
+DATASET_LABELS = {"gsm8k": "GSM8K", "humaneval": "HumanEval", "mmlu": "MMLU", "ultrachat": "UltraChat",
+                  "xsum": "XSum", "alpaca": "Alpaca", "alpaca_eval": "AlpacaEval", "spec_bench": "Spec-Bench",
+                  "mt_bench": "MT-Bench"}
+ADASD_ROWS = [("Draft", "draft_only"), ("Target", "ar"), ("Vanilla", None), ("AssistedGen", "hf_assisted"),
+              ("Gen-Only", "adasd_gen_only"), ("Verify-Only", "adasd_verify_only"), ("AdaSD", "adasd")]
+VARIANT_ROWS = [("Variant A", "adasd_variant_a"), ("Variant B", "adasd_variant_b"), ("Variant C", "adasd_variant_c")]
+ADASD_COLUMNS = {"tk/sec": "tokens_per_s", "JSDist": "mean_t_v", "#cand": "mean_drafted", "#match": "mean_accepted",
+                 "AccRate": "acceptance_rate", "acc": "score", "speedup": "speedup"}
+ADASD_TABLE_OF = {"gsm8k": "adasd_table3", "humaneval": "adasd_table4", "mmlu": "adasd_table5"}
+GAMMATUNE_ROWS = [("SpecDecode", None), ("HFHeuristic", "heuristic"), ("AssistantThreshold", "confidence"),
+                  ("GammaTune", "gammatune"), ("GammaTune+", "gammatune_plus")]
+SD2_ROWS = [("Pretrained", None), ("Distilled", "distilled"), ("SD²", "sd2")]
+BASELINES = {"adasd": "vanilla:gamma=5", "gammatune": "vanilla", "sd2": "vanilla:gamma=8"}
+TEX = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "±": r"$\pm$", "×": r"$\times$", "–": "--", "²": r"$^2$"}
+
+
+@dataclass
+class Table:
+    """One rendered table: values (numbers, NaN = no data) and cells (the printed strings, "" = no data).
+
+    cells has values' index; its columns are values' columns, or fewer where one cell prints several
+    numbers (GammaTune's mean ± std, SD²'s τ ± std).
+    """
+
+    name: str  # file stem, e.g. adasd_table1
+    title: str
+    values: pd.DataFrame  # index (group, row label); columns (group, column name)
+    cells: pd.DataFrame
+    bold: pd.DataFrame | None = None  # True where a cell is printed bold (SD² Table 3: p <= 0.05)
+    index_names: tuple[str, str] = ("pair", "method")
+
+    @staticmethod
+    def _flat(columns: pd.Index) -> list[str]:
+        return [" ".join(str(c) for c in col if c) for col in columns]
+
+    def markdown(self) -> str:
+        """GitHub Markdown: a bold group line (the pair) above each block of rows.
+
+        Written by hand rather than with DataFrame.to_markdown, which needs the optional tabulate package.
+        """
+        out = [f"**{self.title}**", ""]
+        head = [self.index_names[1], *self._flat(self.cells.columns)]
+        for group, block in self.cells.groupby(level=0, sort=False):
+            if group:
+                out += [f"*{group}*", ""]
+            out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for (g, row), cells in block.iterrows():
+                marks = self.bold.loc[(g, row)] if self.bold is not None else [False] * len(cells)
+                out.append("| " + " | ".join([row, *(f"**{c}**" if b and c else c for c, b in zip(cells, marks))]) + " |")
+            out.append("")
+        return "\n".join(out)
+
+    def latex(self) -> str:
+        """A LaTeX tabular (booktabs rules, multicolumn dataset headers, multirow pair groups)."""
+        def tex(s: str) -> str:
+            s = str(s).replace("\\", r"\textbackslash{}")
+            for a in "&%$#_{}":
+                s = s.replace(a, "\\" + a)
+            for a, b in TEX.items():
+                s = s.replace(a, b)
+            return s
+
+        cells = self.cells.map(tex)
+        if self.bold is not None:
+            cells = cells.where(~self.bold | (cells == ""), "\\textbf{" + cells + "}")
+        cells.index = pd.MultiIndex.from_tuples([(tex(a), tex(b)) for a, b in cells.index], names=self.index_names)
+        cells.columns = pd.MultiIndex.from_tuples([tuple(tex(c) for c in col) for col in cells.columns])
+        if not any(cells.index.get_level_values(0)):  # one group (GammaTune): no pair column
+            cells = cells.droplevel(0)
+        if not any(cells.columns.get_level_values(1)):  # one header row
+            cells = cells.droplevel(1, axis=1)
+        return cells.to_latex(escape=False, multicolumn=True, multicolumn_format="c", multirow=True,
+                              caption=tex(self.title), label=f"tab:{self.name}", na_rep="")
+
+    def csv(self) -> str:
+        """The numbers (full precision, empty = no data), one column per flattened header."""
+        v = self.values.copy()
+        v.columns = self._flat(v.columns)
+        v.index.names = list(self.index_names)
+        if not any(v.index.get_level_values(0)):  # one group (GammaTune): no pair column
+            v = v.droplevel(0)
+        return v.to_csv()
+
+
+def _fmt(values: pd.DataFrame, spec: str) -> pd.DataFrame:
+    return values.map(lambda x: "" if pd.isna(x) else format(x, spec))
+
+
+def _ordered(names: set[str], order: list[str]) -> list[str]:
+    return [n for n in order if n in names] + sorted(names - set(order))
+
+
+def _specs(rows: list[tuple[str, str | None]], baseline: MethodSpec) -> list[tuple[str, MethodSpec]]:
+    """(label, spec) per row; the None row is the baseline (Vanilla / SpecDecode / Pretrained)."""
+    return [(label, baseline if m is None else MethodSpec(m)) for label, m in rows]
+
+
+def _of(runs: pd.DataFrame, spec: MethodSpec) -> pd.DataFrame:
+    return select(runs, (spec.matches(r) for _, r in runs.iterrows()))
+
+
+def _pair_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """Pair config name -> the label shown (the hub model names, or the name when labels collide)."""
+    labels = dict(zip(runs["pair"], runs["pair_label"]))
+    dup = {v for v in labels.values() if list(labels.values()).count(v) > 1}
+    return {p: (p if lab in dup else lab) for p, lab in labels.items()}
+
+
+def _ambiguous(table: str, what: str, cands: pd.DataFrame) -> ReportError:
+    import json
+
+    diffs = differences(json.loads(cands.iloc[0]["setting"]), json.loads(cands.iloc[1]["setting"]))
+    return ReportError(f"{table}: {len(cands)} runs fit {what}: {', '.join(cands['run_dir'])} "
+                       f"(they differ in {'; '.join(diffs) or 'nothing but their folder'}); "
+                       "select one, e.g. --where decode.temperature=1.0")
+
+
+def _pick(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, spec: MethodSpec) -> pd.Series | None:
+    """The one run of spec on pair and dataset, None if there is none, ReportError if several."""
+    c = _of(runs[(runs["pair"] == pair) & (runs["dataset"] == dataset)], spec)
+    if len(c) > 1:
+        raise _ambiguous(table, f"{label} ({spec}) on {pair}/{dataset}", c)
+    return c.iloc[0] if len(c) else None
+
+
+def _skeleton(groups: list[str], rows: list[str], tops: list[str], cols: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(np.nan, index=pd.MultiIndex.from_product([groups, rows]),
+                        columns=pd.MultiIndex.from_product([tops, cols]))
+
+
+def _has_data(values: pd.DataFrame, baseline_label: str) -> bool:
+    """True when a row other than the baseline's holds a number (else the table is not built)."""
+    rows = values.index.get_level_values(1) != baseline_label
+    return bool(values[rows].notna().any().any())
+
+
+# ---- AdaSD -------------------------------------------------------------------------------------
+
+def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSpec]], columns: list[str],
+                  datasets: list[str], base: MethodSpec) -> pd.DataFrame:
+    """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run."""
+    mine = pd.concat([_of(runs, s) for _, s in rows])
+    pairs = _pair_labels(mine)
+    v = _skeleton(list(pairs.values()), [r for r, _ in rows], [DATASET_LABELS.get(d, d) for d in datasets], columns)
+    for pair, plabel in pairs.items():
+        for label, spec in rows:
+            for d in datasets:
+                run = _pick(runs, table, pair, d, label, spec)
+                if run is None:
+                    continue
+                for col in columns:
+                    key = ADASD_COLUMNS[col]
+                    val = speedup(run, runs, base) if key == "speedup" else run[key]
+                    v.loc[(plabel, label), (DATASET_LABELS.get(d, d), col)] = val
+    return v
+
+
+def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
+    """AdaSD Table 1 and Table 2 over every dataset present (the paper's GSM8K, HumanEval, MMLU first)."""
+    base = MethodSpec.parse(baseline or BASELINES["adasd"])
+    rows = _specs(ADASD_ROWS, base)
+    mine = pd.concat([_of(runs, s) for _, s in rows])
+    datasets = _ordered(set(mine["dataset"]), list(ADASD_TABLE_OF))
+    out = []
+    v1 = _adasd_values(runs, "adasd_table1", rows, ["tk/sec", "JSDist", "acc", "speedup"], datasets, base)
+    if _has_data(v1, "Vanilla"):
+        out.append(Table("adasd_table1", f"AdaSD Table 1: speed, JS threshold, accuracy and speedup vs Vanilla ({base})",
+                         v1, _fmt(v1, ".3f")))
+    v2 = _adasd_values(runs, "adasd_table2", rows[2:], ["#cand", "#match", "AccRate", "speedup"], datasets, base)
+    if _has_data(v2, "Vanilla"):
+        out.append(Table("adasd_table2", f"AdaSD Table 2: candidates, matches, acceptance rate and speedup vs Vanilla ({base})",
+                         v2, _fmt(v2, ".3f")))
+    return out
+
+
+def adasd_tables_3_5(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
+    """AdaSD Tables 3-5: one table per dataset with every column and Variants A-C."""
+    base = MethodSpec.parse(baseline or BASELINES["adasd"])
+    rows = _specs(ADASD_ROWS + VARIANT_ROWS, base)
+    out = []
+    for d in _ordered(set(pd.concat([_of(runs, s) for _, s in rows])["dataset"]), list(ADASD_TABLE_OF)):
+        v = _adasd_values(runs, f"adasd tables 3-5 ({d})", rows, list(ADASD_COLUMNS), [d], base)
+        v.columns = pd.MultiIndex.from_tuples([("", c) for _, c in v.columns])
+        if _has_data(v, "Vanilla"):
+            name = ADASD_TABLE_OF.get(d, f"adasd_appendix_{d}")
+            which = f"Table {name[-1]}" if d in ADASD_TABLE_OF else "Tables 3-5 layout"
+            out.append(Table(name, f"AdaSD {which}: inference results on {DATASET_LABELS.get(d, d)} "
+                                   f"(speedup vs {base})", v, _fmt(v, ".3f")))
+    return out
+
+
+# ---- GammaTune ---------------------------------------------------------------------------------
+
+def _same_setting(cands: pd.DataFrame, table: str, what: str, ignore: tuple[str, ...] = ()) -> None:
+    """Refuse runs that are averaged or compared together but differ in setting (besides `ignore` keys)."""
+    import json
+
+    first = json.loads(cands.iloc[0]["setting"])
+    for _, r in cands.iloc[1:].iterrows():
+        diffs = [d for d in differences(first, json.loads(r["setting"])) if d.split(" ")[0] not in ignore]
+        if diffs:
+            raise ReportError(f"{table}: refusing to combine {what}: {cands.iloc[0]['run_dir']} and {r['run_dir']} "
+                              f"differ in {'; '.join(diffs)}; select runs with --where")
+
+
+def _grid(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, spec: MethodSpec) -> dict[float, pd.Series]:
+    """gamma0 -> the one run of spec at that initial γ on pair and dataset."""
+    c = _of(runs[(runs["pair"] == pair) & (runs["dataset"] == dataset)], spec)
+    out: dict[float, pd.Series] = {}
+    for g, block in c.groupby("gamma0", dropna=False):
+        if math.isnan(g):
+            raise ReportError(f"{table}: {label} ({spec}) runs on {pair}/{dataset} have no initial γ option")
+        if len(block) > 1:
+            raise _ambiguous(table, f"{label} ({spec}) with initial γ={g:g} on {pair}/{dataset}", block)
+        out[g] = block.iloc[0]
+    return out
+
+
+def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normalize: str = "grid") -> pd.DataFrame:
+    """One row per (pair, dataset, method row, gamma0): tokens_per_s and speedup over fixed-γ `vanilla`.
+
+    normalize="grid": T(method, γ0) / mean over the grid of T(vanilla, γ) (the paper's table);
+    normalize="paired": T(method, γ0) / T(vanilla, γ0). Every method must cover the baseline's γ grid.
+    """
+    if normalize not in ("grid", "paired"):
+        raise ReportError(f"normalize {normalize!r}: valid values are grid, paired")
+    base = MethodSpec.parse(baseline or BASELINES["gammatune"])
+    table, rows = "gammatune_table2", _specs(GAMMATUNE_ROWS, base)
+    recs = []
+    for (pair, d), _ in _of(runs, base).groupby(["pair", "dataset"]):
+        grid = _grid(runs, table, pair, d, "SpecDecode", base)
+        mine = {label: _grid(runs, table, pair, d, label, s) for label, s in rows}
+        _same_setting(pd.DataFrame([r for g in mine.values() for r in g.values()]), table,
+                      f"the runs on {pair}/{d}")
+        norm = np.mean([r["tokens_per_s"] for r in grid.values()])
+        for label, runs_by_g in mine.items():
+            if runs_by_g and set(runs_by_g) != set(grid):
+                raise ReportError(f"{table}: {label} on {pair}/{d} ran initial γ {sorted(runs_by_g)}, the baseline "
+                                  f"{base} γ {sorted(grid)}: the mean over γ needs the same grid")
+            for g, r in sorted(runs_by_g.items()):
+                den = norm if normalize == "grid" else grid[g]["tokens_per_s"]
+                recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "gamma0": g,
+                             "tokens_per_s": r["tokens_per_s"], "speedup": r["tokens_per_s"] / den})
+    out = pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "gamma0", "tokens_per_s", "speedup"])
+    for label, spec in rows[1:]:
+        for (pair, d), _ in _of(runs, spec).groupby(["pair", "dataset"]):
+            if not ((out["pair"] == pair) & (out["dataset"] == d)).any():
+                log.warning("%s: %s runs on %s/%s have no %s baseline runs: left out", table, label, pair, d, base)
+    return out
+
+
+def gammatune_table2(runs: pd.DataFrame, baseline: str | None = None, normalize: str = "grid") -> list[Table]:
+    """GammaTune Table 2: speedup over fixed-γ speculative decoding, mean ± std over the initial γ grid."""
+    long = gammatune_speedups(runs, baseline, normalize)
+    if long.empty or (long["row"] == "SpecDecode").all():
+        return []
+    multi = long["dataset"].nunique() > 1
+    long["col"] = long["pair_label"] + (" (" + long["dataset"].map(lambda d: DATASET_LABELS.get(d, d)) + ")" if multi else "")
+    agg = long.groupby(["row", "col"], sort=False)["speedup"].agg(mean="mean", std=lambda s: s.std(ddof=0))
+    cols = list(dict.fromkeys(long["col"]))
+    v = _skeleton([""], [r for r, _ in GAMMATUNE_ROWS], cols + ["Average"], ["mean", "std"])
+    for (row, col), m in agg.iterrows():
+        v.loc[("", row), (col, "mean")], v.loc[("", row), (col, "std")] = m["mean"], m["std"]
+    full = v[cols].notna().all(axis=1)  # the Average needs every pair's cell
+    v.loc[full, ("Average", "mean")] = v.loc[full, [(c, "mean") for c in cols]].mean(axis=1)
+    v.loc[full, ("Average", "std")] = v.loc[full, [(c, "std") for c in cols]].mean(axis=1)
+    cells = pd.DataFrame("", index=v.index, columns=pd.MultiIndex.from_tuples([(c, "") for c in cols + ["Average"]]))
+    for c in cols + ["Average"]:
+        cells[(c, "")] = [f"{m:.2f} ± {s:.2f}×" if pd.notna(m) else "" for m, s in zip(v[(c, "mean")], v[(c, "std")])]
+    how = "mean vanilla throughput over the grid" if normalize == "grid" else "vanilla at the same γ"
+    return [Table("gammatune_table2", f"GammaTune Table 2: speedup over fixed-γ speculative decoding ({how}); "
+                  "± = std over initial γ", v, cells, index_names=("", "method"))]
+
+
+def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | None = None,
+                    by: str = "category") -> pd.DataFrame:
+    """GammaTune Figure 1 data: per (pair, dataset, method row, task) throughput Σ new / Σ decode_s of the
+    task's examples, mean and std (ddof=0) over the method's initial-γ runs; n = number of runs."""
+    base = MethodSpec.parse(baseline or BASELINES["gammatune"])
+    if by not in examples:
+        raise ReportError(f"task_throughput: the rows have no {by!r} column (Spec-Bench rows carry category and task)")
+    recs = []
+    for label, spec in _specs(GAMMATUNE_ROWS, base):
+        for (pair, d), _ in _of(runs, spec).groupby(["pair", "dataset"]):
+            for g, run in _grid(runs, "gammatune_figure1", pair, d, label, spec).items():
+                ex = examples[examples["run_dir"] == run["run_dir"]]
+                for task, e in ex.groupby(by):
+                    recs.append({"pair": pair, "dataset": d, "row": label, "task": task, "gamma0": g,
+                                 "tokens_per_s": e["new_tokens"].sum() / e["decode_s"].sum()})
+    long = pd.DataFrame(recs, columns=["pair", "dataset", "row", "task", "gamma0", "tokens_per_s"])
+    return (long.groupby(["pair", "dataset", "row", "task"], sort=False)["tokens_per_s"]
+            .agg(mean="mean", std=lambda s: s.std(ddof=0), n="count").reset_index())
+
+
+# ---- SD² ---------------------------------------------------------------------------------------
+
+def sd2_numbers(runs: pd.DataFrame, temperature: float, baseline: str | None = None) -> pd.DataFrame:
+    """One row per (pair, dataset, method row, seed): τ (block efficiency) and α over the same-seed baseline run."""
+    base = MethodSpec.parse(baseline or BASELINES["sd2"])
+    runs = runs[runs["temperature"] == temperature]
+    recs = []
+    for label, spec in _specs(SD2_ROWS, base):
+        for (pair, d), c in _of(runs, spec).groupby(["pair", "dataset"]):
+            if c["seed"].duplicated().any():
+                dup = c[c["seed"].duplicated(keep=False)]
+                raise _ambiguous("sd2", f"{label} ({spec}) with seed {dup.iloc[0]['seed']} on {pair}/{d}", dup)
+            _same_setting(c, "sd2", f"the seeds of {label} on {pair}/{d}", ignore=("decode.seed",))
+            for _, r in c.iterrows():
+                b = find_baseline(r, runs, base)
+                recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "seed": r["seed"],
+                             "tau": r["block_efficiency"],
+                             "alpha": np.nan if b is None else r["tokens_per_s"] / b["tokens_per_s"]})
+    return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
+
+
+def _sd2_frame(long: pd.DataFrame, cols: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    labels = _pair_labels(long)
+    dsets = _ordered(set(long["dataset"]), ["ultrachat", "humaneval", "xsum", "alpaca", "gsm8k"])
+    return _skeleton(list(dict.fromkeys(labels[p] for p in long["pair"])), [r for r, _ in SD2_ROWS],
+                     [DATASET_LABELS.get(d, d) for d in dsets], cols), dsets
+
+
+def sd2_table(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None = None) -> list[Table]:
+    """SD² Table 1 (temperature 1) or Table 5 (temperature 0): τ ± std over seeds and α per dataset, plus Mean."""
+    long = sd2_numbers(runs, temperature, baseline)
+    if long.empty or (long["row"] == "Pretrained").all():
+        return []
+    v, dsets = _sd2_frame(long, ["τ", "τ std", "α"])
+    labels = _pair_labels(long)
+    for (pair, d, row), g in long.groupby(["pair", "dataset", "row"]):
+        at = (labels[pair], row)
+        dl = DATASET_LABELS.get(d, d)
+        v.loc[at, (dl, "τ")], v.loc[at, (dl, "τ std")] = g["tau"].mean(), g["tau"].std(ddof=1)
+        v.loc[at, (dl, "α")] = g["alpha"].mean()
+    tops = list(dict.fromkeys(v.columns.get_level_values(0)))
+    for col in ["τ", "τ std", "α"]:  # Mean over datasets, only for rows with every dataset's number
+        sub = v[[(t, col) for t in tops]]
+        v[("Mean", col)] = sub.mean(axis=1).where(sub.notna().all(axis=1))
+    cells = pd.DataFrame("", index=v.index, columns=pd.MultiIndex.from_product([tops + ["Mean"], ["τ", "α"]]))
+    for t in tops + ["Mean"]:
+        cells[(t, "τ")] = ["" if pd.isna(m) else f"{m:.2f}" + ("" if pd.isna(s) else f" ± {s:.2f}")
+                           for m, s in zip(v[(t, "τ")], v[(t, "τ std")])]
+        cells[(t, "α")] = _fmt(v[[(t, "α")]], ".2f")[(t, "α")]
+    num, kind = ("1", "sampling") if temperature == 1 else ("5", "greedy") if temperature == 0 else (f"_T{temperature:g}", "")
+    return [Table(f"sd2_table{num}", f"SD² Table {num.lstrip('_')}: block efficiency τ (± std over seeds) and speedup α "
+                  f"over the pretrained drafter, T={temperature:g} {kind}".rstrip(), v, cells)]
+
+
+def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None = None) -> list[Table]:
+    """SD² Table 3: Welch's t-test (scipy, unequal variances) of each method's τ over seeds against Pretrained's."""
+    long = sd2_numbers(runs, temperature, baseline)
+    if long.empty or (long["row"] == "Pretrained").all():
+        return []
+    v, dsets = _sd2_frame(long, ["t", "p"])
+    v = v.drop(index="Pretrained", level=1)
+    labels = _pair_labels(long)
+    for (pair, d), g in long.groupby(["pair", "dataset"]):
+        pre = g.loc[g["row"] == "Pretrained", "tau"]
+        for row, m in g[g["row"] != "Pretrained"].groupby("row"):
+            if len(pre) >= 2 and len(m["tau"]) >= 2:
+                t, p = stats.ttest_ind(m["tau"], pre, equal_var=False)
+                v.loc[(labels[pair], row), (DATASET_LABELS.get(d, d), "t")] = t
+                v.loc[(labels[pair], row), (DATASET_LABELS.get(d, d), "p")] = p
+    cells = _fmt(v, ".2f")
+    bold = pd.DataFrame(False, index=v.index, columns=v.columns)
+    bold.loc[:, [c for c in v.columns if c[1] == "p"]] = v[[c for c in v.columns if c[1] == "p"]] <= 0.05
+    return [Table("sd2_table3", f"SD² Table 3: Welch's t-test of τ against Pretrained over seeds, T={temperature:g} "
+                  "(t > 0: higher τ; bold: p <= 0.05)", v, cells, bold)]
+
+
+TABLES: dict[str, Callable[[pd.DataFrame, str | None], list[Table]]] = {
+    "adasd_table1_2": adasd_tables,
+    "adasd_tables3_5": adasd_tables_3_5,
+    "gammatune_table2": gammatune_table2,
+    "sd2_table1": lambda runs, b: sd2_table(runs, 1.0, b),
+    "sd2_table5": lambda runs, b: sd2_table(runs, 0.0, b),
+    "sd2_table3": lambda runs, b: sd2_welch(runs, 1.0, b),
+}
+
+
+def build(name: str, runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
+    """The tables registered as `name` (see TABLES), built from runs."""
+    if name not in TABLES:
+        raise ReportError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}")
+    return TABLES[name](runs, baseline)

@@ -1,0 +1,84 @@
+"""specbench.figures: the per-draft and per-position numbers behind the figures, worked by hand, and one
+valid, non-trivial PNG per figure type from real traced tiny_random runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+
+from specbench import figures, report
+from specbench.report import ReportError
+from conftest import small
+from test_report import write_run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png(path: Path) -> None:
+    """A PNG file (signature), decodable, at least 300x200 pixels, more than 8 KB (not a blank canvas)."""
+    data = path.read_bytes()
+    assert data[:8] == PNG, path
+    h, w = matplotlib.image.imread(path).shape[:2]
+    assert w >= 300 and h >= 200, (path, w, h)
+    assert len(data) > 8_000, (path, len(data))
+
+
+def trace(rows: list[tuple[int, int, list[float] | None]]) -> pd.DataFrame:
+    """Iterations (drafted, accepted, js) of one example of one run."""
+    return pd.DataFrame([{"run_dir": "r", "label": "m", "pair": "p", "dataset": "d", "method": "m", "id": "e",
+                          "iteration": i, "drafted": w, "accepted": n, "js": js,
+                          "entropy": None if js is None else [10 * x for x in js]}
+                         for i, (w, n, js) in enumerate(rows)])
+
+
+def test_token_stats_by_hand():
+    t = trace([(4, 2, [0.1, 0.2, 0.3, 0.4]), (2, 2, [0.5, 0.6]), (0, 0, None)])
+    s = figures.token_stats(t)
+    # iteration 0: drafts 1-2 accepted, draft 3 the first rejection, draft 4 never judged; iteration 1: both accepted
+    assert s["js"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.5, 0.6])
+    assert s["accepted"].tolist() == [True, True, False, True, True]
+    assert s["entropy"].tolist() == pytest.approx([1.0, 2.0, 3.0, 5.0, 6.0])
+
+
+def test_accepted_by_position_by_hand():
+    # blocks commit accepted + 1 tokens: last-token positions 3, 5, 6, 9 (0-based); bins of 4 around x = 2, 6, 10
+    t = trace([(4, 3, None), (2, 1, None), (1, 0, None), (3, 2, None)])
+    d = figures.accepted_by_position(t, half_width=2)
+    assert d["x"].tolist() == [2, 6, 10]
+    assert d["mean_accepted"].tolist() == pytest.approx([3.0, 0.5, 2.0])
+    assert d["blocks"].tolist() == [1, 2, 1]
+
+
+def test_every_figure_is_a_png(tmp_path):
+    from specbench.runner import run
+
+    for m in ("adasd", "gammatune"):
+        run(small(f"method={m}", "dataset.limit=2", "decode.max_new_tokens=24", "trace=true", "threads=1"),
+            tmp_path / "res" / m)
+    # GammaTune Figure 1 needs per-task rows over an initial-γ grid (written by hand: Spec-Bench is not offline here)
+    for g in (2, 4):
+        for m in ("vanilla", "gammatune"):
+            write_run(tmp_path / "tasks", f"{m}{g}", m, [
+                {"new": 10 * g, "s": 1.0, "category": "writing"}, {"new": 12 * g, "s": 2.0, "category": "math"}],
+                dataset="spec_bench", gamma=g)
+    runs = report.load_runs(tmp_path / "res", tmp_path / "tasks")
+    paths = figures.make_figures(runs, tmp_path / "fig")
+    kinds = {p.name.split("__")[0] for p in paths}
+    assert kinds == {"fig_accept_hist", "fig_position", "fig_thresholds", "fig_gamma", "fig_token_means",
+                     "fig_js_hist", "fig_task_throughput"}
+    for p in paths:
+        check_png(p)
+    assert (tmp_path / "fig" / "fig_thresholds__tiny_random__smoke__adasd.png") in paths
+    # task throughput numbers: vanilla writing 20, 40 tok/s over γ = 2, 4 -> mean 30 ± 10 (ddof 0)
+    from specbench import tables
+
+    data = tables.task_throughput(runs, report.load_examples(runs))
+    w = data[(data["row"] == "SpecDecode") & (data["task"] == "writing")].iloc[0]
+    assert (w["mean"], w["std"], w["n"]) == (pytest.approx(30.0), pytest.approx(10.0), 2)
+    traces = report.load_traces(runs)
+    with pytest.raises(ReportError, match="no t_g / t_v"):
+        figures.plot_thresholds(traces[traces["method"] == "gammatune"].drop(columns=["t_g", "t_v"]), tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()

@@ -1,0 +1,247 @@
+"""specbench.report / specbench.tables: numbers recomputed by hand from small fixed run folders,
+refusals of mismatched or ambiguous comparisons, rendering, and the CLI on real tiny_random runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from specbench import report, tables
+from specbench.metrics import summarize
+from specbench.report import ReportError
+from specbench.results import write_json_atomic
+from conftest import small
+
+
+def write_run(root: Path, folder: str, method: str, rows: list[dict], *, pair: str = "p", dataset: str = "gsm8k",
+              temperature: float = 0.0, seed: int = 0, device: str = "cpu", **options) -> Path:
+    """A run folder as the runner writes it (config.json, rows.jsonl, summary.json) from rows given as
+    dicts of new, s (decode seconds), calls (target calls), drafted, accepted, k (drafting iterations), ..."""
+    run_dir = root / folder
+    run_dir.mkdir(parents=True)
+    cfg = {"pair": {"name": pair, "builder": "tiny_random"}, "dataset": {"name": dataset, "limit": None},
+           "method": {"name": method, **options}, "device": "auto", "warmup": 0, "progress": False, "trace": False,
+           "threads": 1, "stop_strings": [], "on_long_prompt": "error",
+           "decode": {"temperature": temperature, "top_k": None, "top_p": None, "max_new_tokens": 128, "seed": seed}}
+    record = {"config": cfg, "choices": {"decode": "t1" if temperature else "greedy"}, "seed": seed,
+              "git_hash": "abc", "git_dirty": False, "versions": {},
+              "device_info": {"device": device, "cpu": "x86_64", "platform": "test", "torch_threads": 1}}
+    full = []
+    for i, r in enumerate(rows):
+        k = r.get("k", 0)
+        full.append({"id": r.get("id", f"ex-{i}"), "method": method, "new_tokens": r["new"], "decode_s": r["s"],
+                     "tokens_per_s": r["new"] / r["s"], "target_calls": r.get("calls", r["new"]),
+                     "drafted": r.get("drafted", 0), "accepted": r.get("accepted", 0),
+                     "mean_drafted": r["drafted"] / k if k else None, "mean_accepted": r["accepted"] / k if k else None,
+                     "iterations": r.get("iterations", k or r["new"]), "mean_t_v": r.get("t_v"), "mean_t_g": None,
+                     "score": r.get("score"), "lossless": method != "adasd", "category": r.get("category")})
+    write_json_atomic(run_dir / "config.json", record)
+    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in full))
+    write_json_atomic(run_dir / "summary.json", {**summarize(full), **record})
+    return run_dir
+
+
+def tps(n: float) -> list[dict]:
+    """One example decoding n tokens in 1 s (throughput n tok/s)."""
+    return [{"new": n, "s": 1.0}]
+
+
+@pytest.fixture
+def adasd_runs(tmp_path: Path) -> Path:
+    # vanilla: 60 tokens / 2 s = 30 tok/s; #cand 75/15 = 5; #match 45/15 = 3; AccRate 45/75 = 0.6; acc 0.5
+    write_run(tmp_path, "vanilla", "vanilla", [
+        {"new": 40, "s": 1.0, "calls": 10, "drafted": 50, "accepted": 30, "k": 10, "score": 1.0},
+        {"new": 20, "s": 1.0, "calls": 5, "drafted": 25, "accepted": 15, "k": 5, "score": 0.0}], gamma=5)
+    # adasd: 90 / 2 = 45 tok/s (speedup 1.5); #cand 120/20 = 6; #match 70/20 = 3.5; AccRate 70/120;
+    # JSDist iteration-weighted (0.3*10 + 0.5*30) / 40 = 0.45; acc 1
+    write_run(tmp_path, "adasd", "adasd", [
+        {"new": 60, "s": 1.0, "calls": 10, "drafted": 80, "accepted": 50, "k": 10, "t_v": 0.3, "iterations": 10, "score": 1.0},
+        {"new": 30, "s": 1.0, "calls": 30, "drafted": 40, "accepted": 20, "k": 10, "t_v": 0.5, "iterations": 30, "score": 1.0}])
+    # ar: 60 / 6 = 10 tok/s (speedup 1/3); no drafts
+    write_run(tmp_path, "ar", "ar", [{"new": 40, "s": 4.0, "score": 1.0}, {"new": 20, "s": 2.0, "score": 1.0}])
+    return tmp_path
+
+
+def test_run_numbers_by_hand(adasd_runs):
+    runs = report.load_runs(adasd_runs).set_index("method")
+    assert runs.loc["vanilla", "tokens_per_s"] == pytest.approx(30.0)
+    assert runs.loc["vanilla", "mean_drafted"] == pytest.approx(5.0)
+    assert runs.loc["vanilla", "mean_accepted"] == pytest.approx(3.0)
+    assert runs.loc["vanilla", "acceptance_rate"] == pytest.approx(0.6)
+    assert runs.loc["vanilla", "block_efficiency"] == pytest.approx(60 / 15)
+    assert runs.loc["adasd", "mean_t_v"] == pytest.approx(0.45)
+    assert math.isnan(runs.loc["ar", "mean_drafted"]) and runs.loc["ar", "block_efficiency"] == pytest.approx(1.0)
+    assert bool(runs.loc["vanilla", "finished"]) and not bool(runs.loc["adasd", "lossless"])
+    ex = report.load_examples(runs.reset_index())
+    assert len(ex) == 6 and set(ex["method"]) == {"vanilla", "adasd", "ar"}
+
+
+def test_adasd_tables_by_hand(adasd_runs):
+    runs = report.load_runs(adasd_runs)
+    t1, t2 = tables.adasd_tables(runs)
+    v = t1.values
+    assert v.loc[("p", "AdaSD"), ("GSM8K", "tk/sec")] == pytest.approx(45.0)
+    assert v.loc[("p", "AdaSD"), ("GSM8K", "JSDist")] == pytest.approx(0.45)
+    assert v.loc[("p", "AdaSD"), ("GSM8K", "acc")] == pytest.approx(1.0)
+    assert v.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == pytest.approx(1.5)
+    assert v.loc[("p", "Target"), ("GSM8K", "speedup")] == pytest.approx(1 / 3)
+    assert v.loc[("p", "Vanilla"), ("GSM8K", "speedup")] == pytest.approx(1.0)
+    assert v.loc[("p", "Vanilla"), ("GSM8K", "acc")] == pytest.approx(0.5)
+    # no data -> empty cell, never a number: Target has no JS threshold, no AssistedGen run exists
+    assert math.isnan(v.loc[("p", "Target"), ("GSM8K", "JSDist")])
+    assert v.loc[("p", "AssistedGen")].isna().all() and (t1.cells.loc[("p", "AssistedGen")] == "").all()
+    w = t2.values
+    assert list(w.index.get_level_values(1)) == ["Vanilla", "AssistedGen", "Gen-Only", "Verify-Only", "AdaSD"]
+    assert w.loc[("p", "AdaSD"), ("GSM8K", "#cand")] == pytest.approx(6.0)
+    assert w.loc[("p", "AdaSD"), ("GSM8K", "#match")] == pytest.approx(3.5)
+    assert w.loc[("p", "AdaSD"), ("GSM8K", "AccRate")] == pytest.approx(70 / 120)
+    assert "| AdaSD | 45.000 | 0.450 | 1.000 | 1.500 |" in t1.markdown()
+    assert r"\#cand" in t2.latex() and r"\multicolumn{4}{c}{GSM8K}" in t2.latex()
+    back = pd.read_csv(io.StringIO(t2.csv())).set_index(["pair", "method"])
+    assert back.loc[("p", "AdaSD"), "GSM8K AccRate"] == pytest.approx(70 / 120)
+    assert math.isnan(back.loc[("p", "Gen-Only"), "GSM8K #cand"])
+    (t3,) = tables.adasd_tables_3_5(runs)
+    assert t3.name == "adasd_table3" and list(t3.values.columns.get_level_values(1)) == list(tables.ADASD_COLUMNS)
+    assert t3.values.loc[("p", "Variant A")].isna().all()
+
+
+def test_refuses_mismatched_baseline(adasd_runs, tmp_path):
+    hot = write_run(tmp_path / "t1", "adasd", "adasd", tps(50), temperature=1.0)
+    write_run(tmp_path / "t1", "vanilla", "vanilla", tps(25), gamma=5)  # greedy: differs in temperature
+    runs = report.load_runs(tmp_path / "t1")
+    run = runs[runs["run_dir"] == str(hot)].iloc[0]
+    with pytest.raises(ReportError, match=r"differ in decode\.temperature \(1\.0 vs 0\.0\)"):
+        report.speedup(run, runs, "vanilla")
+    with pytest.raises(ReportError, match="decode.temperature"):
+        tables.adasd_tables(runs)
+    # another device, other examples
+    write_run(tmp_path / "dev", "adasd", "adasd", tps(50))
+    write_run(tmp_path / "dev", "vanilla", "vanilla", tps(25), device="cuda:0", gamma=5)
+    with pytest.raises(ReportError, match=r"device_info\.device \('cpu' vs 'cuda:0'\)"):
+        report.add_speedup(report.load_runs(tmp_path / "dev"))
+    write_run(tmp_path / "ids", "adasd", "adasd", [{"new": 5, "s": 1.0, "id": "a"}])
+    write_run(tmp_path / "ids", "vanilla", "vanilla", [{"new": 5, "s": 1.0, "id": "b"}], gamma=5)
+    with pytest.raises(ReportError, match="different example ids"):
+        report.add_speedup(report.load_runs(tmp_path / "ids"))
+    # the CLI reports the refusal and fails
+    assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2"]) == 1
+    # no baseline run at all for the pair/dataset: empty speedup, not a number
+    write_run(tmp_path / "none", "adasd", "adasd", tps(50))
+    assert math.isnan(report.add_speedup(report.load_runs(tmp_path / "none"))["speedup"].iloc[0])
+
+
+def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
+    write_run(adasd_runs, "adasd_t1", "adasd", tps(50), temperature=1.0)
+    runs = report.load_runs(adasd_runs)
+    with pytest.raises(ReportError, match="2 runs fit AdaSD"):
+        tables.adasd_tables(runs)
+    greedy = report.where(runs, ["decode.temperature=0"])
+    assert len(greedy) == 3 and len(tables.adasd_tables(greedy)) == 2
+    with pytest.raises(ReportError, match="no run has 'decode.temprature'; valid keys:.*decode.temperature"):
+        report.where(runs, ["decode.temprature=0"])
+    with pytest.raises(ReportError, match="unknown table 'adasd'; valid tables: adasd_table1_2"):
+        tables.build("adasd", runs)
+    with pytest.raises(ReportError, match="key=value"):
+        report.MethodSpec.parse("vanilla:gamma")
+    assert report.MethodSpec.parse("vanilla:gamma=8").options == (("gamma", 8),)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        report.load_runs(tmp_path / "missing")
+    write_run(tmp_path / "twice", "a", "vanilla", tps(5), gamma=5)
+    write_run(tmp_path / "twice", "b", "vanilla", tps(6), gamma=5)
+    write_run(tmp_path / "twice", "c", "ar", tps(6))
+    twice = report.load_runs(tmp_path / "twice")
+    with pytest.raises(ReportError, match="ambiguous"):
+        report.add_speedup(twice)
+
+
+def test_gammatune_table_by_hand(tmp_path):
+    for g, (v_p, t_p, v_q, t_q) in {1: (10, 22, 10, 11), 2: (20, 24, 10, 12), 4: (30, 26, 10, 13)}.items():
+        write_run(tmp_path, f"p/vanilla{g}", "vanilla", tps(v_p), gamma=g)
+        write_run(tmp_path, f"p/gammatune{g}", "gammatune", tps(t_p), gamma=g)
+        write_run(tmp_path, f"q/vanilla{g}", "vanilla", tps(v_q), pair="q", gamma=g)
+        write_run(tmp_path, f"q/gammatune{g}", "gammatune", tps(t_q), pair="q", gamma=g)
+    runs = report.load_runs(tmp_path)
+    (t,) = tables.gammatune_table2(runs)
+    v = t.values
+    # pair p: vanilla mean over the grid = 20; gammatune 22/20, 24/20, 26/20 = 1.1, 1.2, 1.3
+    assert v.loc[("", "GammaTune"), ("p", "mean")] == pytest.approx(1.2)
+    assert v.loc[("", "GammaTune"), ("p", "std")] == pytest.approx(math.sqrt(0.02 / 3))
+    assert v.loc[("", "SpecDecode"), ("p", "mean")] == pytest.approx(1.0)
+    assert v.loc[("", "SpecDecode"), ("p", "std")] == pytest.approx(math.sqrt(0.5 / 3))
+    # pair q: vanilla 10 at every γ -> SpecDecode 1.00 ± 0.00; Average = mean of means ± mean of stds
+    assert v.loc[("", "SpecDecode"), ("Average", "std")] == pytest.approx(math.sqrt(0.5 / 3) / 2)
+    assert v.loc[("", "GammaTune"), ("Average", "mean")] == pytest.approx(1.2)
+    assert t.cells.loc[("", "GammaTune"), ("p", "")] == "1.20 ± 0.08×"
+    assert t.cells.loc[("", "HFHeuristic"), ("Average", "")] == ""
+    paired = tables.gammatune_speedups(runs, normalize="paired")
+    p = paired[(paired["pair"] == "p") & (paired["row"] == "GammaTune")]
+    assert p["speedup"].mean() == pytest.approx((22 / 10 + 24 / 20 + 26 / 30) / 3)
+    write_run(tmp_path, "p/heuristic1", "heuristic", tps(15), gamma0=1)  # only γ0 = 1 of the grid 1, 2, 4
+    with pytest.raises(ReportError, match=r"ran initial γ \[1\.0\], the baseline vanilla γ \[1\.0, 2\.0, 4\.0\]"):
+        tables.gammatune_table2(report.load_runs(tmp_path))
+
+
+def test_sd2_tables_by_hand(tmp_path):
+    for s, (pre, sd2) in enumerate([(20, 30), (22, 31), (24, 35)]):
+        # 1 s and 10 target calls per run: tok/s = new tokens, τ = new / 10
+        write_run(tmp_path, f"pre{s}", "vanilla", [{"new": pre, "s": 1.0, "calls": 10}], temperature=1.0, seed=s, gamma=8)
+        write_run(tmp_path, f"sd2_{s}", "sd2", [{"new": sd2, "s": 1.0, "calls": 10}], temperature=1.0, seed=s, gamma=8)
+        write_run(tmp_path, f"he{s}", "vanilla", [{"new": 40, "s": 1.0, "calls": 10}], dataset="humaneval",
+                  temperature=1.0, seed=s, gamma=8)
+    write_run(tmp_path, "v5", "vanilla", [{"new": 99, "s": 1.0, "calls": 10}], temperature=1.0, gamma=5)  # not γ=8
+    runs = report.load_runs(tmp_path)
+    (t,) = tables.sd2_table(runs, temperature=1.0)
+    v = t.values
+    assert v.loc[("p", "SD²"), ("GSM8K", "τ")] == pytest.approx(3.2)
+    assert v.loc[("p", "SD²"), ("GSM8K", "τ std")] == pytest.approx(math.sqrt(0.07))  # sample std over 3 seeds
+    assert v.loc[("p", "SD²"), ("GSM8K", "α")] == pytest.approx((30 / 20 + 31 / 22 + 35 / 24) / 3)
+    assert v.loc[("p", "Pretrained"), ("GSM8K", "α")] == pytest.approx(1.0)
+    assert v.loc[("p", "Pretrained"), ("Mean", "τ")] == pytest.approx((2.2 + 4.0) / 2)
+    assert v.loc[("p", "Pretrained"), ("Mean", "τ std")] == pytest.approx((0.2 + 0.0) / 2)
+    assert math.isnan(v.loc[("p", "SD²"), ("Mean", "τ")])  # no SD² run on HumanEval: no mean
+    assert t.cells.loc[("p", "SD²"), ("GSM8K", "τ")] == "3.20 ± 0.26"
+    assert t.cells.loc[("p", "Distilled"), ("GSM8K", "τ")] == ""
+    assert tables.sd2_table(runs, temperature=0.0) == []  # no T=0 runs: no Table 5
+    (w,) = tables.sd2_welch(runs)
+    # Welch: (3.2 - 2.2) / sqrt(0.07/3 + 0.04/3)
+    assert w.values.loc[("p", "SD²"), ("GSM8K", "t")] == pytest.approx(1 / math.sqrt(0.11 / 3))
+    want = stats.ttest_ind([3.0, 3.1, 3.5], [2.0, 2.2, 2.4], equal_var=False)
+    assert w.values.loc[("p", "SD²"), ("GSM8K", "p")] == pytest.approx(want.pvalue)
+    assert bool(w.bold.loc[("p", "SD²"), ("GSM8K", "p")]) == (want.pvalue <= 0.05)
+
+
+def test_cli_on_real_runs(tmp_path):
+    from specbench.runner import run
+
+    for m in ("ar", "vanilla", "adasd"):
+        run(small(f"method={m}", "dataset.limit=2", "decode.max_new_tokens=16", "threads=1"), tmp_path / "res" / m)
+    runs = report.load_runs(tmp_path / "res")
+    for _, r in runs.iterrows():  # run numbers recomputed with plain Python from rows.jsonl
+        rows = [json.loads(line) for line in open(Path(r["run_dir"]) / "rows.jsonl")]
+        assert r["tokens_per_s"] == pytest.approx(sum(x["new_tokens"] for x in rows) / sum(x["decode_s"] for x in rows))
+        assert r["block_efficiency"] == pytest.approx(sum(x["new_tokens"] for x in rows) / sum(x["target_calls"] for x in rows))
+    out = tmp_path / "report"
+    assert report.main([str(tmp_path / "res"), "--out", str(out), "--format", "all", "--no-figures"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke")
+                           for e in ("md", "tex", "csv"))
+    (t1, _) = tables.adasd_tables(runs)
+    assert (out / "adasd_table1.md").read_text() == t1.markdown()
+    speed = t1.values.loc[("tiny_random", "AdaSD"), ("smoke", "speedup")]
+    by = runs.set_index("method")["tokens_per_s"]
+    assert speed == pytest.approx(by["adasd"] / by["vanilla"])
+
+
+def test_setting_ignores_the_runner_resumable_keys():
+    from specbench.runner import RESUMABLE_KEYS
+
+    assert report.RESUMABLE_KEYS == RESUMABLE_KEYS  # the report's copy is the runner's
+    record = {"config": {"method": {"name": "m"}, "dataset": {"name": "d", "limit": 5}, "threads": 1, "decode": {"seed": 0}},
+              "device_info": {"device": "cpu"}}
+    assert report.setting_of(record) == {"dataset": {"name": "d"}, "decode": {"seed": 0}, "device_info": {"device": "cpu"}}
