@@ -41,13 +41,21 @@ class ModelState:
         self.length = 0
         self.seconds = 0.0  # summed wall time of forward calls
         self.calls = 0
+        self.hidden: torch.Tensor | None = None  # [len(layers), keep, H] of the last forward given layers
 
     @torch.inference_mode()
-    def forward(self, buf: torch.Tensor, upto: int, keep: int) -> torch.Tensor:
-        """Feed buf[:, length:upto]; return logits [keep, V_model] of the last `keep` positions."""
+    def forward(self, buf: torch.Tensor, upto: int, keep: int, layers: tuple[int, ...] = ()) -> torch.Tensor:
+        """Feed buf[:, length:upto]; return logits [keep, V_model] of the last `keep` positions.
+
+        With `layers` (hidden_states indices: k = output of decoder layer k), the same forward also
+        keeps those hidden states of the last `keep` positions in self.hidden [len(layers), keep, H].
+        """
         t0 = time.perf_counter()
         ids = buf[:, self.length : upto].to(self.device)  # no-op unless the models sit on different devices
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        extra = {"output_hidden_states": True} if layers else {}
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **extra)
+        if layers:
+            self.hidden = torch.stack([out.hidden_states[k][0, -keep:] for k in layers])
         sync(self.device)
         self.seconds += time.perf_counter() - t0
         self.calls += 1
@@ -143,6 +151,7 @@ class Engine:
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         stats = trace or method.needs_stats
         greedy = self.sampler.params.greedy
+        layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
         target = ModelState(self.verifier)
         draft = ModelState(self.drafter) if method.uses_draft else None
         buf = torch.zeros((1, P + max_new_tokens + 1), dtype=torch.long, device=self.device)
@@ -175,7 +184,7 @@ class Engine:
             w = len(qs)
             t1 = time.perf_counter()
             # 2. verify: p_1..p_{w+1} in one target forward
-            p = self.sampler.probs(target.forward(buf, L + w, w + 1))  # [w+1, V]
+            p = self.sampler.probs(target.forward(buf, L + w, w + 1, layers))  # [w+1, V]
             t2 = time.perf_counter()
             # 3. accept
             x = buf[0, L : L + w]
@@ -184,6 +193,8 @@ class Engine:
             ok, fallback = method.rule(x, q, p, greedy, generator, js)
             n = leading_true(ok)
             buf[0, L + n] = fallback[n]
+            if layers:  # states at the last accepted position buf[L+n-1], whose p_{n+1} gave buf[L+n]
+                method.observe_hidden(target.hidden[:, n])  # [len(layers), H]
             # 4. roll back: caches keep the accepted prefix buf[:L+n]
             target.crop(L + n)
             if draft:

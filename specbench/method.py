@@ -42,6 +42,9 @@ class Method:
     verifier = "target"  # which model of the pair verifies/generates: "target" or "draft"
     needs_stats = False  # True: the engine computes H(q_i) and d_JS(p_i, q_i) every iteration
     external = False  # True: Engine.generate hands the whole call to generate_external
+    # hidden_states indices of the verifier that the engine hands to observe_hidden after every verify
+    # (sd2's steering); empty: the verify forward does not compute them (no cost for other methods)
+    hidden_layers: tuple[int, ...] = ()
 
     def __init__(self, rule: str = "rejection", **options: Any) -> None:
         if options:
@@ -69,6 +72,13 @@ class Method:
     def state(self) -> dict[str, float]:
         """Policy state to log (thresholds, gamma)."""
         return {}
+
+    def drafter_model(self, pair: Any) -> Any:
+        """The drafter the engine runs: the pair's draft, or a method's own (a trained drafter)."""
+        return pair.model("draft")
+
+    def observe_hidden(self, states: torch.Tensor) -> None:
+        """After a verify: the verifier's states [len(hidden_layers), H] at the last accepted position."""
 
     def generate_external(self, engine: Any, prompt_ids: list[int], max_new_tokens: int,
                           generator: torch.Generator | None, trace: bool) -> Any:

@@ -31,16 +31,11 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from specbench.results import CONFIG, ROWS, SUMMARY, read_rows
+from specbench.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_rows, without_keys
 from specbench.traces import read_traces
 
 log = logging.getLogger(__name__)
 
-# Config keys a resumed run may change: they do not change what a run measures. A copy of
-# specbench.runner.RESUMABLE_KEYS (importing the runner loads torch and transformers: 9 s here);
-# tests/test_report.py checks that the two agree.
-RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",), ("logger",),
-                  ("slurm",)}
 # The method option that holds the initial speculation length γ0 (GammaTune's sweep axis).
 INITIAL_GAMMA = {"heuristic": "gamma0", "confidence": "window", "hf_assisted": "num_assistant_tokens"}
 SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", "gamma0", "n_examples",
@@ -111,13 +106,7 @@ def setting_of(record: dict) -> dict:
 
     (dataset.limit is resumable: the runs' example ids are compared instead.)
     """
-    out = json.loads(json.dumps(record["config"]))  # a deep copy
-    out.pop("method")
-    for path in RESUMABLE_KEYS:
-        node = out
-        for k in path[:-1]:
-            node = node.get(k) or {}
-        node.pop(path[-1], None)
+    out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
     out["device_info"] = record.get("device_info", {})
     return out
 

@@ -18,6 +18,26 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ROWS = "rows.jsonl"
+
+# Config keys that may change between a run and its resumption without changing any row (the runner's
+# resume check, the report's run identity, specbench.merge). `task` is always `bench` for a benchmark
+# run (folders written before the task group existed lack it); logger / slurm: where results are sent
+# and where jobs run; drafters, init_gamma: an experiment's values that reach the rows only through the
+# method's own option, which stays in the identity (method.drafter, and method.gamma / gamma0 / window:
+# conf/experiment/sd2_drafter/, initial_gamma/).
+RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
+                  ("logger",), ("slurm",), ("drafters",), ("init_gamma",)}
+
+
+def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
+    """A deep copy of the config with the keys at `paths` (e.g. ("dataset", "limit")) removed."""
+    out = json.loads(json.dumps(config, default=str))
+    for path in paths:
+        node = out
+        for k in path[:-1]:
+            node = node.get(k) or {}
+        node.pop(path[-1], None)
+    return out
 SUMMARY = "summary.json"
 CONFIG = "config.json"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -12,22 +13,36 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
+from transformers.utils import logging as hf_logging
 
-from specbench import provenance
+from specbench import provenance, wandb_log
 from specbench.data import Evaluator, Example, build_dataset, select
 from specbench.engine import Engine, Generation, concat_generations
 from specbench.method import METHODS, Method
 from specbench.metrics import example_metrics, summarize
 from specbench.pairs import Pair, load_pair, resolve_device
 from specbench.prompting import encode
-from specbench.results import CONFIG, SUMMARY, RowWriter, write_json_atomic
+from specbench.registry import Registry
+from specbench.results import CONFIG, SUMMARY, RowWriter, without_keys, write_json_atomic
 from specbench.sampling import Sampler, SamplingParams
 from specbench.traces import write_trace
 
 log = logging.getLogger(__name__)
 
-# Keys that may change between a run and its resumption without changing any row.
-RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",)}
+# What `python run.py task=<name>` runs (conf/task/): `bench` is `run` below; specbench.synth and
+# specbench.distill register `synth` and `distill`.
+TASKS: Registry = Registry("task")
+
+
+def progress_bars(progress: Any) -> bool | None:
+    """tqdm's `disable` for the `progress` key: auto = bars on a terminal only (none in logs, e.g. SLURM's);
+    transformers' own bars (loading and saving weights) and the toy pair's training bar follow it."""
+    disable = None if progress in (None, "auto") else not progress
+    if disable or (disable is None and not sys.stderr.isatty()):
+        hf_logging.disable_progress_bar()
+    else:
+        hf_logging.enable_progress_bar()
+    return disable
 
 
 def build_method(cfg: dict) -> Method:
@@ -51,13 +66,7 @@ def example_seed(seed: int, example_id: str) -> int:
 
 def _identity(cfg: dict) -> dict:
     """The config without the keys a resumed run may change."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg.items()}
-    for path in RESUMABLE_KEYS:
-        d = out
-        for k in path[:-1]:
-            d = d.get(k, {})
-        d.pop(path[-1], None)
-    return out
+    return without_keys(cfg)
 
 
 def check_resume(run_dir: Path, record: dict) -> None:
@@ -79,7 +88,7 @@ def check_resume(run_dir: Path, record: dict) -> None:
 def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings: tuple[str, ...]) -> Engine:
     """The engine for `method` on `pair`: verifier = target (or the draft for draft_only)."""
     verifier = pair.model(method.verifier)
-    drafter = pair.model("draft") if method.uses_draft else None
+    drafter = method.drafter_model(pair) if method.uses_draft else None
     models = [m for m in (verifier, drafter) if m is not None]
     eos = pair.tokenizer.eos_token_id
     eos_ids = set()
@@ -168,6 +177,12 @@ def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Run one job of the config; returns the summary (also written to out_dir/summary.json)."""
+    no_bar = progress_bars(cfg.get("progress", "auto"))
+    task = cfg.task.name if "task" in cfg else "bench"
+    if task != "bench":
+        from specbench import distill, synth  # noqa: F401  (import registers)
+
+        return TASKS.get(task)(cfg, out_dir)
     choices = _choices(cfg)
     c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
          for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
@@ -202,8 +217,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     log.info("%s: %d examples, %d already done, %d to decode", run_dir, len(examples), len(examples) - len(todo), len(todo))
     for ex in todo[: int(c.get("warmup", 0))]:  # same path, not recorded
         decode_example(job, ex, False)
-    progress = c.get("progress", "auto")
-    for ex in tqdm(todo, desc=method.name, unit="ex", disable=None if progress == "auto" else not progress):
+    for ex in tqdm(todo, desc=method.name, unit="ex", disable=no_bar):
         g, info = decode_example(job, ex, job.trace)
         if job.trace:
             write_trace(run_dir, ex.id, g.records)
@@ -213,6 +227,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
                "lossless": method.lossless, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                **provenance.peak_memory(device), **record}
     write_json_atomic(run_dir / SUMMARY, summary)
+    wandb_log.log_run(c.get("logger"), run_dir, summary, writer.rows)  # best effort: never raises
     log.info("%s: %d rows, %.1f tok/s, acceptance %s", run_dir, summary["n_examples"], summary["tokens_per_s"] or 0,
              summary["acceptance_rate"])
     return summary
@@ -228,3 +243,6 @@ def _choices(cfg: DictConfig) -> dict[str, str]:
         return dict(HydraConfig.get().runtime.choices)
     except ValueError:
         return {}
+
+
+TASKS.register("bench")(run)

@@ -37,6 +37,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
 
 from specbench.pairs import BUILDERS, Pair, build_hub
 from specbench.toy_task import Problem, answer_text, problems
@@ -129,7 +130,9 @@ def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict
     opt = torch.optim.AdamW(model.parameters(), lr=float(train["lr"]), betas=(0.9, 0.98),
                             weight_decay=float(train["weight_decay"]))
     stream, losses = problems(seed, "train"), []
-    bar = tqdm(range(steps), desc=f"training toy {role}", unit="step", disable=None)
+    # a bar on a terminal only, and none when the run turned progress bars off (runner.progress_bars)
+    bar = tqdm(range(steps), desc=f"training toy {role}", unit="step",
+               disable=None if hf_logging.is_progress_bar_enabled() else True)
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, float(train["lr"]), int(train["warmup_steps"]))

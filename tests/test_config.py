@@ -1,6 +1,5 @@
 """Every config composes, and bad input fails early with a message naming what is valid."""
 
-from pathlib import Path
 
 import pytest
 from hydra.errors import MissingConfigException

@@ -1,0 +1,25 @@
+"""`distilled`: vanilla speculative decoding (γ = 8) with a drafter fine-tuned on the verifier's samples
+(SD²'s "Distilled" row, after DistillSpec: KL(π_V || π_D) on verifier-generated data)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from methods.vanilla import Vanilla
+from specbench.method import METHODS
+
+
+@METHODS.register("distilled")
+class Distilled(Vanilla):
+    """Vanilla γ / `rejection` with the drafter a `task=distill task.kind=distilled` run wrote to `drafter`."""
+
+    name = "distilled"
+
+    def __init__(self, gamma: int = 8, rule: str = "rejection", drafter: str | None = None, **options: Any) -> None:
+        super().__init__(gamma=gamma, rule=rule, **options)
+        self.folder = drafter
+
+    def drafter_model(self, pair: Any) -> Any:
+        from specbench.distill import load_trained
+
+        return load_trained(self.folder, pair, "distilled")[0]

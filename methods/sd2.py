@@ -1,0 +1,44 @@
+"""`sd2`: steered speculative decoding (SD², sd2.md section 3): chain drafting with γ = 8 and the
+`rejection` rule, the drafter steered by the verifier's hidden states (specbench.sd2).
+
+After every verify the engine hands over the verifier's states at (3, L/2, L-2) (or the layers the
+drafter was trained with) at the last accepted position, taken from the verify forward itself (no
+extra target call); b_l = W_s^(l) W_hml [h; m; l] is computed once and biases every drafter MLP for
+the whole next block. The first block of a generation is drafted before any verify and is not
+steered. The rule and the verifier are unchanged, so the method is lossless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from methods.vanilla import Vanilla
+from specbench.method import METHODS
+
+
+@METHODS.register("sd2")
+class SD2(Vanilla):
+    """Vanilla γ / `rejection` with a drafter and steering trained by `task=distill task.kind=sd2` (`drafter`)."""
+
+    name = "sd2"
+
+    def __init__(self, gamma: int = 8, rule: str = "rejection", drafter: str | None = None, **options: Any) -> None:
+        super().__init__(gamma=gamma, rule=rule, **options)
+        self.folder = drafter
+        self.steered = None
+
+    def drafter_model(self, pair: Any) -> Any:
+        from specbench.distill import load_trained
+
+        model, self.steered = load_trained(self.folder, pair, "sd2")
+        self.hidden_layers = self.steered.steering.layers
+        return model
+
+    def reset(self) -> None:
+        if self.steered is not None:
+            self.steered.clear()  # the first block is drafted before the verifier has run
+
+    def observe_hidden(self, states: torch.Tensor) -> None:
+        self.steered.set_block(states)

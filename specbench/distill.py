@@ -1,0 +1,347 @@
+"""`task=distill`: fine-tune the drafter on the verifier's samples with KL(π_V || π_D), for `distilled` and `sd2`.
+
+    python run.py task=distill task.kind=distilled           toy pair, data results/synth/toy/toy_train
+    python run.py task=distill task.kind=sd2 task.seed=1     + SD² steering (specbench.sd2)
+
+Data (SD² 3.3): a finished `task=synth` folder (`task.data`); each row is the sequence
+prompt_ids + token_ids cut to `task.max_length` tokens (paper: 256). The last `task.val_n` rows
+are held out for the validation KL; the training rows are reshuffled every epoch from (seed, epoch).
+
+Loss: KL(π_V || π_D) = sum_v π_V(v) (log π_V(v) - log π_D(v)), temperature 1, averaged over the
+positions that predict a continuation token (the prompt's last position up to the second-to-last
+token; the prompt itself is never drafted). π_V comes from a frozen verifier forward on every
+batch (no_grad), computed on the fly rather than stored: stored distributions cost V floats per
+token, which does not scale to real vocabularies, and sd2 needs the verifier's hidden states of
+the same forward anyway. Logits past the shared tokenizer range (embedding padding) are dropped.
+`sd2`: steering hooks on the drafter, one offset δ ~ U[1, task.k] per sequence; W_hml, W_s and
+the whole drafter are trained, the verifier stays frozen.
+
+Optimiser (A.3): AdamW (β = 0.9, 0.999; weight decay `task.weight_decay`, which the paper does not
+give), learning rate warmed up linearly from lr/10 to lr over `task.warmup_steps`, then cosine to
+lr/10 at the last step (the paper's "starting and ending at 1/10th the learning rate"; torch's
+LambdaLR), gradient-norm clipping at 0.5. Steps: `task.epochs` x ceil(train rows / batch_size), or
+`task.max_steps`. `task.autocast: bfloat16` runs the forwards under torch.autocast with float32
+drafter weights (the paper's setting on GPU); default off.
+
+sd2's steering weights may have their own learning rate `task.steering_lr` (default: lr, the
+paper's single rate). An Adam step moves each W_s entry by up to about lr, so each bias entry by
+up to lr * sum_i |g_i|, and the verifier's residual states are large (toy pair, one training
+sequence: mean norms 110, 116, 128 at layers 3, 4, 6, |g| = 162 in 128 dimensions). Measured on
+the toy pair (2000 synth rows, 714 steps, seed 0): with lr = steering_lr = 1e-3 the held-out KL
+first rose (0.136 at step 0, 0.165 at step 50), then ended below the distilled drafter's (0.0902
+vs 0.0926); with steering_lr = 2e-5 it did not rise, but removing the steering afterwards barely
+changed the drafter's greedy predictions, i.e. the steering had learnt little.
+
+Checkpoints: every `task.save_every` steps, checkpoint.pt (drafter, steering, optimiser,
+scheduler, step, log) goes to a temporary file that is renamed into place; a rerun resumes from
+it. Data order and δ are functions of (seed, step), so a resumed run ends in the same state as an
+uninterrupted one. The end writes drafter/ (save_pretrained + tokenizer), steering.safetensors and
+steering.json (sd2), train_log.jsonl, and last distill.json, whose presence marks a finished run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from specbench import provenance
+from specbench.pairs import Pair, check_vocab, load_model, load_pair, load_tokenizer, resolve_device
+from specbench.results import write_json_atomic
+from specbench.runner import TASKS, example_seed
+from specbench.sd2 import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
+from specbench.synth import check_task_resume, output_dir, read_synth, task_record
+
+log = logging.getLogger(__name__)
+
+KINDS = ("distilled", "sd2")
+CHECKPOINT, INFO, LOG = "checkpoint.pt", "distill.json", "train_log.jsonl"
+_AMP = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def kl_per_position(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(softmax p || softmax q) in nats per row: [N, V], [N, V] -> [N]."""
+    logp, logq = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
+    return F.kl_div(logq, logp, log_target=True, reduction="none").sum(-1)
+
+
+def sequences(rows: list[dict], max_length: int) -> list[tuple[list[int], int]]:
+    """(prompt + continuation ids cut to max_length, prompt length P) for rows with a continuation token left."""
+    out = [((r["prompt_ids"] + r["token_ids"])[:max_length], len(r["prompt_ids"])) for r in rows]
+    return [(ids, P) for ids, P in out if len(ids) > P]
+
+
+def make_batch(seqs: list[tuple[list[int], int]], pad_id: int
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, T], attention mask [B, T], loss mask [B, T] (positions P-1 .. len-2), P [B]."""
+    T = max(len(ids) for ids, _ in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    loss = torch.zeros((len(seqs), T), dtype=torch.bool)
+    for i, (s, P) in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+        loss[i, P - 1 : len(s) - 1] = True
+    return ids, mask, loss, torch.tensor([P for _, P in seqs])
+
+
+class Distiller:
+    """The trainable drafter (plus steering for sd2) and the frozen verifier of one distill run."""
+
+    def __init__(self, pair: Pair, kind: str, task: dict) -> None:
+        self.kind, self.verifier, self.vocab = kind, pair.target, pair.vocab_size
+        self.k, self.amp = int(task["k"]), _AMP[task.get("autocast")]
+        self.student: PreTrainedModel = copy.deepcopy(pair.model("draft")).float().train()
+        self.steered: SteeredDrafter | None = None
+        self.groups = [{"params": list(self.student.parameters()), "lr": float(task["lr"])}]
+        if kind == "sd2":
+            v_cfg = self.verifier.config.get_text_config()
+            L = v_cfg.num_hidden_layers
+            layers = check_layers(task.get("layers") or default_layers(L), L)
+            mlps = check_swiglu(self.student)
+            steering = Steering(v_cfg.hidden_size, len(mlps), mlps[0].up_proj.out_features, layers)
+            self.steered = SteeredDrafter(self.student, steering.to(self.student.device))
+            lr = float(task.get("steering_lr") or task["lr"])
+            self.groups.append({"params": list(steering.parameters()), "lr": lr})
+        self.params = [p for g in self.groups for p in g["params"]]
+
+    def autocast(self) -> Any:
+        """torch.autocast in the configured dtype, or nothing."""
+        dev = self.verifier.device.type
+        return torch.autocast(dev, dtype=self.amp) if self.amp else nullcontext()
+
+    def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
+             delta: torch.Tensor) -> torch.Tensor:
+        """KL(π_V || π_D) per loss position [N] for one batch (δ [B] is used by sd2 only)."""
+        dev, sdev = self.verifier.device, self.student.device
+        with torch.no_grad(), self.autocast():
+            out = self.verifier(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                                output_hidden_states=self.steered is not None)
+        where = where.to(sdev)
+        p_logits = out.logits[..., : self.vocab].to(sdev)[where]
+        if self.steered is not None:
+            states = torch.stack([out.hidden_states[k] for k in self.steered.steering.layers], dim=-2).float()
+            g = training_steering(self.steered.steering, states.to(sdev), delta.to(sdev), P.to(sdev))
+            self.steered.set_positions(g)
+        with self.autocast():
+            q_logits = self.student(input_ids=ids.to(sdev), attention_mask=mask.to(sdev)).logits[..., : self.vocab]
+        q_logits = q_logits[where]
+        if self.steered is not None:
+            self.steered.clear()
+        return kl_per_position(p_logits, q_logits)
+
+    def state(self) -> dict[str, Any]:
+        """Trainable weights."""
+        return {"drafter": self.student.state_dict(),
+                "steering": self.steered.steering.state_dict() if self.steered else None}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.student.load_state_dict(state["drafter"])
+        if self.steered:
+            self.steered.steering.load_state_dict(state["steering"])
+
+
+def lr_factor(step: int, steps: int, warmup: int) -> float:
+    """Multiplier of each group's lr (SD² A.3): 0.1 + 0.9 step/warmup during warm-up, then
+    0.1 + 0.9 (1 + cos(π t)) / 2 with t = (step - warmup) / (steps - warmup): from 1 down to 0.1."""
+    if step < warmup:
+        return 0.1 + 0.9 * step / warmup
+    t = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def lr_schedule(opt: torch.optim.Optimizer, steps: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """torch's LambdaLR with lr_factor, applied to every parameter group (drafter, steering)."""
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))
+
+
+def batch_indices(n: int, bs: int, step: int, seed: int) -> list[int]:
+    """Training rows of `step`: epoch = step // ceil(n / bs), shuffled from (seed, epoch)."""
+    per_epoch = math.ceil(n / bs)
+    epoch, b = divmod(step, per_epoch)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(example_seed(seed, f"epoch-{epoch}")))
+    return order[b * bs : (b + 1) * bs].tolist()
+
+
+def deltas(n: int, k: int, seed: int, key: str) -> torch.Tensor:
+    """n offsets δ ~ U[1, k] from (seed, key)."""
+    return torch.randint(1, k + 1, (n,), generator=torch.Generator().manual_seed(example_seed(seed, key)))
+
+
+@torch.no_grad()
+def validation_kl(d: Distiller, val: list[tuple[list[int], int]], bs: int, pad: int, seed: int) -> float:
+    """Token-weighted mean KL(π_V || π_D) over the held-out sequences (fixed δ per sequence)."""
+    d.student.eval()
+    total, count = 0.0, 0
+    for b in range(0, len(val), bs):
+        ids, mask, where, P = make_batch(val[b : b + bs], pad)
+        kl = d.loss(ids, mask, where, P, deltas(len(P), d.k, seed, f"val-{b}"))
+        total, count = total + kl.double().sum().item(), count + kl.numel()
+    d.student.train()
+    return total / max(1, count)
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """torch.save to a temporary file, then rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_final(d: Distiller, pair: Pair, run_dir: Path, history: list[dict]) -> None:
+    """drafter/ (save_pretrained + tokenizer), for sd2 steering.safetensors + steering.json, train_log.jsonl."""
+    tmp = run_dir / ".drafter.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    d.student.save_pretrained(tmp)
+    pair.tokenizer.save_pretrained(tmp)
+    shutil.rmtree(run_dir / "drafter", ignore_errors=True)
+    os.rename(tmp, run_dir / "drafter")
+    if d.steered:
+        s = d.steered.steering
+        save_file({k: v.contiguous() for k, v in s.state_dict().items()}, run_dir / "steering.safetensors.tmp")
+        os.replace(run_dir / "steering.safetensors.tmp", run_dir / "steering.safetensors")
+        write_json_atomic(run_dir / "steering.json", s.config())
+    with open(run_dir / (LOG + ".tmp"), "w") as f:
+        f.writelines(json.dumps(h) + "\n" for h in history)
+    os.replace(run_dir / (LOG + ".tmp"), run_dir / LOG)
+
+
+def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
+    """(train, held-out) sequences of the synth folder task.data, checked to come from this pair."""
+    rows, synth_record = read_synth(task["data"])
+    if synth_record["config"]["pair"] != pair_cfg:
+        raise ValueError(f"synth data {task['data']} was sampled from pair {synth_record['config']['pair']['name']!r} "
+                         f"with another configuration than this run's pair {pair_cfg['name']!r}")
+    seqs, val_n = sequences(rows, int(task["max_length"])), int(task["val_n"])
+    if not 0 < val_n < len(seqs):
+        raise ValueError(f"task.val_n must be in 1..{len(seqs) - 1} (the data has {len(seqs)} usable rows), "
+                         f"got {val_n}")
+    return seqs[:-val_n], seqs[-val_n:]
+
+
+def restore(path: Path, d: Distiller, opt: torch.optim.Optimizer, sched: Any, n_train: int) -> tuple[int, list, float]:
+    """Load checkpoint.pt into the weights, optimiser and scheduler; returns (step, log, seconds)."""
+    ck = torch.load(path, map_location=d.student.device, weights_only=True)
+    if ck["train_rows"] != n_train:
+        raise ValueError(f"{path} was trained on {ck['train_rows']} rows, the data now has {n_train}; refusing to "
+                         "resume on other data")
+    d.load_state(ck["weights"])
+    opt.load_state_dict(ck["opt"])
+    sched.load_state_dict(ck["sched"])
+    return ck["step"], ck["log"], ck["seconds"]
+
+
+@TASKS.register("distill")
+def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Train a `distilled` or `sd2` drafter from a synth folder into out_dir; returns distill.json's content."""
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    kind, bs, seed = task["kind"], int(task["batch_size"]), int(task["seed"])
+    if kind not in KINDS:
+        raise ValueError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS)}")
+    if task.get("autocast") not in _AMP:
+        raise ValueError(f"task.autocast must be one of {list(_AMP)}, got {task.get('autocast')!r}")
+    run_dir, device = output_dir(out_dir), resolve_device(cfg.get("device", "auto"))
+    record = task_record(cfg, device)
+    if (run_dir / INFO).exists():
+        check_task_resume(run_dir, record, resumable=("save_every",))
+        log.info("%s: already trained (%s); delete it to train again", run_dir, INFO)
+        return json.loads((run_dir / INFO).read_text())
+    pair_cfg = OmegaConf.to_container(cfg.pair, resolve=True)
+    train, val = training_data(task, pair_cfg)
+    steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    pair = load_pair(pair_cfg, device)
+    check_task_resume(run_dir, record, resumable=("save_every",))
+    d = Distiller(pair, kind, task)
+    opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
+    sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))
+    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else pair.tokenizer.eos_token_id
+    if (run_dir / CHECKPOINT).exists():
+        step, history, seconds = restore(run_dir / CHECKPOINT, d, opt, sched, len(train))
+        log.info("%s: resuming at step %d of %d", run_dir, step, steps)
+    else:
+        step, history, seconds = 0, [{"step": 0, "val_kl": validation_kl(d, val, bs, pad, seed)}], 0.0
+    every, save_every, progress = int(task["eval_every"]), int(task["save_every"]), cfg.get("progress", "auto")
+    bar = tqdm(range(step, steps), desc=f"distill {kind}", unit="step",
+               disable=None if progress == "auto" else not progress)
+    t0 = time.perf_counter()
+    for step in bar:
+        ids, mask, where, P = make_batch([train[i] for i in batch_indices(len(train), bs, step, seed)], pad)
+        loss = d.loss(ids, mask, where, P, deltas(len(P), d.k, seed, f"step-{step}")).mean()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(d.params, 0.5)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        entry = {"step": step + 1, "loss": loss.item(), "lr": opt.param_groups[0]["lr"], "grad_norm": norm.item()}
+        sched.step()
+        if (step + 1) % every == 0 or step + 1 == steps:
+            entry["val_kl"] = validation_kl(d, val, bs, pad, seed)
+            bar.set_postfix(val_kl=f"{entry['val_kl']:.4f}")
+        history.append(entry)
+        if (step + 1) % save_every == 0 and step + 1 < steps:
+            save_atomic({"step": step + 1, "weights": d.state(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                         "log": history, "seconds": seconds + time.perf_counter() - t0, "train_rows": len(train)},
+                        run_dir / CHECKPOINT)
+    seconds += time.perf_counter() - t0
+    save_final(d, pair, run_dir, history)
+    vals = [h["val_kl"] for h in history if "val_kl" in h]
+    info = {"task": "distill", "kind": kind, "pair": pair.name, "verifier": pair.target.name_or_path,
+            "data": str(task["data"]), "train_rows": len(train), "val_rows": len(val), "steps": steps,
+            "val_kl_initial": vals[0], "val_kl_final": vals[-1], "train_seconds": seconds,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **provenance.peak_memory(device), **record}
+    write_json_atomic(run_dir / INFO, info)  # last: marks the run finished
+    (run_dir / CHECKPOINT).unlink(missing_ok=True)
+    log.info("distill %s: %d steps in %.0f s; held-out KL %.4f -> %.4f", kind, steps, seconds, vals[0], vals[-1])
+    return info
+
+
+_LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
+
+
+def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
+    """The drafter a `task=distill` run of `kind` wrote to `folder`, on the pair's draft device and dtype.
+
+    For sd2 also its SteeredDrafter (hooks on the loaded model). Refuses folders of another kind or pair.
+    The last loaded drafter is kept for the next job of the process.
+    """
+    how = f"train one with `python run.py task=distill task.kind={kind}` and set method.drafter to its folder"
+    if folder in (None, ""):
+        raise ValueError(f"method {kind!r} needs method.drafter, the folder of a trained drafter: {how}")
+    folder = Path(folder)
+    if not (folder / INFO).exists():
+        raise FileNotFoundError(f"{folder} is not a finished distill run (no {INFO}): {how}")
+    info = json.loads((folder / INFO).read_text())
+    if info["kind"] != kind:
+        raise ValueError(f"{folder} holds a {info['kind']!r} drafter; method {kind!r} needs one trained with "
+                         f"task.kind={kind}")
+    if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
+        raise ValueError(f"{folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); this run's "
+                         f"pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
+    draft = pair.model("draft")
+    key = json.dumps([str(folder.resolve()), info["finished"], str(draft.device), str(draft.dtype)])
+    if key not in _LOADED:
+        _LOADED.clear()
+        check_vocab(pair.target.name_or_path, pair.tokenizer, str(folder), load_tokenizer(str(folder / "drafter")))
+        model = load_model({"path": str(folder / "drafter")}, draft.device).to(draft.dtype)
+        steered = None
+        if kind == "sd2":
+            steering = Steering(**json.loads((folder / "steering.json").read_text()))
+            steering.load_state_dict(load_file(folder / "steering.safetensors"))
+            steered = SteeredDrafter(model, steering.to(draft.device, draft.dtype).eval())
+        _LOADED[key] = (model, steered)
+    return _LOADED[key]

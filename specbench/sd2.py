@@ -1,0 +1,169 @@
+"""SD² steering (sd2.md section 3): a drafter whose SwiGLU MLPs are biased by the verifier's hidden states.
+
+    g   = W_hml [h; m; l]                         h, m, l: verifier hidden states at `layers`, [3 H_v] -> [H_v]
+    b_l = W_s^(l) g                               one bias per drafter layer l, [I_D]
+    MLP_l(a) = W_d ((W_u a + b_l) * act(W_g a))   the up-projection is biased before gating (Eq. 2)
+
+Init (section 3.3): W_s = 0 (the steered drafter starts as the plain drafter) and W_hml = [I I I]
+(g = h + m + l). W_s is one linear map H_v -> L_D * I_D whose output is split into the L_D layer
+biases (Figure 2: "transformed by another linear layer into a set of biases"), so each layer gets
+its own bias from the same g.
+
+Wrapping from outside: a forward hook on each layer's `mlp.up_proj` returns `up_proj(a) + b_l`.
+Llama, Qwen2 and Qwen3 MLPs compute `down_proj(act_fn(gate_proj(a)) * up_proj(a))`, so the hook
+yields exactly Eq. 2; transformers' code is untouched, the drafter's state dict keeps its keys
+(it saves and loads with save_pretrained / from_pretrained), and removing the hooks restores the
+plain drafter.
+
+Layers: `default_layers(L)` = (3, L // 2, L - 2) as indices into transformers' `hidden_states`
+tuple (index k = output of decoder layer k, 1-based; 0 is the embeddings), the paper's choice
+"inspired by EAGLE-3". The paper does not say whether its indices are 0- or 1-based (its released
+training command passes [3, 16, 29] for a 32-layer verifier); any tuple can be configured.
+
+Which positions are steered (decided here; the paper gives the rule only as "offset δ"):
+- Inference: the steering vector for a drafting block comes from the verifier's states at the
+  last accepted position s (the position whose distribution gave the block's first token, i.e.
+  the position of the first rejected draft in the paper's wording). Drafting the i-th token of
+  the block queries the drafter at position s + i, so the offset is δ = i in [1, k]. The tokens
+  the drafter reads at the start of a block (the correction or bonus token, and the last draft
+  when all were accepted) are read with the new block's bias, and their keys and values keep it
+  (the paper: steering also reaches attention through earlier positions). The first block of a
+  generation is drafted before the verifier has run, so it is not steered (b = 0).
+- Training: one δ ~ U[1, k] per sequence; the drafter's position j is steered with g from the
+  verifier's position j - δ when j - δ >= P - 1 (P = prompt length: the verifier has read the
+  whole prompt, as after the first verify at inference) and not steered otherwise, so prompt
+  positions are never steered, as at inference.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+SWIGLU_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+
+def default_layers(num_layers: int) -> tuple[int, ...]:
+    """(3, L // 2, L - 2): the low, middle and high hidden_states indices of an L-layer verifier
+    (each clamped to 1..L, for the tiny verifiers of tests with fewer than 5 layers)."""
+    return tuple(min(max(k, 1), num_layers) for k in (3, num_layers // 2, num_layers - 2))
+
+
+def check_layers(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
+    """Validate hidden_states indices 1..L (0 would be the embeddings)."""
+    layers = tuple(int(k) for k in layers)
+    if len(layers) != 3 or not all(1 <= k <= num_layers for k in layers):
+        raise ValueError(f"sd2 layers must be three hidden_states indices in 1..{num_layers} (the verifier's "
+                         f"layers), got {list(layers)}; the default is {list(default_layers(num_layers))}")
+    return layers
+
+
+def check_swiglu(drafter: PreTrainedModel) -> list[nn.Module]:
+    """The drafter's decoder-layer MLPs, after checking they are SwiGLU MLPs of a supported architecture."""
+    kind = drafter.config.model_type
+    layers = getattr(getattr(drafter, "model", None), "layers", None)
+    if kind not in SWIGLU_MODEL_TYPES or layers is None:
+        raise ValueError(f"sd2 steers SwiGLU drafters of the architectures {', '.join(SWIGLU_MODEL_TYPES)}; "
+                         f"drafter {drafter.name_or_path!r} is {kind!r}")
+    mlps = [layer.mlp for layer in layers]
+    for m in mlps:
+        if not all(isinstance(getattr(m, a, None), nn.Linear) for a in ("gate_proj", "up_proj", "down_proj")):
+            raise ValueError(f"sd2: drafter {drafter.name_or_path!r} has an MLP without gate/up/down projections")
+    return mlps
+
+
+class Steering(nn.Module):
+    """W_hml [3 H_v -> H_v] and W_s [H_v -> L_D * I_D], initialised to g = h + m + l and b = 0."""
+
+    def __init__(self, verifier_hidden: int, draft_layers: int, draft_intermediate: int,
+                 layers: tuple[int, ...]) -> None:
+        super().__init__()
+        self.layers = tuple(layers)
+        self.draft_layers, self.draft_intermediate = draft_layers, draft_intermediate
+        self.w_hml = nn.Linear(3 * verifier_hidden, verifier_hidden, bias=False)
+        self.w_s = nn.Linear(verifier_hidden, draft_layers * draft_intermediate, bias=False)
+        with torch.no_grad():
+            self.w_hml.weight.copy_(torch.eye(verifier_hidden).repeat(1, 3))  # [I I I]
+            self.w_s.weight.zero_()
+
+    def config(self) -> dict:
+        """The constructor arguments (saved next to the weights)."""
+        return {"verifier_hidden": self.w_hml.out_features, "draft_layers": self.draft_layers,
+                "draft_intermediate": self.draft_intermediate, "layers": list(self.layers)}
+
+    def vector(self, states: torch.Tensor) -> torch.Tensor:
+        """g = W_hml [h; m; l]: states [..., 3, H_v] -> [..., H_v]."""
+        return self.w_hml(states.flatten(-2).to(self.w_hml.weight.dtype))
+
+    def bias(self, g: torch.Tensor, layer: int) -> torch.Tensor:
+        """b_l = W_s^(l) g: [..., H_v] -> [..., I_D] (rows l*I_D .. (l+1)*I_D of W_s)."""
+        rows = slice(layer * self.draft_intermediate, (layer + 1) * self.draft_intermediate)
+        return nn.functional.linear(g, self.w_s.weight[rows])
+
+
+class SteeredDrafter:
+    """A drafter with steering hooks on every MLP up-projection, and the steering module that feeds them.
+
+    Each hook adds the current block's b_l [I_D] (inference: computed once per block by
+    `set_block`), or b_l of per-position vectors g [B, T, H_v] (training: `set_positions`; computed
+    in the hook, so gradients reach W_s and W_hml), or nothing (`clear`).
+    """
+
+    def __init__(self, model: PreTrainedModel, steering: Steering) -> None:
+        mlps = check_swiglu(model)
+        if len(mlps) != steering.draft_layers or mlps[0].up_proj.out_features != steering.draft_intermediate:
+            raise ValueError(f"steering was built for {steering.draft_layers} drafter layers of width "
+                             f"{steering.draft_intermediate}; drafter {model.name_or_path!r} has {len(mlps)} of "
+                             f"width {mlps[0].up_proj.out_features}")
+        self.model, self.steering = model, steering
+        self.g: torch.Tensor | None = None
+        self._block: list[torch.Tensor] | None = None  # b_l of the current block (inference)
+        self._hooks = [m.up_proj.register_forward_hook(self._hook(i)) for i, m in enumerate(mlps)]
+
+    def _hook(self, layer: int):
+        def add_bias(module: nn.Module, args: tuple, up: torch.Tensor) -> torch.Tensor | None:
+            if self._block is not None:
+                return up + self._block[layer]  # [I_D] broadcast over positions
+            if self.g is not None:
+                return up + self.steering.bias(self.g, layer)  # [B, T, I_D]
+            return None  # unsteered: the module's own output
+
+        return add_bias
+
+    def set_block(self, states: torch.Tensor) -> None:
+        """Steer the next block from the verifier's states [3, H_v] at the last accepted position."""
+        with torch.no_grad():
+            g = self.steering.vector(states)
+            self._block = [self.steering.bias(g, i).to(self.model.dtype) for i in range(self.steering.draft_layers)]
+        self.g = None
+
+    def set_positions(self, g: torch.Tensor | None) -> None:
+        """Steer each position with its own g [B, T, H_v] (zeros where unsteered), or None."""
+        self.g, self._block = g, None
+
+    def clear(self) -> None:
+        """No steering (the start of a generation: the first block is drafted before any verify)."""
+        self.g, self._block = None, None
+
+    def remove(self) -> None:
+        """Remove the hooks: the model is the plain drafter again."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.clear()
+
+
+def training_steering(steering: Steering, states: torch.Tensor, delta: torch.Tensor, prompt_len: torch.Tensor
+                      ) -> torch.Tensor:
+    """Per-position steering vectors [B, T, H_v] for a training batch.
+
+    states [B, T, 3, H_v] (verifier hidden states), delta [B] in [1, k], prompt_len [B]:
+    position j gets g_{j - δ} if j - δ >= P - 1, else 0 (see the module docstring).
+    """
+    g = steering.vector(states)  # [B, T, H_v]
+    T = g.shape[1]
+    src = torch.arange(T, device=g.device)[None, :] - delta[:, None]  # [B, T]
+    valid = src >= (prompt_len[:, None] - 1)
+    idx = src.clamp(min=0)[..., None].expand(-1, -1, g.shape[-1])
+    return g.gather(1, idx) * valid[..., None].to(g.dtype)

@@ -1,0 +1,144 @@
+"""Sweeps on Hydra launchers (the basic in-process one, SLURM or local processes through submitit).
+
+- `sweep_jobs(cfg)`: the override lists of the jobs `python run.py -m` launches for a composed
+  config, in the order of Hydra's basic sweeper (an experiment's `hydra.sweeper.params`, then the
+  command line's overrides, which replace a parameter of the same key), so tests and tools can
+  list and run an experiment's jobs without launching Hydra.
+- `slurm_unavailable()`: why no SLURM cluster can take jobs here (None when one can).
+- `SweepProgress`: a Hydra callback (conf/config.yaml `hydra.callbacks`) showing a progress bar
+  over a sweep's jobs, with rate and ETA, on a terminal only (tqdm's `disable=None`: off when
+  stderr is not a TTY, e.g. SLURM logs). With the basic launcher it advances as each job ends; with
+  a submitit launcher, whose jobs end in other processes, a thread counts the result files that
+  submitit writes for finished jobs. Any failure in it is logged and ignored: a progress bar never
+  fails a sweep.
+
+Requeue safety (SLURM) needs nothing here: submitit calls the plugin launcher's `checkpoint`,
+which resubmits the same job with the same overrides, hence the same results folder (the folder
+names hold no timestamp), and the runner resumes it from rows.jsonl (specbench.runner).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def sweep_jobs(cfg: DictConfig) -> list[list[str]]:
+    """Each job's overrides, as BasicSweeper builds them from hydra.sweeper.params and the task overrides."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = cfg.hydra.sweeper.get("params")
+    params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
+    lines = [f"{k}={v}" for k, v in params.items()] + list(cfg.hydra.overrides.task)
+    overrides = OverridesParser.create().parse_overrides(lines)
+    return BasicSweeper.split_arguments(overrides, None)[0]
+
+
+def slurm_unavailable(timeout_s: float = 15.0) -> str | None:
+    """None if `sinfo` reaches a controller that has a node able to run jobs; else the reason why not."""
+    if shutil.which("sinfo") is None:
+        return "no SLURM client here (sinfo not found on PATH)"
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"sinfo did not answer within {timeout_s:.0f} s"
+    if p.returncode != 0:
+        return f"sinfo failed (exit {p.returncode}): {p.stderr.strip()[:300]}"
+    states = p.stdout.split()
+    if not any(s.rstrip("*~#") in ("idle", "mixed", "allocated", "completing") for s in states):
+        return f"no SLURM node is up (node states: {', '.join(states) or 'none'})"
+    return None
+
+
+def _bar_disabled(progress: Any) -> bool | None:
+    """tqdm's `disable` for the `progress` config key: auto -> None (on a TTY only), else not progress."""
+    return None if progress in (None, "auto") else not bool(progress)
+
+
+class SweepProgress(Callback):
+    """A progress bar over the jobs of a multirun (rate and ETA), shown on a terminal only."""
+
+    def __init__(self, poll_s: float = 5.0) -> None:
+        self.poll_s = poll_s
+        self._bar: Any = None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict:
+        """Submitit pickles the launcher with its callbacks: send only the settings, not the bar or thread."""
+        return {"poll_s": self.poll_s}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._start(config)
+        except Exception as e:  # noqa: BLE001 - a progress bar must never fail a sweep
+            log.warning("sweep progress bar disabled: %s", e)
+            self._bar = None
+
+    def _start(self, config: DictConfig) -> None:
+        from tqdm.auto import tqdm
+
+        if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or config.hydra.sweeper.get("max_batch_size"):
+            return
+        total = len(sweep_jobs(config))
+        self._bar = tqdm(total=total, desc="sweep", unit="job", disable=_bar_disabled(config.get("progress", "auto")),
+                         dynamic_ncols=True)
+        if self._bar.disable:
+            self._bar = None
+            return
+        folder = config.hydra.launcher.get("submitit_folder")
+        if folder:  # jobs end in other processes: count submitit's result files
+            self._stop = threading.Event()
+            pattern = str(Path(str(folder).replace("%j", "*")) / "*_result.pkl")
+            self._thread = threading.Thread(target=self._poll, args=(pattern, time.time()), daemon=True)
+            self._thread.start()
+
+    def _poll(self, pattern: str, since: float) -> None:
+        """Advance the bar to the number of result files written since the sweep started."""
+        assert self._stop is not None
+        while not self._stop.wait(self.poll_s):
+            try:
+                done = sum(1 for f in glob.glob(pattern) if os.stat(f).st_mtime >= since)
+                if self._bar is not None and done > self._bar.n:
+                    self._bar.update(min(done, self._bar.total) - self._bar.n)
+            except Exception as e:  # noqa: BLE001
+                log.warning("sweep progress bar stopped: %s", e)
+                return
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if self._bar is not None and self._thread is None:  # in-process launcher
+            self._bar.update(1)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._bar is not None:
+            if self._thread is not None:
+                self._bar.update(self._bar.total - self._bar.n)  # every job has returned
+            self._bar.close()
+        self._bar = self._thread = self._stop = None
+
+
+if __name__ == "__main__":  # `python -m specbench.slurm`: is a cluster reachable from here?
+    reason = slurm_unavailable()
+    print(reason or "SLURM is reachable")
+    sys.exit(1 if reason else 0)

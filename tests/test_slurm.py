@@ -1,0 +1,278 @@
+"""Sweeps off the basic launcher: a killed or requeued job resumes its folder, shards merge, SLURM runs.
+
+The reference for every resumed or merged run is the same configuration run once, uninterrupted
+and unsharded, in this process: the rows must match it in everything but wall-clock timings.
+"""
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT, compose_cfg, small
+from specbench import merge
+from specbench.runner import run
+from specbench.slurm import slurm_unavailable
+
+TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s"}
+BASE = ["pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", "threads=1"]
+JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "dataset.limit=12"]
+
+
+def untimed(rows: list[dict]) -> list[dict]:
+    """Rows without the wall-clock fields (everything else is deterministic for a config)."""
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def reference(tmp_path: Path, *job: str) -> list[dict]:
+    run(small("threads=1", *job), tmp_path / "reference")
+    return read(tmp_path / "reference" / "rows.jsonl")
+
+
+def wait_for_rows(folder: Path, pattern: str, n: int, proc: subprocess.Popen, timeout_s: float = 120) -> Path:
+    """The first rows.jsonl under folder (glob pattern) once it holds >= n complete rows."""
+    end = time.time() + timeout_s
+    while time.time() < end:
+        for f in folder.glob(pattern):
+            if f.read_bytes().count(b"\n") >= n:
+                return f
+        assert proc.poll() is None, f"the job ended (exit {proc.returncode}) before writing {n} rows"
+        time.sleep(0.02)
+    raise AssertionError(f"no {n} rows under {folder} within {timeout_s} s")
+
+
+def stop(p: subprocess.Popen) -> None:
+    """SIGKILL a job this test started, and every process it started, if still running."""
+    if p.poll() is None:
+        for c in psutil.Process(p.pid).children(recursive=True):
+            c.kill()
+        p.kill()
+    p.wait()
+
+
+def test_killed_run_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path, caplog):
+    """SIGKILL mid-run (a preempted SLURM job), then the same command again: the same rows as one clean run."""
+    ref = reference(tmp_path, *JOB)
+    out = tmp_path / "killed"
+    p = subprocess.Popen([sys.executable, "run.py", *BASE, *JOB, f"hydra.run.dir={out}"], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_rows(out, "rows.jsonl", 2, p)
+    finally:
+        stop(p)  # SIGKILL, as a preempted job gets
+    before = (out / "rows.jsonl").read_bytes()
+    n_before = before.count(b"\n")
+    assert 2 <= n_before < len(ref), "the kill must land mid-run"
+    assert not (out / "summary.json").exists()
+    with caplog.at_level(logging.INFO, logger="specbench.runner"):  # the same command again (in-process)
+        run(compose_cfg(*BASE, *JOB), out)
+    assert f"{len(ref)} examples, {n_before} already done" in caplog.text
+    after = (out / "rows.jsonl").read_bytes()
+    assert after.startswith(before[: before.rfind(b"\n") + 1])  # finished rows kept as written, not redone
+    assert untimed(read(out / "rows.jsonl")) == untimed(ref)
+    assert json.loads((out / "summary.json").read_text())["n_examples"] == len(ref)
+
+
+@pytest.mark.slow  # ~50 s: three Python processes start (sweep, job, requeued job); CI runs the SLURM test
+def test_local_launcher_requeue_resumes_the_same_folder(tmp_path):
+    """submitit's preemption signal (USR2) mid-job: the launcher checkpoints, the job is requeued and resumes."""
+    ref = reference(tmp_path, *JOB)
+    sweep = tmp_path / "sweep"
+    p = subprocess.Popen([sys.executable, "run.py", "-m", "hydra/launcher=local", *BASE, *JOB,
+                          f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=open(tmp_path / "sweep.err", "w"))  # a file: a pipe left unread could fill up
+    try:
+        rows = wait_for_rows(sweep, "tiny_random/smoke/vanilla/t1/*/rows.jsonl", 2, p, timeout_s=240)
+        tasks = [c for c in psutil.Process(p.pid).children(recursive=True)
+                 if "submitit.core._submit" in " ".join(c.cmdline())]
+        assert len(tasks) == 1, [c.cmdline() for c in psutil.Process(p.pid).children(recursive=True)]
+        tasks[0].send_signal(signal.SIGUSR2)
+        p.wait(timeout=300)
+    finally:
+        stop(p)
+    assert p.returncode == 0, (tmp_path / "sweep.err").read_text()[-3000:]
+    logs = "".join(f.read_text() for f in sweep.glob(".submitit/*/*_log.*"))
+    assert "preempted" in logs and "Requeued" in logs  # submitit's own record of the requeue
+    resumed = [int(line.split(" already done")[0].rsplit(" ", 1)[1]) for line in logs.splitlines()
+               if " already done" in line]
+    assert len(resumed) == 2 and resumed[0] == 0 and 0 < resumed[1] < len(ref), resumed
+    assert untimed(read(rows)) == untimed(ref)
+
+
+def shard_runs(root: Path, n: int, *job: str) -> list[Path]:
+    """Shards i/n of `job`, in the folders Hydra's sweep would use (dataset.shard=i/n in the path)."""
+    dirs = []
+    for i in range(n):
+        d = root / "tiny_random/smoke/vanilla/t1" / f"dataset.shard={i}/{n},decode.max_new_tokens=48"
+        run(small("threads=1", *job, f"dataset.shard={i}/{n}"), d)
+        dirs.append(d)
+    return dirs
+
+
+SHARD_JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "dataset.limit=7"]
+
+
+@pytest.fixture(scope="module")
+def shard_tree(tmp_path_factory):
+    """Three shards of a 7-example run and the unsharded reference, made once for this module."""
+    root = tmp_path_factory.mktemp("shards")
+    shard_runs(root / "results", 3, *SHARD_JOB)
+    reference(root, *SHARD_JOB)
+    return root
+
+
+@pytest.fixture
+def shards(shard_tree, tmp_path):
+    """A private copy of shard_tree: (folder, shard folders, reference rows, job overrides)."""
+    shutil.copytree(shard_tree, tmp_path, dirs_exist_ok=True)
+    dirs = [tmp_path / "results/tiny_random/smoke/vanilla/t1" / f"dataset.shard={i}/3,decode.max_new_tokens=48"
+            for i in range(3)]
+    return tmp_path, dirs, read(tmp_path / "reference" / "rows.jsonl"), SHARD_JOB
+
+
+def test_shards_merge_into_the_unsharded_run(shards, capsys):
+    tmp_path, dirs, ref, job = shards
+    assert merge.main([str(tmp_path / "results")]) == 0
+    out = tmp_path / "results/tiny_random/smoke/vanilla/t1/decode.max_new_tokens=48"
+    assert f"-> {out}" in capsys.readouterr().out
+    rows = read(out / "rows.jsonl")
+    assert untimed(rows) == untimed(ref)  # the dataset's order, the same outputs
+    s = json.loads((out / "summary.json").read_text())
+    assert s["n_examples"] == 7 and s["total_new_tokens"] == sum(r["new_tokens"] for r in ref)
+    assert s["acceptance_rate"] == sum(r["accepted"] for r in ref) / sum(r["drafted"] for r in ref)
+    assert s["block_efficiency"] == sum(r["new_tokens"] for r in ref) / sum(r["target_calls"] for r in ref)
+    assert s["tokens_per_s"] == pytest.approx(sum(r["new_tokens"] for r in rows) / sum(r["decode_s"] for r in rows))
+    assert [m["shard"] for m in s["merged_from"]] == ["0/3", "1/3", "2/3"]
+    assert s["config"]["dataset"]["shard"] is None
+    assert json.loads((out / "config.json").read_text())["config"]["dataset"]["shard"] is None
+    # the unsharded run of the same config resumes the merged folder with nothing left to do
+    again = run(small("threads=1", *job), out)
+    assert again["n_examples"] == 7 and read(out / "rows.jsonl") == rows
+    assert merge.main([str(d) for d in dirs]) == 0  # merging again: identical rows, summary rewritten
+    assert read(out / "rows.jsonl") == rows
+
+
+def test_merge_refuses_incomplete_overlapping_or_mixed_shards(shards, capsys):
+    tmp_path, dirs, _, job = shards
+    out = tmp_path / "merged"
+
+    def refused(args: list, reason: str) -> None:
+        assert merge.main([*map(str, args), "--out", str(out)]) == 1
+        assert reason in capsys.readouterr().err
+        assert not out.exists()  # nothing written for a refused group
+
+    refused(dirs[:2], "missing shard(s) 2/3")
+    twin = tmp_path / "twin"
+    shutil.copytree(dirs[1], twin)
+    refused([*dirs, twin], "shard 1/3 appears twice")
+    other = tmp_path / "other"
+    run(small("threads=1", *job, "method.gamma=3", "dataset.shard=2/3"), other)
+    refused([dirs[0], dirs[1], other], "differ in config beyond the shard")
+    assert "method.gamma: 5 vs 3" in "".join(merge.config_diff(
+        json.loads((dirs[2] / "config.json").read_text())["config"],
+        json.loads((other / "config.json").read_text())["config"]))
+    (dirs[2] / "rows.jsonl").write_text("".join((dirs[2] / "rows.jsonl").read_text().splitlines(True)[:-1]))
+    refused(dirs, "unfinished shard")
+    refused([tmp_path / "reference"], "not a shard run")
+    refused([tmp_path / "other" / "nothing"], "no such folder")
+    (tmp_path / "empty").mkdir()
+    refused([tmp_path / "empty"], "no shard runs")
+
+
+def test_slurm_launcher_config_composes_with_and_without_local_settings():
+    """hydra/launcher=slurm reads conf/local's `slurm:` keys; absent, the launcher's own defaults hold."""
+    from omegaconf import OmegaConf
+
+    bare = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm").hydra.launcher, resolve=True)
+    assert bare["partition"] is None and bare["timeout_min"] == 240 and bare["max_num_timeout"] == 5
+    assert bare["_target_"].endswith("SlurmLauncher") and bare["submitit_folder"] == "results/.submitit/%j"
+    local = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm", "local=example").hydra.launcher, resolve=True)
+    assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", 1, 16)
+    # machine settings are no part of a run's identity: the same folder resumes on another partition
+    from specbench.runner import _identity
+
+    a, b = ({k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+             for k, v in compose_cfg(*o).items() if k != "hydra"} for o in ([], ["local=example"]))
+    assert "slurm" in b and "slurm" not in a and _identity(a) == _identity(b)
+
+
+@pytest.fixture
+def slurm_cluster(request, capsys):
+    """Skip, printing why on the terminal, when no SLURM cluster is reachable (fail if CI started one)."""
+    reason = slurm_unavailable()
+    if reason:
+        if os.environ.get("SPECBENCH_SLURM") == "1":
+            pytest.fail(f"CI started a SLURM cluster but it is not reachable: {reason}")
+        with capsys.disabled():
+            print(f"\nSKIPPED {request.node.name}: no SLURM cluster: {reason}")
+        pytest.skip(f"no SLURM cluster: {reason}")
+
+
+@pytest.mark.slurm
+def test_sweep_on_a_slurm_cluster(tmp_path, slurm_cluster):
+    """Two jobs through hydra/launcher=slurm on a real (single-node) cluster; every job's results checked."""
+    from omegaconf import OmegaConf
+
+    sweep = tmp_path / "sweep"
+    p = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm", *BASE, "method=ar,vanilla",
+                        "dataset.limit=2", "decode.max_new_tokens=8", "hydra.launcher.timeout_min=10",
+                        f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for method in ("ar", "vanilla"):
+        (d,) = [f.parent for f in sweep.glob(f"tiny_random/smoke/{method}/greedy/*/summary.json")]
+        s = json.loads((d / "summary.json").read_text())
+        assert s["n_examples"] == 2 and len(read(d / "rows.jsonl")) == 2 and s["method"] == method
+        ref = run(small("threads=1", f"method={method}", "dataset.limit=2", "decode.max_new_tokens=8"),
+                  tmp_path / f"ref-{method}")
+        assert untimed(read(d / "rows.jsonl")) == untimed(read(tmp_path / f"ref-{method}" / "rows.jsonl"))
+        assert ref["n_examples"] == 2
+        # the job ran as a task of a SLURM array job: hydra.job.id is submitit's "<array job id>_<task>"
+        job_id = str(OmegaConf.load(d / ".hydra/hydra.yaml").hydra.job.id)
+        array_id, task = job_id.split("_")
+        assert (sweep / ".submitit" / job_id).is_dir() and array_id.isdigit() and task in ("0", "1")
+    # the tasks ran the submitting interpreter, and their logs (files, not a terminal) hold no progress bar
+    (script,) = list(sweep.glob(".submitit/*/*_submission.sh"))
+    assert f"{sys.executable} -u -m submitit.core._submit" in script.read_text()
+    logs = [f.read_text() for f in sweep.glob(".submitit/*_*/*_log.*")]
+    assert len(logs) == 4 and sum("Job completed successfully" in t for t in logs) == 2
+    assert not any("%|" in t or "\r" in t for t in logs)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow  # a requeued SLURM job waits for the scheduler to start it again
+def test_preempted_slurm_job_is_requeued_and_resumes(tmp_path, slurm_cluster):
+    """submitit's preemption (SIGTERM, then USR2 through scancel, as SlurmJob._interrupt): requeue, resume."""
+    from omegaconf import OmegaConf
+
+    ref = reference(tmp_path, *JOB)
+    sweep = tmp_path / "sweep"
+    p = subprocess.Popen([sys.executable, "run.py", "-m", "hydra/launcher=slurm", *BASE, *JOB,
+                          "hydra.launcher.timeout_min=20", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sweep.err", "w"))
+    rows = wait_for_rows(sweep, "tiny_random/smoke/vanilla/t1/*/rows.jsonl", 2, p, timeout_s=300)
+    try:
+        job_id = str(OmegaConf.load(rows.parent / ".hydra/hydra.yaml").hydra.job.id)  # SLURM's, set by submitit
+        for sig in ("SIGTERM", "USR2"):
+            subprocess.run(["scancel", job_id, "--signal", sig], check=True)
+        p.wait(timeout=600)
+    finally:
+        stop(p)
+    assert p.returncode == 0, (tmp_path / "sweep.err").read_text()[-3000:]
+    logs = "".join(f.read_text() for f in sweep.glob(".submitit/*/*_log.*"))
+    assert "preempted" in logs and f"Requeued job {job_id}" in logs
+    resumed = [int(line.split(" already done")[0].rsplit(" ", 1)[1]) for line in logs.splitlines()
+               if " already done" in line]
+    assert len(resumed) == 2 and resumed[0] == 0 and 0 < resumed[1] < len(ref), resumed
+    assert untimed(read(rows)) == untimed(ref)
