@@ -43,7 +43,8 @@ class Pair:
         """The model playing `role` ('target' or 'draft')."""
         m = self.target if role == "target" else self.draft
         if m is None:
-            raise ValueError(f"pair {self.name!r} has no {role} model")
+            raise ValueError(f"pair {self.name!r} has no {role} model: it runs only methods that use the target "
+                             f"alone (method=ar); pick a pair with a draft for speculative methods")
         return m
 
     def context_length(self, models: list[PreTrainedModel]) -> int | None:
