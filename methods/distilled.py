@@ -14,6 +14,7 @@ class Distilled(Vanilla):
     """Vanilla γ / `rejection` with the drafter a `task=distill task.kind=distilled` run wrote to `drafter`."""
 
     name = "distilled"
+    kind = "distilled"  # the task=distill task.kind whose folders this method loads
 
     def __init__(self, gamma: int = 8, rule: str = "rejection", drafter: str | None = None, **options: Any) -> None:
         super().__init__(gamma=gamma, rule=rule, **options)
@@ -22,4 +23,4 @@ class Distilled(Vanilla):
     def drafter_model(self, pair: Any) -> Any:
         from specbench.distill import load_trained
 
-        return load_trained(self.folder, pair, "distilled")[0]
+        return load_trained(self.folder, pair, self.kind)[0]

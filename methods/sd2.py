@@ -14,25 +14,22 @@ from typing import Any
 
 import torch
 
-from methods.vanilla import Vanilla
+from methods.distilled import Distilled
 from specbench.method import METHODS
 
 
 @METHODS.register("sd2")
-class SD2(Vanilla):
+class SD2(Distilled):
     """Vanilla γ / `rejection` with a drafter and steering trained by `task=distill task.kind=sd2` (`drafter`)."""
 
     name = "sd2"
-
-    def __init__(self, gamma: int = 8, rule: str = "rejection", drafter: str | None = None, **options: Any) -> None:
-        super().__init__(gamma=gamma, rule=rule, **options)
-        self.folder = drafter
-        self.steered = None
+    kind = "sd2"
+    steered = None  # specbench.sd2.SteeredDrafter, once the drafter is loaded
 
     def drafter_model(self, pair: Any) -> Any:
         from specbench.distill import load_trained
 
-        model, self.steered = load_trained(self.folder, pair, "sd2")
+        model, self.steered = load_trained(self.folder, pair, self.kind)
         self.hidden_layers = self.steered.steering.layers
         return model
 
