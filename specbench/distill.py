@@ -62,9 +62,10 @@ from transformers import PreTrainedModel
 from specbench import provenance
 from specbench.pairs import Pair, check_vocab, load_model, load_pair, load_tokenizer, resolve_device
 from specbench.results import write_json_atomic
-from specbench.runner import TASKS, example_seed
+from specbench.progress import progress_bars
+from specbench.runner import TASKS, example_seed, output_dir
 from specbench.sd2 import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
-from specbench.synth import check_task_resume, output_dir, read_synth, task_record
+from specbench.synth import check_task_resume, read_synth, task_record
 
 log = logging.getLogger(__name__)
 
@@ -276,9 +277,9 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
         log.info("%s: resuming at step %d of %d", run_dir, step, steps)
     else:
         step, history, seconds = 0, [{"step": 0, "val_kl": validation_kl(d, val, bs, pad, seed)}], 0.0
-    every, save_every, progress = int(task["eval_every"]), int(task["save_every"]), cfg.get("progress", "auto")
+    every, save_every = int(task["eval_every"]), int(task["save_every"])
     bar = tqdm(range(step, steps), desc=f"distill {kind}", unit="step",
-               disable=None if progress == "auto" else not progress)
+               disable=progress_bars(cfg.get("progress", "auto")))
     t0 = time.perf_counter()
     for step in bar:
         ids, mask, where, P = make_batch([train[i] for i in batch_indices(len(train), bs, step, seed)], pad)

@@ -47,6 +47,14 @@ class Pair:
                              f"alone (method=ar); pick a pair with a draft for speculative methods")
         return m
 
+    def eos_ids(self, models: list[PreTrainedModel]) -> set[int]:
+        """Ids that end a generation: the tokenizer's EOS and each model's generation-config EOS ids."""
+        ids = {self.tokenizer.eos_token_id}
+        for m in models:
+            e = m.generation_config.eos_token_id if m.generation_config is not None else None
+            ids |= set(e if isinstance(e, list) else [e])
+        return ids - {None}
+
     def context_length(self, models: list[PreTrainedModel]) -> int | None:
         """The smallest max_position_embeddings among `models` (None if none declares one)."""
         lens = [getattr(m.config.get_text_config(), "max_position_embeddings", None) for m in models]

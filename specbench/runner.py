@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
-from transformers.utils import logging as hf_logging
 
 from specbench import provenance, wandb_log
 from specbench.data import Evaluator, Example, build_dataset, select
@@ -21,6 +19,7 @@ from specbench.engine import Engine, Generation, concat_generations
 from specbench.method import METHODS, Method
 from specbench.metrics import example_metrics, summarize
 from specbench.pairs import Pair, load_pair, resolve_device
+from specbench.progress import progress_bars
 from specbench.prompting import encode
 from specbench.registry import Registry
 from specbench.results import CONFIG, SUMMARY, RowWriter, without_keys, write_json_atomic
@@ -34,15 +33,13 @@ log = logging.getLogger(__name__)
 TASKS: Registry = Registry("task")
 
 
-def progress_bars(progress: Any) -> bool | None:
-    """tqdm's `disable` for the `progress` key: auto = bars on a terminal only (none in logs, e.g. SLURM's);
-    transformers' own bars (loading and saving weights) and the toy pair's training bar follow it."""
-    disable = None if progress in (None, "auto") else not progress
-    if disable or (disable is None and not sys.stderr.isatty()):
-        hf_logging.disable_progress_bar()
-    else:
-        hf_logging.enable_progress_bar()
-    return disable
+def output_dir(out_dir: str | Path | None) -> Path:
+    """`out_dir`, else the running Hydra job's output folder."""
+    if out_dir is not None:
+        return Path(out_dir)
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir)
 
 
 def build_method(cfg: dict) -> Method:
@@ -90,14 +87,7 @@ def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings
     verifier = pair.model(method.verifier)
     drafter = method.drafter_model(pair) if method.uses_draft else None
     models = [m for m in (verifier, drafter) if m is not None]
-    eos = pair.tokenizer.eos_token_id
-    eos_ids = set()
-    for m in models:
-        e = m.generation_config.eos_token_id if m.generation_config is not None else None
-        eos_ids |= set(e if isinstance(e, list) else [e]) - {None}
-    if eos is not None:
-        eos_ids.add(eos)
-    return Engine(verifier, drafter, Sampler(params, pair.vocab_size), eos_ids, pair.tokenizer,
+    return Engine(verifier, drafter, Sampler(params, pair.vocab_size), pair.eos_ids(models), pair.tokenizer,
                   stop_strings, pair.context_length(models))
 
 
@@ -186,11 +176,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     choices = _choices(cfg)
     c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
          for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
-    if out_dir is None:
-        from hydra.core.hydra_config import HydraConfig
-
-        out_dir = HydraConfig.get().runtime.output_dir
-    run_dir = Path(out_dir)
+    run_dir = output_dir(out_dir)
     # validate everything cheap before loading models
     params = sampling_params(c["decode"])
     max_new, seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])

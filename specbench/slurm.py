@@ -33,6 +33,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from specbench.progress import bar_disabled
+
 log = logging.getLogger(__name__)
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -66,11 +68,6 @@ def slurm_unavailable(timeout_s: float = 15.0) -> str | None:
     return None
 
 
-def _bar_disabled(progress: Any) -> bool | None:
-    """tqdm's `disable` for the `progress` config key: auto -> None (on a TTY only), else not progress."""
-    return None if progress in (None, "auto") else not bool(progress)
-
-
 class SweepProgress(Callback):
     """A progress bar over the jobs of a multirun (rate and ETA), shown on a terminal only."""
 
@@ -100,7 +97,7 @@ class SweepProgress(Callback):
         if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or config.hydra.sweeper.get("max_batch_size"):
             return
         total = len(sweep_jobs(config))
-        self._bar = tqdm(total=total, desc="sweep", unit="job", disable=_bar_disabled(config.get("progress", "auto")),
+        self._bar = tqdm(total=total, desc="sweep", unit="job", disable=bar_disabled(config.get("progress", "auto")),
                          dynamic_ncols=True)
         if self._bar.disable:
             self._bar = None

@@ -30,6 +30,7 @@ into a folder of another configuration is refused; `task.n` may grow); `summary.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -42,11 +43,12 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from specbench import provenance
 from specbench.data import Example, Source, load_source
-from specbench.pairs import Pair, load_pair, resolve_device
+from specbench.pairs import load_pair, resolve_device
 from specbench.prompting import encode
 from specbench.registry import Registry
-from specbench.results import CONFIG, SUMMARY, RowWriter, write_json_atomic
-from specbench.runner import TASKS, example_seed
+from specbench.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows, write_json_atomic
+from specbench.progress import progress_bars
+from specbench.runner import TASKS, example_seed, output_dir
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +83,6 @@ def gsm8k_train(n: int | None, seed: int, data_dir: str | None) -> list[Example]
     return [Example(id=f"gsm8k_train-{i:05d}", prompt=question_text(r["question"])) for i, r in enumerate(rows[:n])]
 
 
-def output_dir(out_dir: str | Path | None) -> Path:
-    """`out_dir`, else the running Hydra job's output folder."""
-    if out_dir is not None:
-        return Path(out_dir)
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir)
-
-
 def task_record(cfg: DictConfig, device: torch.device) -> dict[str, Any]:
     """What a task folder records: the resolved task, pair and run settings, git hash, versions, device."""
     keys = ("task", "pair", "device", "threads", "progress")
@@ -101,7 +94,6 @@ def task_record(cfg: DictConfig, device: torch.device) -> dict[str, Any]:
 
 def check_task_resume(run_dir: Path, record: dict, resumable: tuple[str, ...]) -> None:
     """Write config.json, or refuse a folder whose config differs in anything but `resumable` task keys."""
-    import json
 
     def identity(c: dict) -> dict:
         c = {k: v for k, v in c.items() if k not in ("threads", "progress")}
@@ -117,13 +109,6 @@ def check_task_resume(run_dir: Path, record: dict, resumable: tuple[str, ...]) -
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, record)
-
-
-def eos_ids(pair: Pair, model: PreTrainedModel) -> list[int]:
-    """The tokenizer's EOS and the model's generation-config EOS ids."""
-    e = model.generation_config.eos_token_id if model.generation_config is not None else None
-    ids = set(e if isinstance(e, list) else [e]) | {pair.tokenizer.eos_token_id}
-    return sorted(i for i in ids if i is not None)
 
 
 @torch.inference_mode()
@@ -182,17 +167,18 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     record = task_record(cfg, device)
     check_task_resume(run_dir, record, resumable=("n",))
     writer = RowWriter(run_dir)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos_ids(pair, model)[0]
+    eos = sorted(pair.eos_ids([model]))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
     batches = [range(b, min(b + bs, len(examples))) for b in range(0, len(examples), bs)]
     todo = [r for r in batches if any(examples[i].id not in writer.done for i in r)]
     log.info("synth %s: %d prompts from %s, %d batches to sample", run_dir, len(examples), task["prompts"], len(todo))
-    t0, progress = time.perf_counter(), cfg.get("progress", "auto")
-    for r in tqdm(todo, desc="synth", unit="batch", disable=None if progress == "auto" else not progress):
+    t0 = time.perf_counter()
+    for r in tqdm(todo, desc="synth", unit="batch", disable=progress_bars(cfg.get("progress", "auto"))):
         longest = max(len(prompts[i]) for i in r)
         new = max_new if ctx is None else min(max_new, ctx - longest)
         if new < 1:
             raise ValueError(f"prompt {examples[r[0]].id!r}..: {longest} tokens leave no room in the context of {ctx}")
-        outs = sample_batch(model, [prompts[i] for i in r], new, temperature, pad, eos_ids(pair, model),
+        outs = sample_batch(model, [prompts[i] for i in r], new, temperature, pad, eos,
                             example_seed(int(task["seed"]), f"batch-{r[0]}"), pair.vocab_size)
         for i, (ids, stop) in zip(r, outs):
             if examples[i].id not in writer.done:
@@ -213,10 +199,6 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
 
 def read_synth(folder: str | Path) -> tuple[list[dict], dict]:
     """The rows and config record of a finished synth folder."""
-    import json
-
-    from specbench.results import ROWS, read_rows
-
     folder = Path(folder)
     rows = read_rows(folder / ROWS)
     if not (folder / SUMMARY).exists() or json.loads((folder / SUMMARY).read_text())["n_rows"] != len(rows):

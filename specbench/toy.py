@@ -130,7 +130,7 @@ def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict
     opt = torch.optim.AdamW(model.parameters(), lr=float(train["lr"]), betas=(0.9, 0.98),
                             weight_decay=float(train["weight_decay"]))
     stream, losses = problems(seed, "train"), []
-    # a bar on a terminal only, and none when the run turned progress bars off (runner.progress_bars)
+    # a bar on a terminal only, and none when the run turned progress bars off (specbench.progress.progress_bars)
     bar = tqdm(range(steps), desc=f"training toy {role}", unit="step",
                disable=None if hf_logging.is_progress_bar_enabled() else True)
     for step in bar:
