@@ -11,7 +11,7 @@ from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import is_sklearn_available
 
 from specbench.engine import Engine, Generation, sync
-from specbench.method import METHODS, IterationRecord, Method, check_gamma
+from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,17 @@ class Recorder(StoppingCriteria):
     max(p - q, 0), which is 0 at a rejected draft). The models are only observed, never modified.
     """
 
-    def __init__(self, engine: Engine, prompt_len: int, max_len: int, gamma: int, schedule: str) -> None:
-        self.engine, self.P, self.L, self.max_len = engine, prompt_len, prompt_len, max_len
+    def __init__(self, engine: Engine, prompt_len: int, max_new_tokens: int, room: int, gamma: int, schedule: str
+                 ) -> None:
+        self.engine, self.P, self.L = engine, prompt_len, prompt_len
+        self.max_new_tokens, self.room = max_new_tokens, room  # the stop limits: new tokens, context - P
+        self.max_len = prompt_len + min(max_new_tokens, room)  # transformers' max_length
         self.gamma, self.schedule = gamma, schedule  # mirror of num_assistant_tokens, for stop labels
         self.records: list[IterationRecord] = []
         self.seconds = {"target": 0.0, "draft": 0.0}
         self.calls = {"target": 0, "draft": 0}
         self.cand: list[int] = []
-        self.stop_string = False
+        self.stop: tuple[str, int] | None = None  # (reason, new tokens kept) once the generation has ended
         self.t_start = self.t_iter = self.t_verify = self.t_verified = self.prefill_s = 0.0
         self._t0 = 0.0
 
@@ -78,7 +81,7 @@ class Recorder(StoppingCriteria):
         self.t_verify = self._t0
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        """End of one iteration: record it; True stops at a stop string (as the engine's _stop)."""
+        """End of one iteration: record it; True once the block holds a stop (specbench.stopping, as the engine)."""
         eos, cand = self.engine.eos_ids, self.cand
         new = input_ids[0, self.L:].tolist()  # committed this iteration (cut after EOS by transformers)
         w = len(cand)
@@ -96,12 +99,14 @@ class Recorder(StoppingCriteria):
             drafted=w, accepted=leading_matches(cand, new), stop=why, draft_s=self.t_verify - self.t_iter,
             verify_s=self.t_verified - self.t_verify, state={"gamma": self.gamma}))
         self.L += len(new)
-        if self.engine.stop_strings and not any(t in eos for t in new):
-            self.stop_string = self.engine._stop_string_cut(input_ids[0, self.P:].tolist()) is not None
+        if self.stop is None:
+            reason, k = self.engine.stop.first_stop(input_ids[0, self.P:].tolist(), self.L - len(new) - self.P,
+                                                    self.max_new_tokens, self.room)
+            self.stop = (reason, k) if reason else None
         if len(self.records) == 1:
             self.prefill_s = time.perf_counter() - self.t_start
         self.t_iter = time.perf_counter()
-        return torch.full((input_ids.shape[0],), self.stop_string, dtype=torch.bool, device=input_ids.device)
+        return torch.full((input_ids.shape[0],), self.stop is not None, dtype=torch.bool, device=input_ids.device)
 
 
 @METHODS.register("hf_assisted")
@@ -117,12 +122,14 @@ class HFAssisted(Method):
     threshold on a per-call copy, so the threshold itself does not carry over despite its docs).
     `reset_per_example: true` (default) starts every example from the configured values;
     `false` carries whatever transformers left in the config into the next example, as one long-lived
-    assistant model would. Either way the shared draft's config is restored after each call.
+    assistant model would (each row saves it, carried_state, so a resumed run continues from it). Either
+    way the shared draft's config is restored after each call.
     Decoding: greedy (do_sample=False) at temperature 0, else do_sample with the engine's temperature,
     top_k (0 = off) and top_p (1.0 = off); repetition_penalty=1 and no_repeat_ngram_size=0 are pinned
     so a checkpoint's generation_config cannot add processors the engine does not apply. EOS ids are
-    the engine's; stop strings are checked after every iteration by the engine's own rule and tokens
-    after them dropped; the context cap is the engine's. Logit rows beyond the tokenizer (embedding
+    the engine's; after every iteration the engine's StopCriteria (specbench.stopping) checks the
+    block token by token, ends the call at the first stop and drops the tokens after it; the context
+    cap is the engine's. Logit rows beyond the tokenizer (embedding
     padding) are suppressed (`suppress_tokens`, `suppress_padding: true`) so neither model can pick a
     padding id, as the engine's sampler cuts them.
     Seeding: transformers draws from torch's global RNG; each call reseeds it, inside
@@ -153,7 +160,7 @@ class HFAssisted(Method):
         if not 0.0 <= float(assistant_confidence_threshold) <= 1.0:
             raise ValueError(f"method {self.name!r}: assistant_confidence_threshold must be in [0, 1], "
                              f"got {assistant_confidence_threshold!r}")
-        self.settings = {"num_assistant_tokens": check_gamma(self.name, num_assistant_tokens),
+        self.settings = {"num_assistant_tokens": check_gamma(self.name, num_assistant_tokens, "num_assistant_tokens"),
                          "num_assistant_tokens_schedule": num_assistant_tokens_schedule,
                          "assistant_confidence_threshold": float(assistant_confidence_threshold)}
         self.reset_per_example = bool(reset_per_example)
@@ -165,6 +172,12 @@ class HFAssisted(Method):
     @property
     def lossless(self) -> bool:
         return True  # greedy matching at T=0, speculative sampling at T>0
+
+    def carried_state(self) -> dict[str, Any] | None:
+        return None if self.reset_per_example else dict(self.carried or self.settings)
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.carried = dict(zip(ASSISTANT_KEYS, state_values(self.name, state, ASSISTANT_KEYS)))
 
     def generate_external(self, engine: Engine, prompt_ids: list[int], max_new_tokens: int,
                           generator: torch.Generator | None, trace: bool) -> Generation:
@@ -179,7 +192,7 @@ class HFAssisted(Method):
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         max_new = min(max_new_tokens, ctx - P)  # the engine stops at the context too
         settings = self.settings if self.reset_per_example or self.carried is None else self.carried
-        rec = Recorder(engine, P, P + max_new, int(settings["num_assistant_tokens"]),
+        rec = Recorder(engine, P, max_new_tokens, ctx - P, int(settings["num_assistant_tokens"]),
                        settings["num_assistant_tokens_schedule"])
         x = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
         kwargs = self.generate_kwargs(engine, target, max_new)
@@ -205,7 +218,7 @@ class HFAssisted(Method):
                 setattr(gc, k, v)
             for h in hooks:
                 h.remove()
-        return self.finish(engine, out[0, P:].tolist(), rec, decode_s, max_new, max_new_tokens)
+        return self.finish(out[0, P:].tolist(), rec, decode_s)
 
     def generate_kwargs(self, engine: Engine, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
         """generate() keyword arguments for the engine's decode settings."""
@@ -225,23 +238,17 @@ class HFAssisted(Method):
             kw["suppress_tokens"] = list(range(engine.sampler.vocab_size, v_model))
         return kw
 
-    def finish(self, engine: Engine, out: list[int], rec: Recorder, decode_s: float, max_new: int,
-               max_new_tokens: int) -> Generation:
-        """Stop reason, stop-string cut and text, as Engine.generate does."""
-        eos_at = next((j for j, t in enumerate(out) if t in engine.eos_ids), None)
-        if eos_at is not None:
-            out, reason = out[: eos_at + 1], "eos"
-        elif rec.stop_string:
-            out, reason = out[: engine._stop_string_cut(out)], "stop_string"
-        else:
-            reason = "length" if len(out) >= max_new_tokens else "context"
-        text = engine.tokenizer.decode(out, skip_special_tokens=True) if engine.tokenizer else ""
-        if reason == "stop_string":
-            text = text[: min(text.index(s) for s in engine.stop_strings if s in text)]
+    def finish(self, out: list[int], rec: Recorder, decode_s: float) -> Generation:
+        """Stop reason, tokens cut after the stop and text, by the engine's StopCriteria."""
+        stop = rec.engine.stop
+        reason, k = rec.stop or stop.first_stop(out, 0, rec.max_new_tokens, rec.room)
+        if not reason:
+            raise RuntimeError(f"hf_assisted: transformers stopped after {len(out)} tokens with no stop condition")
+        out = out[:k]
         return Generation(token_ids=out, stop_reason=reason, records=rec.records, decode_s=decode_s,
                           prefill_s=rec.prefill_s, target_model_s=rec.seconds["target"],
                           draft_model_s=rec.seconds["draft"], target_calls=rec.calls["target"],
-                          draft_calls=rec.calls["draft"], text=text,
+                          draft_calls=rec.calls["draft"], text=stop.text(out, reason),
                           extra={"assistant_settings_after": dict(self.carried or {})})
 
 

@@ -7,7 +7,9 @@ KV cache per model that covers buf[:cache_len]. One iteration:
      forward is also the prompt prefill, as in transformers' assisted generation);
   3. the acceptance rule gives n accepted drafts and the next token buf[L+n];
   4. both caches are cropped to the accepted prefix, L <- L + n + 1;
-  5. the method's policy is updated with the iteration record.
+  5. the method's policy is updated with the iteration record;
+  6. the block's tokens are checked one by one as an autoregressive decoder would check them
+     (specbench.stopping: EOS, stop string, length, context) and cut after the first that ends it.
 `ar` and `draft_only` are the same loop with w = 0: one forward, one token per iteration, so
 every method's tokens are produced and counted by the same code.
 """
@@ -23,6 +25,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from specbench.acceptance import leading_true
 from specbench.method import IterationRecord, Method
 from specbench.sampling import Sampler, entropy_bits, js_distance
+from specbench.stopping import StopCriteria
 
 
 def sync(device: torch.device) -> None:
@@ -122,11 +125,10 @@ class Engine:
         self.verifier = verifier
         self.drafter = drafter
         self.sampler = sampler
-        self.eos_ids = set(eos_ids)
+        self.stop = StopCriteria(frozenset(eos_ids), tokenizer, tuple(stop_strings))
+        self.eos_ids = self.stop.eos_ids
         self.tokenizer = tokenizer
-        self.stop_strings = tuple(stop_strings)
-        if self.stop_strings and tokenizer is None:
-            raise ValueError("stop strings need a tokenizer to decode the output")
+        self.stop_strings = self.stop.stop_strings
         self.context_length = context_length
         self.device = verifier.device
 
@@ -157,6 +159,7 @@ class Engine:
         buf = torch.zeros((1, P + max_new_tokens + 1), dtype=torch.long, device=self.device)
         buf[0, :P] = torch.tensor(prompt_ids, dtype=torch.long)
         L, stop_reason, records, prefill_s = P, "", [], 0.0
+        out: list[int] = []  # buf[0, P:L] as a list, for the stop checks
         method.reset()
         sync(self.device)
         t_start = time.perf_counter()
@@ -199,7 +202,7 @@ class Engine:
             target.crop(L + n)
             if draft:
                 draft.crop(min(draft.length, L + n))
-            new = buf[0, L : L + n + 1].tolist()
+            out += buf[0, L : L + n + 1].tolist()
             L += n + 1
             # 5. record and update the policy
             rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1)
@@ -209,16 +212,16 @@ class Engine:
             method.update(rec)
             rec.state = method.state()
             records.append(rec)
-            stop_reason, L = self._stop(buf, P, L, new, max_new_tokens, ctx)
+            # stop where an autoregressive decoder would: the first of the block's tokens that ends it
+            stop_reason, k = self.stop.first_stop(out, len(out) - n - 1, max_new_tokens, ctx - P)
+            del out[k:]
+            L = P + k
             if len(records) == 1:
                 sync(self.device)
                 prefill_s = time.perf_counter() - t_start
         sync(self.device)
         decode_s = time.perf_counter() - t_start
-        out = buf[0, P:L].tolist()
-        text = self.tokenizer.decode(out, skip_special_tokens=True) if self.tokenizer else ""
-        if stop_reason == "stop_string":  # the text ends before the stop string, as lm-eval expects
-            text = text[: min(text.index(s) for s in self.stop_strings if s in text)]
+        text = self.stop.text(out, stop_reason)
         return Generation(
             token_ids=out,
             stop_reason=stop_reason,
@@ -231,34 +234,3 @@ class Engine:
             draft_calls=draft.calls if draft else 0,
             text=text,
         )
-
-    def _stop(self, buf: torch.Tensor, P: int, L: int, new: list[int], max_new: int, ctx: int
-              ) -> tuple[str, int]:
-        """Stop reason ('' to go on) and the committed length, cut after EOS or a stop string."""
-        for j, tok in enumerate(new):
-            if tok in self.eos_ids:
-                return "eos", L - len(new) + j + 1
-        if self.stop_strings:
-            cut = self._stop_string_cut(buf[0, P:L].tolist())
-            if cut is not None:
-                return "stop_string", P + cut
-        if L - P >= max_new:
-            return "length", L
-        if L >= ctx:
-            return "context", L
-        return "", L
-
-    def _stop_string_cut(self, out: list[int]) -> int | None:
-        """Smallest k such that decode(out[:k]) contains a stop string, or None.
-
-        Tokens after the stop string are dropped so that every method counts the tokens an
-        autoregressive decoder would have produced up to it.
-        """
-        text = self.tokenizer.decode(out, skip_special_tokens=True)
-        if not any(s in text for s in self.stop_strings):
-            return None
-        for k in range(1, len(out) + 1):
-            t = self.tokenizer.decode(out[:k], skip_special_tokens=True)
-            if any(s in t for s in self.stop_strings):
-                return k
-        return len(out)

@@ -81,18 +81,27 @@ class Sampler:
 
 
 def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
-    """H(p) = -sum_v p(v) log2 p(v), over the last dim: [..., V] -> [...]; 0 log 0 = 0."""
-    logp = torch.log(probs.clamp_min(1e-30))
+    """H(p) = -sum_v p(v) log2 p(v), over the last dim: [..., V] -> [...] float64; 0 log 0 = 0.
+
+    Computed in float64 (as js_distance) so statistics of float32 / bfloat16 probabilities are exact to ~1e-12.
+    """
+    probs = probs.double()
+    logp = torch.log(probs.clamp_min(1e-300))
     return -(probs * logp).sum(-1) / _LN2
 
 
 def js_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """d_JS(p, q) = sqrt(D_JS), D_JS = (KL(p||m) + KL(q||m)) / 2, m = (p+q)/2, log base 2: [..., V] -> [...]."""
+    """d_JS(p, q) = sqrt(D_JS), D_JS = (KL(p||m) + KL(q||m)) / 2, m = (p+q)/2, log base 2: [..., V] -> [...].
+
+    In float64: D_JS of nearly equal distributions is tiny (d_JS = 4e-5 means D_JS = 1.6e-9) and is the
+    small difference of O(1) terms, which float32 rounds to exactly 0 (d_JS then reads 0).
+    """
+    p, q = p.double(), q.double()
     m = 0.5 * (p + q)
-    logm = torch.log(m.clamp_min(1e-30))
+    logm = torch.log(m.clamp_min(1e-300))
 
     def kl_to_m(a: torch.Tensor) -> torch.Tensor:  # sum_v a log2(a/m), with 0 log 0 = 0
-        return torch.where(a > 0, a * (torch.log(a.clamp_min(1e-30)) - logm), 0.0).sum(-1) / _LN2
+        return torch.where(a > 0, a * (torch.log(a.clamp_min(1e-300)) - logm), 0.0).sum(-1) / _LN2
 
     d = 0.5 * (kl_to_m(p) + kl_to_m(q))
     return d.clamp(0.0, 1.0).sqrt()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
+from scipy.special import entr, rel_entr
 from scipy.stats import entropy
 
 from specbench.sampling import entropy_bits, js_distance
@@ -46,12 +47,33 @@ def test_js_distance_matches_scipy_batched(v):
     np.testing.assert_allclose(got.numpy(), scipy_js(p, q), rtol=1e-7, atol=1e-9)
 
 
+def raw_js(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """d_JS by scipy's elementwise rel_entr on p and q as given (jensenshannon renormalises its inputs, which moves
+    a tiny distance by more than itself when float32 / bf16 probabilities sum to 1 only within rounding)."""
+    m = 0.5 * (p + q)
+    return np.sqrt(0.5 * (rel_entr(p, m).sum(-1) + rel_entr(q, m).sum(-1)) / np.log(2))
+
+
 def test_float32_as_the_engine_uses_them():
-    """The engine works in float32: agreement to ~1e-5 (JS is a sqrt, so small values are looser)."""
-    p, q = random_dists(7, 90, 264), random_dists(8, 90, 264)
-    P, Q = torch.from_numpy(p).float(), torch.from_numpy(q).float()
-    np.testing.assert_allclose(entropy_bits(P).numpy(), scipy_entropy(p), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(js_distance(P, Q).numpy(), scipy_js(p, q), rtol=1e-4, atol=1e-4)
+    """The engine's probabilities are float32; the statistics of those very numbers are computed in float64."""
+    P, Q = torch.from_numpy(random_dists(7, 90, 264)).float(), torch.from_numpy(random_dists(8, 90, 264)).float()
+    p, q = P.double().numpy(), Q.double().numpy()  # the same float32 values, in float64
+    assert entropy_bits(P).dtype == js_distance(P, Q).dtype == torch.float64
+    np.testing.assert_allclose(entropy_bits(P).numpy(), entr(p).sum(-1) / np.log(2), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(js_distance(P, Q).numpy(), raw_js(p, q), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_js_of_nearly_equal_distributions_is_not_rounded_to_zero(dtype):
+    """d_JS about 1e-5..1e-3 between two float32 / bf16 softmaxes (float32 arithmetic gave exactly 0 below ~3e-4)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 1000, generator=g) * 3
+    P = torch.softmax(x, -1).to(dtype)
+    Q = torch.softmax(x + 1e-4 * torch.randn(16, 1000, generator=g), -1).to(dtype)
+    want = raw_js(P.double().numpy(), Q.double().numpy())
+    assert (want > 1e-7).all() and (want < 1e-3).all()
+    got = js_distance(P, Q).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_extra_batch_dims():

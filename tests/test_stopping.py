@@ -1,0 +1,167 @@
+"""Stops inside accepted blocks: every lossless method ends where `ar` ends, with ar's tokens, reason and text.
+
+Truth is `ar` (one token per iteration, so every stop falls between two of its iterations). For each method
+a free greedy decode shows its accepted blocks; random positions inside one block then become an EOS token,
+the end of a stop string, max_new_tokens and the context limit (several of them, in random order, often in
+the same block), and the method must stop exactly where `ar` with the same settings stops.
+"""
+
+import random
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import methods  # noqa: F401  (import registers)
+from conftest import compose_cfg
+from specbench.bench import smoke_prompts
+from specbench.engine import Engine, Generation
+from specbench.method import METHODS
+from specbench.pairs import load_pair
+from specbench.runner import build_method
+from specbench.sampling import Sampler, SamplingParams
+from specbench.stopping import StopCriteria
+
+# one vocab_size for both models so that hf_assisted (transformers' assisted generation) runs too
+PAIR = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")
+FREE = 48  # tokens of the free decode whose blocks the stops are placed in
+KINDS = ("eos", "stop_string", "length", "context")
+
+
+def lossless_methods() -> list[str]:
+    """Every registered method whose rows say lossless, ar aside (it is the truth)."""
+    return [n for n in METHODS.names() if n != "ar" and build_method({"name": n}).lossless]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair(OmegaConf.to_container(compose_cfg(*PAIR).pair, resolve=True), torch.device("cpu"))
+
+
+def engine(pair, drafter, eos=(), stops=(), ctx=None) -> Engine:
+    return Engine(pair.target, drafter, Sampler(SamplingParams(0.0), pair.vocab_size), set(eos), pair.tokenizer,
+                  tuple(stops), ctx)
+
+
+def decode(pair, ids: list[int]) -> str:
+    """Text as the stop check sees it (special tokens skipped)."""
+    return pair.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def blocks(gen: Generation) -> list[tuple[int, int]]:
+    """The new-token ranges [a, b) each iteration committed."""
+    out, k = [], 0
+    for r in gen.records:
+        out.append((k, k + r.accepted + 1))
+        k += r.accepted + 1
+    return out
+
+
+def place_stops(rng: random.Random, pair, free: list[int], a: int, b: int) -> dict:
+    """Random stop settings whose stops complete at positions (1-based new-token counts) inside (a, b]."""
+    kinds = rng.sample(KINDS, rng.randint(2, 4))
+    where: dict[str, int] = {}
+    settings: dict = {"eos": (), "stops": (), "max_new": FREE + 8, "room": None}
+    for kind in kinds:
+        pos = rng.randint(a + 1, b)
+        if kind == "eos":  # a token that first occurs at pos plays EOS
+            firsts = [k for k in range(a + 1, b + 1) if free[k - 1] not in free[: k - 1]]
+            if not firsts:
+                continue
+            pos = rng.choice(firsts)
+            settings["eos"] = (free[pos - 1],)
+        elif kind == "stop_string":  # a suffix of decode(free[:pos]) not yet in decode(free[:pos-1])
+            text, before = decode(pair, free[:pos]), decode(pair, free[: pos - 1])
+            cands = [text[-j:] for j in range(1, 5) if j <= len(text) and text[-j:] not in before]
+            if not cands:
+                continue
+            settings["stops"] = (rng.choice(cands),)
+        elif kind == "length":
+            settings["max_new"] = pos
+        else:
+            settings["room"] = pos
+        where[kind] = pos
+    settings["where"] = where
+    return settings
+
+
+def run_with(pair, method_name: str, drafter, prompt: list[int], s: dict) -> Generation:
+    ctx = len(prompt) + s["room"] if s["room"] else None
+    return engine(pair, drafter, s["eos"], s["stops"], ctx).generate(prompt, build_method({"name": method_name}),
+                                                                     s["max_new"])
+
+
+def test_every_lossless_method_is_checked():
+    names = lossless_methods()
+    assert {"vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only",
+            "hf_assisted"} <= set(names)
+    assert "draft_only" not in names and "adasd" not in names
+
+
+@pytest.mark.parametrize("name", lossless_methods() + ["vanilla_self_draft"])
+def test_stops_inside_accepted_blocks_match_ar(pair, name):
+    """Several stops inside one accepted block (in random order): tokens, reason and text equal ar's."""
+    self_draft = name == "vanilla_self_draft"  # the target drafts for itself: every block is fully accepted
+    method = "vanilla" if self_draft else name
+    drafter = pair.target if self_draft else pair.draft
+    rng = random.Random(name)
+    prompts = smoke_prompts(pair, 6)
+    checked = cut_blocks = 0
+    for trial in range(16):
+        prompt = prompts[trial % len(prompts)]
+        free = run_with(pair, method, drafter, prompt, {"eos": (), "stops": (), "max_new": FREE, "room": None})
+        long_blocks = [(a, b) for a, b in blocks(free) if b - a >= 2]
+        if not long_blocks:
+            continue
+        a, b = rng.choice(long_blocks)
+        s = place_stops(rng, pair, free.token_ids, a, b)
+        if len(s["where"]) < 2:
+            continue
+        want = run_with(pair, "ar", None, prompt, s)
+        got = run_with(pair, method, drafter, prompt, s)
+        assert (got.token_ids, got.stop_reason, got.text) == (want.token_ids, want.stop_reason, want.text), (
+            f"{name}, trial {trial}: stops {s['where']} in block {(a, b)}: got {got.stop_reason} after "
+            f"{len(got.token_ids)} tokens, ar {want.stop_reason} after {len(want.token_ids)}")
+        # the first stop placed is where ar stops (the placement is right), and it lies inside the block
+        first = min(s["where"].values())
+        assert len(want.token_ids) == first and a < first <= b
+        checked += 1
+        cut_blocks += first < b  # the method's last block held tokens past the stop, which were dropped
+    assert checked >= 8 and cut_blocks >= 4, (checked, cut_blocks)
+
+
+def test_a_stop_string_then_eos_in_one_block_stops_at_the_string(pair):
+    """The audit's case: the stop string completes, then EOS follows in the same accepted block."""
+    prompt = smoke_prompts(pair, 1)[0]
+    free = run_with(pair, "vanilla", pair.target, prompt, {"eos": (), "stops": (), "max_new": FREE, "room": None})
+    a, b = next((a, b) for a, b in blocks(free) if b - a >= 4)
+    text = decode(pair, free.token_ids[: a + 2])
+    stop = next(text[-j:] for j in range(1, 5) if text[-j:] not in decode(pair, free.token_ids[: a + 1]))
+    eos = next(t for k, t in enumerate(free.token_ids[a + 2 : b], a + 2) if t not in free.token_ids[:k])
+    s = {"eos": (eos,), "stops": (stop,), "max_new": FREE, "room": None}
+    want = run_with(pair, "ar", None, prompt, s)
+    got = run_with(pair, "vanilla", pair.target, prompt, s)
+    assert want.stop_reason == got.stop_reason == "stop_string"
+    assert got.token_ids == want.token_ids == free.token_ids[: a + 2]
+    assert stop not in got.text and got.text == want.text
+
+
+def test_first_stop_checks_each_token_in_ar_order():
+    """StopCriteria.first_stop by hand: EOS before stop string before length before context, per token."""
+
+    class Chars:  # a tokenizer whose token i is chr(i)
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(i) for i in ids)
+
+    out = [ord(c) for c in "abXYcd"]
+    s = StopCriteria(frozenset({ord("c")}), Chars(), ("XY",))
+    assert s.first_stop(out, 0, 10, 10) == ("stop_string", 4)  # "XY" completes at token 4, EOS 'c' is token 5
+    assert s.first_stop(out, 0, 3, 10) == ("length", 3)
+    assert s.first_stop(out, 0, 10, 2) == ("context", 2)
+    assert s.first_stop(out, 0, 4, 4) == ("stop_string", 4)  # one token ends it thrice: the stop string first
+    assert StopCriteria(frozenset({ord("Y")}), Chars(), ("XY",)).first_stop(out, 0, 10, 10) == ("eos", 4)
+    assert s.first_stop(out[:3], 0, 10, 10) == ("", 3)
+    assert s.first_stop(out, 4, 10, 10) == ("eos", 5)  # only the new tokens out[4:] are checked
+    assert s.text(out[:4], "stop_string") == "ab"
+    with pytest.raises(ValueError, match="non-empty"):
+        StopCriteria(frozenset(), Chars(), ("",))
