@@ -86,8 +86,11 @@ class Method:
         raise NotImplementedError(f"method {self.name!r} is not external")
 
 
-def check_gamma(name: str, gamma: int) -> int:
-    """Validate a speculation length γ >= 1."""
-    if not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"method {name!r}: gamma must be an integer >= 1, got {gamma!r}")
-    return gamma
+def check_gamma(name: str, gamma: int, key: str = "gamma") -> int:
+    """Validate a speculation length γ >= 1 held by the option `key` of method `name` (true is not 1)."""
+    from specbench.options import OptionError, integer
+
+    try:
+        return integer(gamma, f"method.{key}", low=1)
+    except OptionError as err:
+        raise OptionError(f"{err} (method {name!r})") from None

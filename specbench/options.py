@@ -1,0 +1,181 @@
+"""Typed config values: one check per kind of value, each error naming the full key and what is valid.
+
+Hydra parses `x=true` as a boolean and `x=abc` as a string, and Python's bool is a subclass of int,
+so `int(value)` would run `method.gamma=true` as γ=1 and `float(value)` would fail without naming
+the key. Every option is checked here instead: numbers are never booleans or strings, floats are
+finite, and ranges are stated in the message. Method and dataset options are checked against the
+type hints of the registered class's `__init__` (`check_options`), so a new option needs no code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import types
+import typing
+from typing import Any, Iterable
+
+NoneType = type(None)
+
+
+class OptionError(ValueError):
+    """A config value of the wrong type or out of range; the message names the key and what is valid."""
+
+
+def shown(value: Any) -> str:
+    """The value as the error shows it, with its type when that is the problem ('true' is a boolean here)."""
+    kinds = {bool: "a boolean", str: "a string", list: "a list", dict: "a mapping"}
+    kind = kinds.get(type(value))
+    return f"{value!r} ({kind})" if kind else repr(value)
+
+
+def as_override(value: Any) -> str:
+    """A value as it is written on the command line: true, false, null, 5, rejection."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def fail(key: str, what: str, value: Any, null: bool = False) -> OptionError:
+    """The error for `key`: '<key> must be <what>[ or null], got <value>'."""
+    return OptionError(f"{key} must be {what}{' or null' if null else ''}, got {shown(value)}")
+
+
+def bounds(low: float | None, high: float | None, low_open: bool = False) -> str:
+    """The range in words: '>= 1', 'in (0, 1]', ''."""
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low}, {high}]"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low}"
+    return f" <= {high}" if high is not None else ""
+
+
+def in_bounds(value: float, low: float | None, high: float | None, low_open: bool) -> bool:
+    """Is low <= value <= high (low < value when low_open)?"""
+    above = low is None or (value > low if low_open else value >= low)
+    return above and (high is None or value <= high)
+
+
+def integer(value: Any, key: str, low: int | None = None, high: int | None = None, null: bool = False
+            ) -> int | None:
+    """An int (not a bool, float or string) in [low, high]; None passes when `null`."""
+    if value is None and null:
+        return None
+    what = "an integer" + bounds(low, high)
+    if isinstance(value, bool) or not isinstance(value, int) or not in_bounds(value, low, high, False):
+        raise fail(key, what, value, null)
+    return value
+
+
+def real(value: Any, key: str, low: float | None = None, high: float | None = None, low_open: bool = False,
+         null: bool = False) -> float | None:
+    """A finite number (int or float, not a bool or string) in the range, as a float; None passes when `null`."""
+    if value is None and null:
+        return None
+    what = "a finite number" + bounds(low, high, low_open)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise fail(key, what, value, null)
+    if not in_bounds(value, low, high, low_open):
+        raise fail(key, what, value, null)
+    return float(value)
+
+
+def boolean(value: Any, key: str, null: bool = False) -> bool | None:
+    """true or false (not 1, 'yes' or 'no': bool('no') is True)."""
+    if (value is None and null) or isinstance(value, bool):
+        return value
+    raise fail(key, "true or false", value, null)
+
+
+def text(value: Any, key: str, null: bool = False) -> str | None:
+    """A string; None passes when `null`."""
+    if (value is None and null) or isinstance(value, str):
+        return value
+    raise fail(key, "a string", value, null)
+
+
+def choice(value: Any, key: str, choices: Iterable[Any]) -> Any:
+    """One of `choices`, compared with its type (true is not 1, 'true' is not true)."""
+    choices = tuple(choices)
+    if any(type(value) is type(c) and value == c for c in choices):
+        return value
+    names = ", ".join(as_override(c) for c in choices)
+    raise fail(key, f"one of {names}", value)
+
+
+def strings(value: Any, key: str, null: bool = False) -> list[str] | None:
+    """A list of strings (a bare string would otherwise be read as a list of its characters)."""
+    if value is None and null:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
+        raise fail(key, "a list of strings, e.g. [\"\\n\\n\"]", value, null)
+    return list(value)
+
+
+def typed(value: Any, hint: Any, key: str) -> Any:
+    """`value` checked against a type hint: bool, int, float, str, list[str] and `X | None` of them; others pass."""
+    null = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not NoneType]
+        null = len(args) < len(typing.get_args(hint))
+        if len(args) != 1:  # a union of several types: left to the class
+            return value
+        hint = args[0]
+    if hint is bool:
+        return boolean(value, key, null)
+    if hint is int:
+        return integer(value, key, null=null)
+    if hint is float:
+        return real(value, key, null=null)
+    if hint is str:
+        return text(value, key, null)
+    if typing.get_origin(hint) in (list, tuple) and typing.get_args(hint)[:1] == (str,):
+        return strings(value, key, null)
+    return value
+
+
+def init_options(cls: type) -> dict[str, inspect.Parameter]:
+    """The keyword options `cls(...)` accepts, name -> parameter (with its type hint as `annotation`): its
+    `__init__`'s named parameters and, while an `__init__` forwards `**options`, those of the next
+    `__init__` up the MRO (a subclass's parameter wins)."""
+    found: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        hints = typing.get_type_hints(init)
+        params = list(inspect.signature(init).parameters.values())[1:]  # without self
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                found.setdefault(p.name, p.replace(annotation=hints.get(p.name, Any)))
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return found
+
+
+def check_options(cls: type, options: dict[str, Any], prefix: str, what: str) -> dict[str, Any]:
+    """Each option checked against `cls.__init__`'s type hints and named `<prefix>.<option>`; unknown ones
+    fail with the list of valid ones (`what`, e.g. "method 'vanilla'", names the owner)."""
+    known = init_options(cls)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise OptionError(f"{what} got unknown options {unknown}; valid options: {', '.join(sorted(known)) or 'none'}")
+    checked = {}
+    for k, v in options.items():
+        try:
+            checked[k] = typed(v, known[k].annotation, f"{prefix}.{k}")
+        except OptionError as err:
+            default = known[k].default
+            if default is known[k].empty:
+                raise
+            raise OptionError(f"{err}; {what} has {k}={as_override(default)} by default") from None
+    return checked
+
+
+def check_run_settings(cfg: dict[str, Any]) -> None:
+    """The top-level keys of a benchmark run (conf/config.yaml), before anything is loaded."""
+    integer(cfg.get("warmup", 0), "warmup", low=0)
+    integer(cfg.get("threads"), "threads", low=1, null=True)
+    boolean(cfg.get("trace", False), "trace")
+    strings(cfg.get("stop_strings"), "stop_strings", null=True)
+    choice(cfg.get("on_long_prompt", "error"), "on_long_prompt", ("error", "truncate"))
+    choice(cfg.get("progress", "auto"), "progress", ("auto", True, False, None))
+    text(cfg.get("device", "auto"), "device")
