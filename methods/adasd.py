@@ -10,13 +10,16 @@ stop is on, whether the rule is `js_relaxed(base)`, and the T_V formula.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma
+from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
 from specbench.sampling import entropy_bits
 
 BASE_RULES = ("sample_match", "rejection")
+# what persist_thresholds carries across examples: thresholds, counters and the lists as [sum, count]
+CARRIED = ("t_g", "t_v", "c_a", "c_r", "rej_entropy", "rej_js", "acc_js")
 
 
 @dataclass
@@ -61,9 +64,10 @@ class AdaSD(Method):
 
     Options: `window` (W), `rule` (base rule: sample_match as in the paper, or rejection),
     `persist_thresholds` (false: state per generation call as in Algorithm 1; true: thresholds,
-    lists and counters carry across the run's examples, warm-up examples included, since reset()
-    then does nothing), `fixed_t_v` (a number forces T_V and disables its update, for tests and
-    ablations; the lists are still kept). The logged state is t_g and t_v after the update.
+    lists and counters carry across the run's examples: reset() then does nothing, each row saves
+    them (carried_state) so a resumed run continues exactly, and the warm-up leaves them unchanged),
+    `fixed_t_v` (a number forces T_V and disables its update, for tests and ablations; the lists are
+    still kept). The logged state is t_g and t_v after the update.
     """
 
     name = "adasd"
@@ -134,6 +138,19 @@ class AdaSD(Method):
         """Line 19: T_V = (average(L_D^A) + average(L_D^R)) / 2; None if a list is empty."""
         a, r = self.acc_js.mean, self.rej_js.mean
         return None if a is None or r is None else (a + r) / 2
+
+    def carried_state(self) -> dict[str, Any] | None:
+        if not self.persist:
+            return None
+        lists = {k: [getattr(self, k).total, getattr(self, k).n] for k in CARRIED[4:]}
+        return {"t_g": self.t_g, "t_v": self.t_v, "c_a": self.c_a, "c_r": self.c_r, **lists}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        t_g, t_v, c_a, c_r, *lists = state_values(self.name, state, CARRIED)
+        self.t_g, self.c_a, self.c_r = float(t_g), int(c_a), int(c_r)
+        self.set_t_v(float(t_v))
+        for k, (total, n) in zip(CARRIED[4:], lists):
+            setattr(self, k, RunningMean(float(total), int(n)))
 
     def state(self) -> dict[str, float]:
         out = {"t_g": self.t_g} if self.entropy_stop else {"gamma": self.max_window}

@@ -18,10 +18,11 @@ max_v q_i(v) is below τ (default 0.4).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma
+from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
 
 
 def gammatune_step(gamma: int, gamma_bar: float, accepted: int, eta: float, delta: int,
@@ -68,6 +69,13 @@ class GammaTune(Method):
 
     def state(self) -> dict[str, float]:
         return {"gamma": self.gamma, "gamma_bar": self.gamma_bar}
+
+    def carried_state(self) -> dict[str, Any] | None:
+        return {"gamma": self.gamma, "gamma_bar": float(self.gamma_bar)} if self.persist else None
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        gamma, gamma_bar = state_values(self.name, state, ("gamma", "gamma_bar"))
+        self.gamma, self.gamma_bar = check_gamma(self.name, gamma), float(gamma_bar)
 
 
 @METHODS.register("gammatune_plus")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma
+from typing import Any
+
+from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
 
 
 def next_gamma(gamma: int, drafted: int, matches: int) -> int:
@@ -60,3 +62,10 @@ class Heuristic(Method):
 
     def state(self) -> dict[str, float]:
         return {"gamma": self.gamma}
+
+    def carried_state(self) -> dict[str, Any] | None:
+        return {"gamma": self.gamma} if self.persist else None
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        (gamma,) = state_values(self.name, state, ("gamma",))
+        self.gamma = check_gamma(self.name, gamma)

@@ -20,6 +20,8 @@ rows, peak memory the maximum over shards, each shard's folder and provenance un
 `dataset.shard=i/n` override removed from the path, i.e. the folder `python run.py` uses for the
 same config without the shard, so rerunning that command resumes it with nothing left to do.
 Merging again is safe: identical rows are kept and the summary rewritten; different rows refuse.
+The merged folder is written holding its lock (specbench.results.folder_lock): while a run or another
+merge writes it, the merge is refused naming that process.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from tqdm.auto import tqdm
 
 from specbench.data import parse_shard
 from specbench.metrics import summarize
-from specbench.results import CONFIG, ROWS, SUMMARY, read_rows, write_json_atomic
-from specbench.results import RESUMABLE_KEYS, without_keys
+from specbench.results import CONFIG, ROWS, SUMMARY, FolderLocked, atomic_path, folder_lock, read_rows
+from specbench.results import RESUMABLE_KEYS, without_keys, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +183,17 @@ def merged_summary(group: list[Shard], rows: list[dict], record: dict) -> dict:
 
 
 def write_merged(group: list[Shard], out: Path) -> dict:
-    """Check the group and write its merged run folder at `out`; returns the merged summary."""
+    """Check the group and write its merged run folder at `out`, holding its lock; returns the merged summary."""
     check_group(group)
-    group = sorted(group, key=lambda s: s.index)
+    try:
+        with folder_lock(out):  # `out` is the folder `python run.py` resumes: never write it beside a run
+            return _write_merged(sorted(group, key=lambda s: s.index), out)
+    except FolderLocked as e:
+        raise MergeError(str(e)) from None
+
+
+def _write_merged(group: list[Shard], out: Path) -> dict:
+    """write_merged's writing, under the lock of `out`."""
     for key in ("git_hash", "versions", "device_info"):
         if len({json.dumps(s.record.get(key), sort_keys=True) for s in group}) > 1:
             log.warning("%s: the shards differ in %s (each shard's is under merged_from)", out, key)
@@ -200,13 +210,10 @@ def write_merged(group: list[Shard], out: Path) -> dict:
         if old_ids != [r["id"] for r in rows] or read_rows(out / ROWS) != rows:
             raise MergeError(f"{out / ROWS} already holds other rows ({len(old_ids)}); refusing to replace them")
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / (ROWS + ".tmp")
-        with open(tmp, "w") as f:
+        with atomic_path(out / ROWS) as tmp, open(tmp, "w") as f:
             f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, out / ROWS)
     for s in group:
         for t in sorted((s.dir / "traces").glob("*.parquet")):
             (out / "traces").mkdir(exist_ok=True)

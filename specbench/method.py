@@ -31,6 +31,13 @@ class IterationRecord:
     state: dict[str, float] = field(default_factory=dict)  # policy state after the update
 
 
+def state_values(name: str, state: Any, keys: tuple[str, ...]) -> list[Any]:
+    """The values of `keys` in a saved carried state, which must hold exactly those keys."""
+    if not isinstance(state, dict) or set(state) != set(keys):
+        raise ValueError(f"method {name!r}: a carried state holds exactly the keys {', '.join(keys)}; got {state!r}")
+    return [state[k] for k in keys]
+
+
 class Method:
     """Base method: draft policy (window, keep_drafting, update) plus an acceptance rule.
 
@@ -72,6 +79,19 @@ class Method:
     def state(self) -> dict[str, float]:
         """Policy state to log (thresholds, gamma)."""
         return {}
+
+    def carried_state(self) -> dict[str, Any] | None:
+        """The state this method carries from one example to the next, as JSON values (exact: floats
+        round-trip through JSON), or None when every example starts afresh (the default).
+
+        The runner saves it with each row, restores the last row's on resume and restores it after
+        the warm-up, so a resumed or warmed-up run continues exactly as an uninterrupted one.
+        """
+        return None
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Continue from a state that carried_state() returned."""
+        raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")
 
     def drafter_model(self, pair: Any) -> Any:
         """The drafter the engine runs: the pair's draft, or a method's own (a trained drafter)."""

@@ -221,7 +221,8 @@ def load_examples(runs: pd.DataFrame) -> pd.DataFrame:
     keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma0"]
     frames = []
     for _, run in runs.iterrows():
-        rows = pd.DataFrame(read_rows(Path(run["run_dir"]) / ROWS)).drop(columns=["token_ids"], errors="ignore")
+        rows = pd.DataFrame(read_rows(Path(run["run_dir"]) / ROWS)).drop(columns=["token_ids", "carried_state"],
+                                                                         errors="ignore")
         frames.append(rows.drop(columns=[c for c in keep if c in rows]).assign(**{c: run[c] for c in keep}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

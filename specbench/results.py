@@ -2,31 +2,49 @@
 
 Each row is written with a single write() of one complete line, then flushed and fsync'ed, so a
 crash leaves every finished row readable. On reopening, a trailing partial line (a crash in the
-middle of a write) is cut off before anything is appended. JSON files such as summary.json are
-written to a temporary file and renamed, so they are either the old or the new version.
+middle of a write) is cut off before anything is appended. Rows are unique by id on read: a file
+holding an id twice (two writers on one folder, before the folder lock existed) reads as its first
+row of each id. JSON files such as summary.json are written to a temporary file of a unique name and
+renamed, so they are either the old or the new version.
+
+One writer per folder: `folder_lock` holds an exclusive flock on `<folder>/.lock` for the whole
+run (specbench.runner.run takes it for every task, specbench.merge for its output folder). The
+kernel drops the lock when its holder exits or is killed, so a lock file left behind never blocks.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import math
 import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 ROWS = "rows.jsonl"
+LOCK = ".lock"
+LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 
 # Config keys that may change between a run and its resumption without changing any row (the runner's
 # resume check, the report's run identity, specbench.merge). `task` is always `bench` for a benchmark
 # run (folders written before the task group existed lack it); logger / slurm: where results are sent
 # and where jobs run; drafters, init_gamma: an experiment's values that reach the rows only through the
 # method's own option, which stays in the identity (method.drafter, and method.gamma / gamma0 / window:
-# conf/experiment/sd2_drafter/, initial_gamma/).
+# conf/experiment/sd2_drafter/, initial_gamma/); wait_for_lock, resume_any_version: how a run treats a
+# busy folder or rows of another code version.
 RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
-                  ("logger",), ("slurm",), ("drafters",), ("init_gamma",)}
+                  ("logger",), ("slurm",), ("drafters",), ("init_gamma",), ("wait_for_lock",),
+                  ("resume_any_version",)}
 
 
 def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
@@ -42,14 +60,28 @@ SUMMARY = "summary.json"
 CONFIG = "config.json"
 
 
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A fresh temporary path next to `path` to write; renamed onto `path` on success, removed on error.
+
+    The name is unique (a random uuid), so two writers of one file never share a temporary file; the
+    caller creates the file, so it gets the usual permissions (mkstemp's would be owner-only).
+    """
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write obj as JSON to path via a temporary file and os.replace."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    """Write obj as JSON to path via a uniquely named temporary file and os.replace."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True, default=str)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _clean(x: Any) -> Any:
@@ -64,20 +96,37 @@ def _clean(x: Any) -> Any:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The complete rows of a rows.jsonl file (a trailing partial line is ignored)."""
+    """The complete rows of a rows.jsonl file, unique by id (the first row of each id; a trailing partial
+    line is ignored)."""
     if not path.exists():
         return []
-    rows = []
+    rows, seen, repeated = [], set(), 0
     with open(path, "rb") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 break  # partial last line from a crash
-            rows.append(json.loads(line))
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}, line {n}: not a JSON row ({e})") from None
+            if not isinstance(row, dict) or "id" not in row:
+                raise ValueError(f"{path}, line {n}: a row must be a JSON object with an 'id'")
+            if row["id"] in seen:
+                repeated += 1
+                continue
+            seen.add(row["id"])
+            rows.append(row)
+    if repeated:
+        log.warning("%s: %d rows repeat an id already in the file (two writers on one folder?); "
+                    "each id's first row is kept", path, repeated)
     return rows
 
 
 class RowWriter:
-    """Appends rows to run_dir/rows.jsonl; knows which example ids are already done."""
+    """Appends rows to run_dir/rows.jsonl; knows which example ids are already done.
+
+    The caller holds the folder's lock (folder_lock): one RowWriter per folder at a time.
+    """
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / ROWS
@@ -108,3 +157,100 @@ class RowWriter:
             os.fsync(f.fileno())
         self.rows.append(row)
         self.done.add(row["id"])
+
+
+class FolderLocked(RuntimeError):
+    """Another process holds the folder's lock; the message names it."""
+
+
+def lock_timeout(value: Any) -> float | None:
+    """The top-level key wait_for_lock as seconds to wait for a busy folder: false 0, true None (no limit)."""
+    if value is None or value is False:
+        return 0.0
+    if value is True:
+        return None
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise ValueError(f"wait_for_lock must be false (fail at once), true (wait) or a number of seconds >= 0, "
+                     f"got {value!r}")
+
+
+def lock_holder(run_dir: Path) -> str:
+    """Who holds (or last held) the folder's lock, from what the holder wrote into the lock file."""
+    try:
+        h = json.loads((Path(run_dir) / LOCK).read_text())
+    except (OSError, ValueError):
+        return "a process that has not written its name yet"
+    slurm = f", SLURM job {h['slurm_job_id']}" if h.get("slurm_job_id") else ""
+    return f"pid {h.get('pid')} on host {h.get('host')}{slurm}, started {h.get('started')} ({h.get('command')})"
+
+
+def _holder() -> bytes:
+    """This process, as lock_holder reports it."""
+    slurm = os.environ.get("SLURM_JOB_ID")
+    if slurm and os.environ.get("SLURM_ARRAY_TASK_ID"):
+        slurm = f"{os.environ.get('SLURM_ARRAY_JOB_ID')}_{os.environ['SLURM_ARRAY_TASK_ID']} ({slurm})"
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "slurm_job_id": slurm,
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}).encode()
+
+
+def _try_lock(run_dir: Path) -> int | None:
+    """An fd holding the exclusive lock of run_dir/.lock, or None while another process holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:  # the folder was removed after mkdir (see folder_lock's clean-up): again
+        return _try_lock(run_dir)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise OSError(e.errno, f"cannot lock {path} ({e.strerror}); the filesystem must support flock") from None
+    try:  # the last holder may have removed the file (an empty folder it created) while we waited
+        same = os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return _try_lock(run_dir)
+    os.ftruncate(fd, 0)
+    os.write(fd, _holder())
+    return fd
+
+
+@contextmanager
+def folder_lock(run_dir: Path, timeout: float | None = 0.0) -> Iterator[None]:
+    """Hold the exclusive lock of run_dir (created if missing) while the block runs: one writer per folder.
+
+    A busy folder raises FolderLocked naming the holder at once (timeout 0), after `timeout` seconds,
+    or never (timeout None: wait). A folder this call created and left holding only the lock file is
+    removed again, so a run refused before writing anything leaves nothing behind.
+    """
+    run_dir = Path(run_dir)
+    created = not run_dir.exists()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    told = False
+    while (fd := _try_lock(run_dir)) is None:
+        holder = lock_holder(run_dir)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            waited = f" after waiting {timeout:g} s" if timeout else ""
+            raise FolderLocked(f"{run_dir} is in use by another run{waited}: {holder}. One writer per folder: "
+                               "wait for it (wait_for_lock=true, or a number of seconds), stop it, or use "
+                               "another folder (hydra.run.dir=...)")
+        if not told:
+            log.warning("%s is in use by %s; waiting for it to finish (wait_for_lock)", run_dir, holder)
+            told = True
+        time.sleep(LOCK_POLL_S if left is None else min(LOCK_POLL_S, left))
+    try:
+        yield
+    finally:
+        try:
+            if created and os.listdir(run_dir) == [LOCK]:
+                os.unlink(run_dir / LOCK)
+                run_dir.rmdir()
+        finally:
+            os.close(fd)  # releases the lock

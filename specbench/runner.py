@@ -1,7 +1,9 @@
-"""One run: config -> seed -> pair -> method -> examples -> warm-up -> decode, score, append -> summary."""
+"""One run: config -> lock the folder -> seed -> pair -> method -> examples -> warm-up -> decode, score,
+append -> summary."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import zlib
@@ -18,11 +20,13 @@ from specbench.data import Evaluator, Example, build_dataset, select
 from specbench.engine import Engine, Generation, concat_generations
 from specbench.method import METHODS, Method
 from specbench.metrics import example_metrics, summarize
+from specbench.options import boolean
 from specbench.pairs import Pair, load_pair, resolve_device
 from specbench.progress import progress_bars
 from specbench.prompting import encode
 from specbench.registry import Registry
-from specbench.results import CONFIG, SUMMARY, RowWriter, without_keys, write_json_atomic
+from specbench.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys,
+                               write_json_atomic)
 from specbench.sampling import Sampler, SamplingParams
 from specbench.traces import write_trace
 
@@ -66,20 +70,68 @@ def _identity(cfg: dict) -> dict:
     return without_keys(cfg)
 
 
-def check_resume(run_dir: Path, record: dict) -> None:
-    """Refuse to append to a folder whose rows came from a different configuration."""
+def check_resume(run_dir: Path, record: dict) -> dict:
+    """Refuse to append to a folder whose rows came from a different configuration; returns the folder's
+    record (config.json, written from `record` for a new folder)."""
     path = run_dir / CONFIG
     if path.exists():
-        import json
-
         old = json.loads(path.read_text())
         if _identity(old["config"]) != _identity(record["config"]):
             raise ValueError(
                 f"{run_dir} holds results of a different configuration; refusing to mix them. "
                 f"Use another output folder (hydra.run.dir=...) or delete it. Saved: {path}"
             )
-    else:
-        write_json_atomic(path, record)
+        return old
+    write_json_atomic(path, record)
+    return record
+
+
+def code_version(record: dict) -> dict[str, Any]:
+    """The code version a record names: git hash and whether the checkout had uncommitted changes."""
+    return {"git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty")}
+
+
+def describe_version(version: dict[str, Any]) -> str:
+    """A code version in words, e.g. 'git 1a2b... with uncommitted changes'."""
+    if not version.get("git_hash"):
+        return "an unknown version (not run from a git checkout)"
+    return f"git {version['git_hash']}" + (" with uncommitted changes" if version.get("git_dirty") else "")
+
+
+def check_version(run_dir: Path, saved: dict, record: dict, allow: bool) -> dict:
+    """Refuse to add rows of another code version to a folder unless `allow` (resume_any_version=true).
+
+    Versions are compared as recorded (git hash and dirty flag): uncommitted changes themselves cannot
+    be compared. An allowed mix appends the new version to config.json's `resumed_versions`; returns
+    the folder's record.
+    """
+    new = code_version(record)
+    known = [code_version(saved), *saved.get("resumed_versions", [])]
+    if new in known:
+        return saved
+    if not allow:
+        raise ValueError(f"{run_dir} holds rows of {describe_version(known[0])}, but this is "
+                         f"{describe_version(new)}; refusing to mix rows of different code versions. Rerun with "
+                         "resume_any_version=true to add rows anyway (recorded in config.json), or use another "
+                         "folder (hydra.run.dir=...)")
+    log.warning("%s: adding rows of %s to rows of %s (resume_any_version=true)", run_dir, describe_version(new),
+                describe_version(known[0]))
+    saved = {**saved, "resumed_versions": [*saved.get("resumed_versions", []), new]}
+    write_json_atomic(run_dir / CONFIG, saved)
+    return saved
+
+
+def restore_carried(method: Method, rows: list[dict], run_dir: Path) -> None:
+    """Before resuming: give a method that carries state across examples the state saved with the last row."""
+    if method.carried_state() is None or not rows:
+        return
+    last = rows[-1]  # rows are appended in decode order
+    if "carried_state" not in last:
+        raise ValueError(f"{run_dir}: method {method.name!r} carries state from one example to the next, but the "
+                         f"row of {last['id']!r} has no 'carried_state' (an older version wrote it), so resuming "
+                         "would not continue as an uninterrupted run. Rerun it in another folder "
+                         "(hydra.run.dir=...) or delete this one.")
+    method.restore_state(last["carried_state"])
 
 
 def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings: tuple[str, ...]) -> Engine:
@@ -158,29 +210,53 @@ def decode_example(job: Job, ex: Example, trace: bool) -> tuple[Generation, dict
     return gens[0], info
 
 
+def warm_up(job: Job, examples: list[Example]) -> None:
+    """Decode `examples` through the same path without recording them; the method's carried state is kept."""
+    saved = job.method.carried_state()
+    for ex in examples:
+        decode_example(job, ex, False)
+    if saved is not None:
+        job.method.restore_state(saved)
+
+
 def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict) -> dict[str, Any]:
-    """The result row of one example: ids, output, metrics (design.md section 5) and scores."""
+    """The result row of one example: ids, output, metrics (design.md section 5), scores and, for a method
+    that carries state across examples, that state after this example (`carried_state`)."""
+    carried = job.method.carried_state()
     return {"id": ex.id, "method": job.method.name, "pair": c["pair"]["name"], "dataset": job.evaluator.name,
             **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.lossless, "seed": job.seed,
-            **example_metrics(g, job.method.verifier), **job.evaluator.score(ex, g.text)}
+            **example_metrics(g, job.method.verifier), **job.evaluator.score(ex, g.text),
+            **({"carried_state": carried} if carried is not None else {})}
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run one job of the config; returns the summary (also written to out_dir/summary.json)."""
-    no_bar = progress_bars(cfg.get("progress", "auto"))
+    """Run one job of the config (its `task`) holding its output folder's lock; returns the summary.
+
+    One writer per folder: a second process on a busy folder fails at once naming the holder, or
+    waits for it with `wait_for_lock` (true, or a number of seconds).
+    """
     task = cfg.task.name if "task" in cfg else "bench"
     if task != "bench":
         from specbench import distill, synth  # noqa: F401  (import registers)
+    fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
+    run_dir = output_dir(out_dir)
+    with folder_lock(run_dir, timeout):
+        return fn(cfg, run_dir)
 
-        return TASKS.get(task)(cfg, out_dir)
+
+@TASKS.register("bench")
+def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """The benchmark run of one config into run_dir (whose lock the caller holds); returns the summary
+    (also written to run_dir/summary.json)."""
+    no_bar = progress_bars(cfg.get("progress", "auto"))
     choices = _choices(cfg)
     c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
          for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
-    run_dir = output_dir(out_dir)
     # validate everything cheap before loading models
     params = sampling_params(c["decode"])
     max_new, seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
     method = build_method(c["method"])
+    any_version = boolean(c.get("resume_any_version", False), "resume_any_version")
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c["dataset"].get("limit"), c["dataset"].get("shard"))
     device = resolve_device(c.get("device", "auto"))
@@ -193,16 +269,17 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     job = Job(make_engine(pair, method, params, stops), method, pair, evaluator, c["dataset"], max_new, seed,
               c.get("on_long_prompt", "error"), bool(c.get("trace", False)))
     job.check_prompts(examples)
-    # everything is validated: only now touch the output folder
+    # everything is validated: only now write to the output folder (folder_lock removes it again if left empty)
     record = {"config": c, "choices": choices, "seed": seed, **provenance.git_info(),
               "versions": provenance.package_versions(), "device_info": provenance.device_info(device)}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    check_resume(run_dir, record)
+    saved = check_resume(run_dir, record)
     writer = RowWriter(run_dir)
     todo = [e for e in examples if e.id not in writer.done]
     log.info("%s: %d examples, %d already done, %d to decode", run_dir, len(examples), len(examples) - len(todo), len(todo))
-    for ex in todo[: int(c.get("warmup", 0))]:  # same path, not recorded
-        decode_example(job, ex, False)
+    if todo:
+        saved = check_version(run_dir, saved, record, any_version)
+        restore_carried(method, writer.rows, run_dir)
+    warm_up(job, todo[: int(c.get("warmup", 0))])
     for ex in tqdm(todo, desc=method.name, unit="ex", disable=no_bar):
         g, info = decode_example(job, ex, job.trace)
         if job.trace:
@@ -211,7 +288,8 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
 
     summary = {**summarize(writer.rows), "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
                "lossless": method.lossless, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               **provenance.peak_memory(device), **record}
+               **provenance.peak_memory(device), **record,
+               **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}}
     write_json_atomic(run_dir / SUMMARY, summary)
     wandb_log.log_run(c.get("logger"), run_dir, summary, writer.rows)  # best effort: never raises
     log.info("%s: %d rows, %.1f tok/s, acceptance %s", run_dir, summary["n_examples"], summary["tokens_per_s"] or 0,
@@ -230,5 +308,3 @@ def _choices(cfg: DictConfig) -> dict[str, str]:
     except ValueError:
         return {}
 
-
-TASKS.register("bench")(run)

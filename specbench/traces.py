@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from specbench.method import IterationRecord
+from specbench.results import atomic_path
 
 
 def trace_frame(example_id: str, records: list[IterationRecord]) -> pd.DataFrame:
@@ -24,9 +24,8 @@ def write_trace(run_dir: Path, example_id: str, records: list[IterationRecord]) 
     d = Path(run_dir) / "traces"
     d.mkdir(exist_ok=True)
     path = d / f"{example_id.replace('/', '_')}.parquet"
-    tmp = path.with_suffix(".parquet.tmp")
-    trace_frame(example_id, records).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        trace_frame(example_id, records).to_parquet(tmp, index=False)
     return path
 
 

@@ -97,3 +97,33 @@ def test_row_writer_refuses_duplicates(tmp_path):
     with pytest.raises(ValueError, match="already"):
         w.append({"id": "a", "x": 2})
     assert RowWriter(tmp_path).done == {"a"}
+
+
+def test_resume_refuses_rows_of_another_code_version(tmp_path):
+    """config.json names the code version (git hash, dirty flag) that wrote the rows; another version
+    resumes only with resume_any_version=true. The recorded version is faked: tests never depend on
+    the checkout's own hash."""
+    job = ("method=ar", "decode.max_new_tokens=8")
+    runner.run(small(*job, "dataset.limit=2"), tmp_path)
+    record = json.loads((tmp_path / "config.json").read_text())
+    now = runner.code_version(record)
+    old = {"git_hash": "0123456789abcdef" * 2 + "01234567", "git_dirty": False}
+    (tmp_path / "config.json").write_text(json.dumps({**record, **old}))
+    with pytest.raises(ValueError) as refused:
+        runner.run(small(*job, "dataset.limit=3"), tmp_path)
+    msg = str(refused.value)
+    assert f"holds rows of git {old['git_hash']}, but this is {runner.describe_version(now)}" in msg
+    assert "resume_any_version=true" in msg
+    assert len(read_rows(tmp_path / ROWS)) == 2
+    s = runner.run(small(*job, "dataset.limit=2"), tmp_path)  # nothing left to decode: nothing is mixed
+    assert s["git_hash"] == old["git_hash"] and "resumed_versions" not in s
+    s = runner.run(small(*job, "dataset.limit=3", "resume_any_version=true"), tmp_path)
+    assert len(read_rows(tmp_path / ROWS)) == 3
+    assert json.loads((tmp_path / "config.json").read_text())["resumed_versions"] == [now]
+    assert s["git_hash"] == old["git_hash"] and s["resumed_versions"] == [now]
+
+
+def test_versions_in_words():
+    assert runner.describe_version({"git_hash": "abc", "git_dirty": True}) == "git abc with uncommitted changes"
+    assert runner.describe_version({"git_hash": "abc", "git_dirty": False}) == "git abc"
+    assert "unknown version" in runner.describe_version({"git_hash": None, "git_dirty": None})
