@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
 
 ALPACA = Source("Alpaca", hub="tatsu-lab/alpaca", hub_split="train")
 ALPACA_EVAL = Source("AlpacaEval", hub="json", hub_files="hf://datasets/tatsu-lab/alpaca_eval/alpaca_eval.json",
                      hub_split="train", local="alpaca_eval/instructions_805.json")
 
 
-def instruction_prompt(row: dict[str, Any]) -> str:
+def instruction_prompt(row: Row) -> str:
     """The instruction, then its input (if any) after a blank line."""
-    extra = (row.get("input") or "").strip()
-    return row["instruction"].strip() + (f"\n\n{extra}" if extra else "")
+    extra = (row.text("input", optional=True) or "").strip()
+    return row.text("instruction").strip() + (f"\n\n{extra}" if extra else "")
 
 
 @DATASETS.register("alpaca")

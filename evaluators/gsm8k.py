@@ -18,7 +18,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+from specbench.data import DATASETS, Evaluator, Example, Row, Source, load_source
+from specbench.options import integer
 from specbench.prompting import PLAIN_PROMPT, fewshot_text
 
 TEST = Source("GSM8K test", hub="openai/gsm8k", hub_config="main", hub_split="test", local="gsm8k/test.jsonl")
@@ -60,6 +61,14 @@ def reference_number(answer: str) -> str:
     return answer.split("####")[-1].strip().replace(",", "")
 
 
+def row_reference(row: Row) -> str:
+    """The reference number of a GSM8K row; a solution without its '#### N' line fails naming the row."""
+    answer = row.text("answer")
+    if "####" not in answer:
+        raise row.error("field 'answer' has no final '#### <number>' line, so the row cannot be scored")
+    return reference_number(answer)
+
+
 def match(pred: str | None, reference: str) -> float:
     """1.0 if pred equals reference as a number."""
     p = to_number(pred)
@@ -76,9 +85,8 @@ class GSM8K(Evaluator):
     def __init__(self, data_dir: str | None = None, num_fewshot: int = 0, instruction: str | None = None,
                  stop_strings: list[str] | None = None, **options: Any) -> None:
         super().__init__(**options)
-        if not 0 <= int(num_fewshot) <= 8:
-            raise ValueError(f"gsm8k num_fewshot must be in 0..8, got {num_fewshot}")
-        self.data_dir, self.num_fewshot, self.instruction = data_dir, int(num_fewshot), instruction
+        self.num_fewshot = integer(num_fewshot, "dataset.num_fewshot", low=0, high=8)
+        self.data_dir, self.instruction = data_dir, instruction
         if stop_strings is not None:
             self.stop_strings = tuple(stop_strings)
 
@@ -87,17 +95,17 @@ class GSM8K(Evaluator):
         if not self.num_fewshot:
             return []
         rows = load_source(TRAIN, self.data_dir)[: self.num_fewshot]
-        return [m for r in rows for m in ({"role": "user", "content": question_text(r["question"])},
-                                          {"role": "assistant", "content": r["answer"]})]
+        return [m for r in rows for m in ({"role": "user", "content": question_text(r.text("question"))},
+                                          {"role": "assistant", "content": r.text("answer")})]
 
     def examples(self) -> list[Example]:
         rows, shots = load_source(TEST, self.data_dir), self.shots()
         head = f"{self.instruction}\n\n" if self.instruction else ""
         out = []
         for i, r in enumerate(rows):
-            msgs = shots + [{"role": "user", "content": question_text(r["question"])}]
+            msgs = shots + [{"role": "user", "content": question_text(r.text("question"))}]
             msgs[0] = {**msgs[0], "content": head + msgs[0]["content"]}
-            ref = reference_number(r["answer"])
+            ref = row_reference(r)
             if len(msgs) == 1:
                 out.append(Example(id=f"gsm8k-{i:04d}", prompt=msgs[0]["content"], reference=ref))
             else:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
+from specbench.options import choice, integer
 from specbench.prompting import PLAIN_PROMPT, fewshot_text
 
 LETTERS = "ABCD"
@@ -38,9 +39,22 @@ def question_text(row: dict[str, Any]) -> str:
     return f"{row['question'].strip()}{options}\nAnswer:"
 
 
-def by_subject(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows sorted by subject, keeping the source order within a subject."""
-    return sorted(rows, key=lambda r: r["subject"])
+def check_row(row: Row) -> Row:
+    """A usable MMLU row: text subject and question, 1 to 4 choices, an answer index into them."""
+    row.text("subject")
+    row.text("question")
+    choices, answer = row["choices"], row["answer"]
+    if not isinstance(choices, list) or not 1 <= len(choices) <= len(LETTERS):
+        raise row.error(f"field 'choices' must be a list of 1 to {len(LETTERS)} options, got {choices!r}")
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        raise row.error(f"field 'answer' must be the index of the right choice (0 to {len(choices) - 1}), "
+                        f"got {answer!r}")
+    return row
+
+
+def by_subject(rows: list[Row]) -> list[Row]:
+    """Usable rows sorted by subject, keeping the source order within a subject."""
+    return sorted((check_row(r) for r in rows), key=lambda r: r["subject"])
 
 
 # The letter after optional spaces, asterisks, brackets; not the start of a word ("A new ...").
@@ -93,15 +107,13 @@ class MMLU(Evaluator):
     def __init__(self, data_dir: str | None = None, split: str = "validation", num_fewshot: int = 0,
                  stop_strings: list[str] | None = None, **options: Any) -> None:
         super().__init__(**options)
-        if split not in SPLITS:
-            raise ValueError(f"mmlu split must be one of {', '.join(SPLITS)}, got {split!r}")
-        if not 0 <= int(num_fewshot) <= 5:
-            raise ValueError(f"mmlu num_fewshot must be in 0..5 (the dev split has 5 per subject), got {num_fewshot}")
-        self.data_dir, self.split, self.num_fewshot = data_dir, split, int(num_fewshot)
+        self.split = choice(split, "dataset.split", SPLITS)
+        self.num_fewshot = integer(num_fewshot, "dataset.num_fewshot", low=0, high=5)  # 5 dev questions a subject
+        self.data_dir = data_dir
         if stop_strings is not None:
             self.stop_strings = tuple(stop_strings)
 
-    def rows(self, split: str) -> list[dict[str, Any]]:
+    def rows(self, split: str) -> list[Row]:
         """The rows of `split`, ordered by subject; a clear error if the source does not have it."""
         if self.data_dir and SPLITS[split] is None:
             raise DataSourceError(

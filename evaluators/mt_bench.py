@@ -15,7 +15,7 @@ import hashlib
 from typing import Any
 
 from evaluators.spec_bench import multi_turn_example
-from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+from specbench.data import DATASETS, Evaluator, Example, Row, Source, load_source
 
 SOURCE = Source("MT-bench", hub="HuggingFaceH4/mt_bench_prompts", hub_split="train", local="mt_bench/question.jsonl")
 FIRST_ID = 81
@@ -26,12 +26,12 @@ def prompt_id(turns: list[str]) -> int:
     return int(hashlib.sha256("".join(turns).encode("utf-8")).hexdigest(), 16) % 10**8
 
 
-def normalize(row: dict[str, Any], index: int) -> dict[str, Any]:
-    """A row of either schema as FastChat's (question_id, category, turns, reference)."""
+def normalize(row: Row, index: int) -> Row:
+    """A row of either schema as FastChat's (question_id, category, turns, reference), keeping its origin."""
     if "turns" in row:
         return row
-    return {"question_id": FIRST_ID + index, "category": row["category"], "turns": row["prompt"],
-            "reference": row.get("reference") or None}
+    return Row({"question_id": FIRST_ID + index, "category": row["category"], "turns": row["prompt"],
+                "reference": row.get("reference") or None}, row.origin)
 
 
 @DATASETS.register("mt_bench")
@@ -44,7 +44,7 @@ class MTBench(Evaluator):
         rows = [normalize(r, i) for i, r in enumerate(load_source(SOURCE, self.data_dir))]
         out = []
         for r in rows:
-            ex = multi_turn_example(r["question_id"], r["category"], r["turns"], r.get("reference"))
+            ex = multi_turn_example(r["question_id"], r.text("category"), r.texts("turns"), r.get("reference"))
             ex.meta["prompt_id"] = prompt_id(ex.turns or [ex.prompt])
             out.append(ex)
         return out

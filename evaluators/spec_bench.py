@@ -35,7 +35,7 @@ class SpecBench(Evaluator):
     name = "spec_bench"
 
     def examples(self) -> list[Example]:
-        return [multi_turn_example(r["question_id"], r["category"], r["turns"], r.get("reference"))
+        return [multi_turn_example(r["question_id"], r.text("category"), r.texts("turns"), r.get("reference"))
                 for r in load_source(SOURCE, self.data_dir)]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from specbench.data import DATASETS, Evaluator, Example
+from specbench.options import integer
 from specbench.toy_task import heldout_set
 
 ANSWER = re.compile(r"^#### *(-?[\d,]+)", re.MULTILINE)
@@ -33,7 +34,7 @@ class ToyArith(Evaluator):
 
     def __init__(self, n: int = 200, seed: int = 1234) -> None:
         super().__init__()
-        self.n, self.seed = int(n), int(seed)
+        self.n, self.seed = integer(n, "dataset.n", low=1), integer(seed, "dataset.seed")
 
     def examples(self) -> list[Example]:
         return [Example(id=f"toy-{i:03d}", prompt=p.question, reference=p.answer, meta={"solution": p.solution})

@@ -22,7 +22,7 @@ class UltraChat(Evaluator):
     name = "ultrachat"
 
     def examples(self) -> list[Example]:
-        return [Example(id=f"ultrachat-{i:05d}", prompt=r["prompt"], meta={"prompt_id": r.get("prompt_id")})
+        return [Example(id=f"ultrachat-{i:05d}", prompt=r.text("prompt"), meta={"prompt_id": r.get("prompt_id")})
                 for i, r in enumerate(load_source(SOURCE, self.data_dir))]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.options import choice
 from specbench.prompting import PLAIN_PROMPT
 
 SPLITS = {"test": Source("XSum test", hub="EdinburghNLP/xsum", hub_split="test"),
@@ -44,9 +45,7 @@ class XSum(Evaluator):
 
     def __init__(self, data_dir: str | None = None, split: str = "test", **options: Any) -> None:
         super().__init__(**options)
-        if split not in SPLITS:
-            raise ValueError(f"xsum split must be one of {', '.join(SPLITS)}, got {split!r}")
-        self.data_dir, self.split = data_dir, split
+        self.data_dir, self.split = data_dir, choice(split, "dataset.split", SPLITS)
 
     def examples(self) -> list[Example]:
         src = SPLITS[self.split]
@@ -57,8 +56,8 @@ class XSum(Evaluator):
         if self.split == "test_1000" and not self.data_dir:
             raise DataSourceError(f"{src.label} exists only as a local file ({src.local}); set dataset.data_dir or "
                                   "SPECBENCH_DATA_DIR, or use dataset.split=test (EdinburghNLP/xsum) from the hub")
-        return [Example(id=str(r["id"]), prompt=INSTRUCTION.format(r["document"].strip()), reference=r.get("summary"),
-                        meta={PLAIN_PROMPT: PLAIN.format(r["document"].strip())})
+        return [Example(id=str(r["id"]), prompt=INSTRUCTION.format(r.text("document").strip()),
+                        reference=r.text("summary", optional=True), meta={PLAIN_PROMPT: PLAIN.format(r["document"].strip())})
                 for r in load_source(src, self.data_dir)]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:

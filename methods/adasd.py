@@ -80,7 +80,7 @@ class AdaSD(Method):
         if rule not in BASE_RULES:
             raise ValueError(f"method {self.name!r}: rule must be one of {', '.join(BASE_RULES)}, got {rule!r}")
         super().__init__(rule=f"js_relaxed({rule})" if self.relaxed else rule, **options)
-        self.max_window = check_gamma(self.name, window)
+        self.max_window = check_gamma(self.name, window, "window")
         self.persist = bool(persist_thresholds)
         if fixed_t_v is not None and not self.relaxed:
             raise ValueError(f"method {self.name!r} has no verification threshold; fixed_t_v must be null")

@@ -74,7 +74,7 @@ class Confidence(Method):
     def __init__(self, window: int = 20, threshold: float = 0.4, roc: bool = True, rule: str = "rejection",
                  **options) -> None:
         super().__init__(rule=rule, **options)
-        self.max_window = check_gamma(self.name, window)
+        self.max_window = check_gamma(self.name, window, "window")
         if not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"method {self.name!r}: threshold must be in [0, 1], got {threshold!r}")
         self.threshold0 = float(threshold)

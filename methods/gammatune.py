@@ -43,7 +43,7 @@ class GammaTune(Method):
                  gamma_max: int = 24, persist: bool = False, rule: str = "rejection", **options) -> None:
         super().__init__(rule=rule, **options)
         self.gamma0 = check_gamma(self.name, gamma)
-        check_gamma(self.name, gamma_min)
+        check_gamma(self.name, gamma_min, "gamma_min")
         if not gamma_min <= gamma_max:
             raise ValueError(f"method {self.name!r}: need gamma_min <= gamma_max, got {gamma_min} > {gamma_max}")
         if not 0 < eta <= 1:

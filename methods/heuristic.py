@@ -46,7 +46,7 @@ class Heuristic(Method):
 
     def __init__(self, gamma0: int = 5, persist: bool = False, rule: str = "rejection", **options) -> None:
         super().__init__(rule=rule, **options)
-        self.gamma0 = check_gamma(self.name, gamma0)
+        self.gamma0 = check_gamma(self.name, gamma0, "gamma0")
         self.persist = bool(persist)
         self.gamma = self.gamma0
 

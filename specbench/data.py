@@ -5,6 +5,10 @@ folder is set (`dataset.data_dir`, default: the environment variable SPECBENCH_D
 file in that folder (e.g. ../shared/data). The choice is explicit: a set folder is never
 bypassed for the hub and a hub failure never falls back to another set; a set that cannot be
 loaded fails with a `DataSourceError` naming the source it tried.
+
+Rows are `Row`s that know where they came from (file and line, or hub set and row): a corrupt
+line, a byte that is not UTF-8, an empty file or a row missing a field its benchmark needs fails
+naming the file (or set), the 1-based line (or row) and the field, never with a bare KeyError.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import gzip
 import json
 import logging
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.options import check_options, choice, integer, shown, text
 from specbench.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -66,20 +72,28 @@ def parse_shard(shard: str | None) -> tuple[int, int] | None:
     try:
         i, n = (int(s) for s in str(shard).split("/"))
     except ValueError:
-        raise ValueError(f"dataset.shard must look like 'i/n' (e.g. 0/4), got {shard!r}") from None
+        raise ValueError(f"dataset.shard must look like 'i/n' (e.g. 0/4), got {shown(shard)}") from None
     if not 0 <= i < n:
         raise ValueError(f"dataset.shard {shard!r}: need 0 <= i < n")
     return i, n
 
 
+def check_selection(limit: Any, shard: Any) -> tuple[int | None, tuple[int, int] | None]:
+    """dataset.limit (an integer >= 1 or null) and dataset.shard ('i/n' or null), checked."""
+    return integer(limit, "dataset.limit", low=1, null=True), parse_shard(shard)
+
+
 def select(examples: list[Example], limit: int | None, shard: str | None) -> list[Example]:
     """The first `limit` examples (in the dataset's fixed order), then every n-th from i for shard i/n."""
+    limit, s = check_selection(limit, shard)
+    if not examples:
+        raise ValueError("the dataset has no examples")
     if limit is not None:
-        if limit < 1:
-            raise ValueError(f"dataset.limit must be >= 1 or null, got {limit}")
         examples = examples[:limit]
-    s = parse_shard(shard)
     if s:
+        if s[0] >= len(examples):
+            raise ValueError(f"dataset.shard={shard} selects no examples: there are only {len(examples)} to "
+                             f"share (after dataset.limit); use at most {len(examples)} shards")
         examples = examples[s[0] :: s[1]]
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
@@ -119,16 +133,122 @@ class Source:
         return f"{where} ({', '.join(parts)})" if parts else str(where)
 
 
-def read_local(path: Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl, .jsonl.gz or .json (a list of objects) file."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        if path.name.endswith((".jsonl", ".jsonl.gz")):
-            return [json.loads(line) for line in f if line.strip()]
-        rows = json.load(f)
-    if not isinstance(rows, list):
-        raise DataSourceError(f"{path}: expected a JSON list of rows, got {type(rows).__name__}")
+class MissingFieldError(DataSourceError, KeyError):
+    """A row lacks a field its benchmark needs, or holds null there; the message names the row's origin."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class Row(dict):
+    """One data row and where it came from (`origin`, e.g. 'data/gsm8k/test.jsonl, line 7').
+
+    `row[key]` of a missing or null field raises MissingFieldError naming the origin and the field
+    (benchmarks read optional fields with `row.get`); `text` and `texts` also check the kind.
+    """
+
+    def __init__(self, fields: dict[str, Any], origin: str) -> None:
+        super().__init__(fields)
+        self.origin = origin
+
+    def __missing__(self, key: str) -> Any:
+        raise MissingFieldError(f"{self.origin}: the row has no {key!r} field, which this benchmark needs "
+                                f"(its fields: {', '.join(map(repr, self)) or 'none'})")
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        if value is None:
+            raise MissingFieldError(f"{self.origin}: the row's {key!r} field is null; this benchmark needs a value")
+        return value
+
+    def error(self, message: str) -> DataSourceError:
+        """An error about this row, naming its origin."""
+        return DataSourceError(f"{self.origin}: {message}")
+
+    def text(self, key: str, optional: bool = False) -> str | None:
+        """The string field `key` (None for a missing or null field when `optional`)."""
+        value = self.get(key) if optional else self[key]
+        if value is None or isinstance(value, str):
+            return value
+        raise self.error(f"field {key!r} must be a string, got {shown(value)}")
+
+    def texts(self, key: str) -> list[str]:
+        """The field `key` as a non-empty list of strings (e.g. a question's turns)."""
+        value = self[key]
+        if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+            raise self.error(f"field {key!r} must be a non-empty list of strings, got {shown(value)}")
+        return value
+
+
+def as_row(item: Any, origin: str) -> Row:
+    """A parsed item as a Row; anything but a JSON object fails naming `origin`."""
+    if not isinstance(item, dict):
+        raise DataSourceError(f"{origin}: expected a JSON object (a row of named fields), got {type(item).__name__}")
+    return item if isinstance(item, Row) else Row(item, origin)
+
+
+def as_rows(items: list[Any], where: str) -> list[Row]:
+    """Parsed items as Rows, the n-th named '<where>, row n' unless it already knows its origin (a JSONL
+    line); an empty list fails naming `where`."""
+    if not items:
+        raise DataSourceError(f"{where}: no rows (an empty list); a benchmark needs at least one")
+    return [as_row(item, f"{where}, row {n}") for n, item in enumerate(items, 1)]
+
+
+def decode_utf8(data: bytes, where: str, first_line: int = 1) -> str:
+    """`data` as UTF-8 text (a leading byte-order mark dropped); a bad byte fails naming `where`, its line and column."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = first_line + data.count(b"\n", 0, err.start)
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise DataSourceError(f"{where}, line {line}: byte 0x{data[err.start]:02x} at column {col} is not UTF-8 "
+                              "text; data files must be UTF-8") from None
+
+
+def parse_jsonl(data: bytes, where: str) -> list[Row]:
+    """The rows of JSON Lines bytes, one object per non-blank line; a bad line fails naming its 1-based number."""
+    rows = []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        line = decode_utf8(raw, where, n)
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataSourceError(f"{where}, line {n}: not valid JSON ({err.msg} at column {err.colno}); each "
+                                  "line must be one JSON object") from None
+        rows.append(as_row(item, f"{where}, line {n}"))
     return rows
+
+
+def parse_rows(data: bytes, where: str, jsonl: bool) -> list[Row]:
+    """The rows of a JSON Lines file or of a JSON list of objects (`where` names it in errors)."""
+    if not data.strip():
+        raise DataSourceError(f"{where}: the file is empty; a benchmark needs at least one row")
+    if jsonl:
+        return as_rows(parse_jsonl(data, where), where)
+    try:
+        items = json.loads(decode_utf8(data, where))
+    except json.JSONDecodeError as err:
+        raise DataSourceError(f"{where}, line {err.lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(items, list):
+        raise DataSourceError(f"{where}: expected a JSON list of rows, got {type(items).__name__}")
+    return as_rows(items, where)
+
+
+def read_local(path: Path) -> list[Row]:
+    """Rows of a .jsonl or .json (a list of objects) file, either optionally gzip-compressed (.gz)."""
+    name = path.name.removesuffix(".gz")
+    if not name.endswith((".jsonl", ".json")):
+        raise DataSourceError(f"{path}: unknown data file type; expected .jsonl, .json, .jsonl.gz or .json.gz")
+    try:
+        data = path.read_bytes()
+        if path.name.endswith(".gz"):
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; EOFError: truncated
+        raise DataSourceError(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+    return parse_rows(data, str(path), name.endswith(".jsonl"))
 
 
 def load_hub(path: str, name: str | None, split: str | None, data_files: str | None) -> list[dict[str, Any]]:
@@ -141,19 +261,18 @@ def load_hub(path: str, name: str | None, split: str | None, data_files: str | N
     return datasets.load_dataset(path, name, **kwargs).to_list()
 
 
-def load_url(url: str, timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Rows of a .jsonl or .json file downloaded from `url`."""
+def load_url(url: str, timeout: float = 60.0) -> list[Row]:
+    """Rows of a .jsonl or .json file downloaded from `url` (errors name the URL and line)."""
     from urllib.request import urlopen
 
     with urlopen(url, timeout=timeout) as f:
-        text = f.read().decode("utf-8")
-    if url.endswith(".jsonl"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return json.loads(text)
+        data = f.read()
+    return parse_rows(data, url, url.endswith(".jsonl"))
 
 
-def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[dict[str, Any]]:
-    """The rows of `source`: from `data_dir` when it is set, else online (hub or URL); DataSourceError otherwise."""
+def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]:
+    """The rows of `source`: from `data_dir` when it is set, else online (hub or URL); DataSourceError otherwise
+    (also for a source without rows)."""
     if data_dir not in (None, ""):
         if source.local is None:
             hint = (f"it is loaded online from {source.hub_name()}: unset dataset.data_dir and {DATA_DIR_ENV} to "
@@ -173,20 +292,28 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[dict
                               f"to a folder holding {source.local}")
     log.info("%s: loading %s", source.label, source.hub_name())
     try:
-        if source.url:
-            return load_url(source.url)
-        return load_hub(source.hub, source.hub_config, source.hub_split, source.hub_files)
+        rows = load_url(source.url) if source.url else load_hub(source.hub, source.hub_config, source.hub_split,
+                                                                source.hub_files)
+    except DataSourceError:  # the download worked but its content is not rows: already names the URL and line
+        raise
     except Exception as err:  # datasets and urllib raise many types (connection, not found, offline mode)
         local = (f"or set dataset.data_dir / {DATA_DIR_ENV} to a folder holding {source.local}" if source.local
                  else "no local copy of this set exists")
         where = "" if source.url else " from the Hugging Face hub"
         raise DataSourceError(f"{source.label}: could not load {source.hub_name()}{where} "
                               f"({type(err).__name__}: {err}); check network access, {local}") from err
+    return as_rows(rows, f"{source.label} ({source.hub_name()})")
 
 
 def build_dataset(cfg: dict) -> Evaluator:
-    """The evaluator named cfg['name'], built with the dataset options it understands."""
+    """The evaluator named cfg['name'], built with the dataset options it understands; every dataset key is
+    checked (its type against the evaluator's constructor, limit / shard / prompt keys here) before any
+    data is loaded."""
     import evaluators  # noqa: F401  (import registers)
 
-    skip = {"name", "limit", "shard", "system_prompt", "chat_template"}
-    return DATASETS.get(cfg["name"])(**{k: v for k, v in cfg.items() if k not in skip})
+    cls = DATASETS.get(cfg["name"])
+    check_selection(cfg.get("limit"), cfg.get("shard"))
+    text(cfg.get("system_prompt"), "dataset.system_prompt", null=True)
+    choice(cfg.get("chat_template", "auto"), "dataset.chat_template", ("auto", True, False))
+    options = {k: v for k, v in cfg.items() if k not in {"name", "limit", "shard", "system_prompt", "chat_template"}}
+    return cls(**check_options(cls, options, "dataset", f"dataset {cfg['name']!r}"))

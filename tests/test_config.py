@@ -64,10 +64,10 @@ def test_unknown_method_and_dataset_names_list_valid_ones():
 
 
 @pytest.mark.parametrize("override,match", [
-    ("decode.max_new_tokens=0", "max_new_tokens must be >= 1"),
-    ("decode.max_new_tokens=-3", "max_new_tokens must be >= 1"),
-    ("decode.temperature=-0.5", "temperature must be >= 0"),
-    ("method.gamma=0", "gamma must be an integer >= 1"),
+    ("decode.max_new_tokens=0", "decode.max_new_tokens must be an integer >= 1"),
+    ("decode.max_new_tokens=-3", "decode.max_new_tokens must be an integer >= 1"),
+    ("decode.temperature=-0.5", "decode.temperature must be a finite number >= 0"),
+    ("method.gamma=0", "method.gamma must be an integer >= 1"),
     ("dataset.shard=3/2", "shard"),
     ("dataset.limit=0", "limit"),
     ("on_long_prompt=drop", "on_long_prompt"),
