@@ -130,6 +130,13 @@ def test_two_runs_on_one_folder(tmp_path, caplog):
     assert result["summary"]["n_examples"] == 6
 
 
+@pytest.mark.parametrize("task", ["bench", "synth", "distill"])
+def test_every_task_holds_its_folder(tmp_path, task):
+    with folder_lock(tmp_path):  # another writer (the same process on another descriptor is refused too)
+        with pytest.raises(FolderLocked, match=f"pid {os.getpid()}"):
+            run(small(f"task={task}"), tmp_path)
+
+
 def test_duplicated_rows_read_once_everywhere(tmp_path):
     """rows.jsonl with ids repeated (two writers before the lock existed): every reader sees unique rows."""
     run(small("method=ar", "dataset.limit=4", "decode.max_new_tokens=8"), tmp_path)
