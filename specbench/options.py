@@ -59,9 +59,8 @@ def integer(value: Any, key: str, low: int | None = None, high: int | None = Non
     """An int (not a bool, float or string) in [low, high]; None passes when `null`."""
     if value is None and null:
         return None
-    what = "an integer" + bounds(low, high)
     if isinstance(value, bool) or not isinstance(value, int) or not in_bounds(value, low, high, False):
-        raise fail(key, what, value, null)
+        raise fail(key, "an integer" + bounds(low, high), value, null)
     return value
 
 
@@ -70,11 +69,9 @@ def real(value: Any, key: str, low: float | None = None, high: float | None = No
     """A finite number (int or float, not a bool or string) in the range, as a float; None passes when `null`."""
     if value is None and null:
         return None
-    what = "a finite number" + bounds(low, high, low_open)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise fail(key, what, value, null)
-    if not in_bounds(value, low, high, low_open):
-        raise fail(key, what, value, null)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or not in_bounds(value, low, high, low_open):
+        raise fail(key, "a finite number" + bounds(low, high, low_open), value, null)
     return float(value)
 
 
@@ -175,6 +172,7 @@ def check_run_settings(cfg: dict[str, Any]) -> None:
     integer(cfg.get("warmup", 0), "warmup", low=0)
     integer(cfg.get("threads"), "threads", low=1, null=True)
     boolean(cfg.get("trace", False), "trace")
+    boolean(cfg.get("resume_any_version", False), "resume_any_version")
     strings(cfg.get("stop_strings"), "stop_strings", null=True)
     choice(cfg.get("on_long_prompt", "error"), "on_long_prompt", ("error", "truncate"))
     choice(cfg.get("progress", "auto"), "progress", ("auto", True, False, None))

@@ -82,6 +82,7 @@ BAD_VALUES = [  # override (as typed on the command line), the key the error mus
     ("threads=0", "threads", "must be an integer >= 1 or null"),  # ran with torch's default
     ("threads=abc", "threads", "must be an integer >= 1 or null"),
     ("trace=yes", "trace", "must be true or false"),  # bool('yes'): traced
+    ("resume_any_version=no", "resume_any_version", "must be true or false"),  # bool('no') is True
     ("stop_strings=abc", "stop_strings", "must be a list of strings"),  # stopped at 'a', 'b' or 'c'
     ("on_long_prompt=drop", "on_long_prompt", "must be one of error, truncate"),
     ("progress=maybe", "progress", "must be one of auto, true, false"),
