@@ -21,17 +21,16 @@ namespaces do not work, or `process`, the explicit opt-in to the weak mode).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.data import DATASETS, Evaluator, Example, Row, Source, load_source
 from specbench.prompting import PLAIN_PROMPT
 from specbench.sandbox import Check, Limits, resolve_isolation, run_check
 
 SOURCE = Source("HumanEval", hub="openai/openai_humaneval", hub_split="test", local="humaneval/HumanEval.jsonl.gz")
 INSTRUCT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```\n"
 STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # lm-eval humaneval `until`
-KEYS = ("task_id", "prompt", "test", "entry_point")  # what every row needs (canonical_solution is optional)
+KEYS = ("task_id", "prompt", "test", "entry_point")  # string fields every row needs (canonical_solution: optional)
 FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
 
 
@@ -54,28 +53,13 @@ def completion_code(prompt: str, output: str, entry_point: str) -> str:
     return prompt + truncate(output)  # a continuation of the function body
 
 
-def problem_rows(rows: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    """The rows, each checked to hold KEYS as strings (entry_point an identifier); DataSourceError naming the row."""
-    for i, row in enumerate(rows, 1):
-        if not isinstance(row, dict):
-            raise DataSourceError(f"HumanEval: {where}: row {i} is a {type(row).__name__}, not an object with "
-                                  f"keys {', '.join(KEYS)}")
-        for key in KEYS:
-            if not isinstance(row.get(key), str):
-                what = "has no key" if key not in row else f"has a {type(row[key]).__name__} (not a string) as"
-                raise DataSourceError(f"HumanEval: {where}: row {i} (task_id {row.get('task_id')!r}) {what} "
-                                      f"{key!r}; every row needs the strings {', '.join(KEYS)}")
-        if not row["entry_point"].isidentifier():
-            raise DataSourceError(f"HumanEval: {where}: row {i} (task_id {row['task_id']!r}): entry_point "
-                                  f"{row['entry_point']!r} is not a Python identifier")
-    return rows
-
-
-def source_name(data_dir: str | None) -> str:
-    """The file (or hub set) the rows come from, for error messages."""
-    if data_dir not in (None, ""):
-        return str(Path(data_dir).expanduser() / str(SOURCE.local))
-    return SOURCE.hub_name()
+def problem(row: Row) -> Example:
+    """One HumanEval row as an Example; a missing, null or non-string field fails naming the row's file and line."""
+    ref = {k: row.text(k) for k in KEYS}
+    if not ref["entry_point"].isidentifier():
+        raise row.error(f"field 'entry_point' must be a Python identifier, got {ref['entry_point']!r}")
+    return Example(id=ref["task_id"], prompt=INSTRUCT.format(ref["prompt"].strip()), reference=ref,
+                   meta={PLAIN_PROMPT: ref["prompt"], "canonical_solution": row.text("canonical_solution", True)})
 
 
 @DATASETS.register("humaneval")
@@ -86,18 +70,14 @@ class HumanEval(Evaluator):
 
     def __init__(self, data_dir: str | None = None, timeout_s: float = 10.0, memory_mb: int = 1024,
                  isolation: str = "auto", stop_strings: list[str] | None = None, **options: Any) -> None:
-        super().__init__(**options)
-        self.data_dir = data_dir
+        super().__init__(data_dir, **options)
         self.limits = Limits(timeout_s=float(timeout_s), memory_mb=int(memory_mb))
         self.isolation = resolve_isolation(isolation, key="dataset.isolation")  # refused here, before any decoding
         if stop_strings is not None:
             self.stop_strings = tuple(stop_strings)
 
     def examples(self) -> list[Example]:
-        rows = problem_rows(load_source(SOURCE, self.data_dir), source_name(self.data_dir))
-        return [Example(id=r["task_id"], prompt=INSTRUCT.format(r["prompt"].strip()), reference={k: r[k] for k in KEYS},
-                        meta={PLAIN_PROMPT: r["prompt"], "canonical_solution": r.get("canonical_solution")})
-                for r in rows]
+        return [problem(row) for row in load_source(SOURCE, self.data_dir)]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
         ref = example.reference
