@@ -513,24 +513,25 @@ def _mapped_top(path: str) -> int:
 
 
 @lru_cache(maxsize=1)
-def namespaces_available() -> bool:
-    """Whether this machine can run the namespace mode (tried once per process; the reason is logged)."""
+def namespace_problem() -> str:
+    """Why this machine cannot run the namespace mode ('' when it can; tried once per process)."""
     tools = ("unshare", "setpriv", "mount", "umount", "pivot_root", "sh", "mkdir", "touch", "ln")
     if sys.platform != "linux" or not all(os.path.isabs(_tool(t)) for t in tools):
-        log.info("sandbox: namespaces unavailable (needs Linux and %s)", ", ".join(tools))
-        return False
+        return f"needs Linux and {', '.join(tools)}"
     folder = tempfile.mkdtemp(prefix="specbench-probe-")
     try:
         cmd = _namespace_prefix(folder, 1, sandbox_id()) + [sys.executable, "-I", "-B", "-c", PROBE]
         p = subprocess.run(cmd, capture_output=True, timeout=30, cwd=folder, stdin=subprocess.DEVNULL)
-        if p.returncode:
-            log.info("sandbox: namespaces unavailable (%s)", p.stderr.decode(errors="replace").strip()[-300:])
-        return p.returncode == 0
+        return p.stderr.decode(errors="replace").strip()[-300:] or f"exit status {p.returncode}" if p.returncode else ""
     except (OSError, subprocess.SubprocessError, RuntimeError) as err:
-        log.info("sandbox: namespaces unavailable (%s)", err)
-        return False
+        return f"{type(err).__name__}: {err}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def namespaces_available() -> bool:
+    """Whether this machine can run the namespace mode."""
+    return not namespace_problem()
 
 
 def resolve_isolation(isolation: str, key: str = "isolation") -> str:
@@ -546,9 +547,9 @@ def resolve_isolation(isolation: str, key: str = "isolation") -> str:
         return "namespace"
     raise RuntimeError(
         f"{key}={isolation} needs Linux namespaces to run generated code (util-linux unshare, setpriv, mount "
-        "and pivot_root, as root or with unprivileged user namespaces), which do not work here (run with "
-        f"logging at INFO for the reason). Valid values: {', '.join(ISOLATIONS)}. Set {key}=process to run it "
-        "anyway with resource limits and in-process guards only, which deliberately malicious code can escape")
+        "and pivot_root, as root or with unprivileged user namespaces), which do not work here "
+        f"({namespace_problem() or 'unavailable'}). Valid values: {', '.join(ISOLATIONS)}. Set {key}=process to "
+        "run it anyway with resource limits and in-process guards only, which deliberately malicious code can escape")
 
 
 @lru_cache(maxsize=None)

@@ -287,9 +287,10 @@ def test_bad_isolation_value():
 
 
 def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
-    monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)
+    monkeypatch.setattr(sandbox, "namespace_problem", lambda: "unshare: unshare failed: Operation not permitted")
     for isolation in ("auto", "namespace"):
-        with pytest.raises(RuntimeError, match=r"dataset\.isolation=.*auto, namespace, process.*dataset\.isolation=process"):
+        with pytest.raises(RuntimeError, match=r"dataset\.isolation=.*\(unshare: unshare failed: Operation not "
+                                               r"permitted\).*auto, namespace, process.*dataset\.isolation=process"):
             resolve_isolation(isolation, key="dataset.isolation")
         with pytest.raises(RuntimeError, match="isolation=process"):
             run_check(Check("def f():\n    return 1\n", "f", "def check(c):\n    assert c() == 1\n"), LIMITS, isolation)
@@ -301,8 +302,8 @@ def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
 def test_humaneval_refuses_weak_isolation_unless_asked_and_records_it(monkeypatch):
     from specbench.data import build_dataset
 
-    monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)
-    with pytest.raises(RuntimeError, match=r"dataset\.isolation=auto .*Valid values: auto, namespace, process"):
+    monkeypatch.setattr(sandbox, "namespace_problem", lambda: "no unshare")
+    with pytest.raises(RuntimeError, match=r"dataset\.isolation=auto .*\(no unshare\)\. Valid values: auto, namespace, process"):
         build_dataset({"name": "humaneval", "data_dir": str(DATA)})
     ev = build_dataset({"name": "humaneval", "data_dir": str(DATA), "isolation": "process"})
     ex = ev.examples()[2]
