@@ -142,8 +142,8 @@ class AdaSD(Method):
     def carried_state(self) -> dict[str, Any] | None:
         if not self.persist:
             return None
-        lists = {k: [getattr(self, k).total, getattr(self, k).n] for k in CARRIED[4:]}
-        return {"t_g": self.t_g, "t_v": self.t_v, "c_a": self.c_a, "c_r": self.c_r, **lists}
+        return {k: getattr(self, k) for k in CARRIED[:4]} | {k: [getattr(self, k).total, getattr(self, k).n]
+                                                               for k in CARRIED[4:]}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         t_g, t_v, c_a, c_r, *lists = state_values(self.name, state, CARRIED)

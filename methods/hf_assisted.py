@@ -45,6 +45,7 @@ class Recorder(StoppingCriteria):
         self.seconds = {"target": 0.0, "draft": 0.0}
         self.calls = {"target": 0, "draft": 0}
         self.cand: list[int] = []
+        self.out: list[int] = []  # the new tokens committed so far
         self.stop: tuple[str, int] | None = None  # (reason, new tokens kept) once the generation has ended
         self.t_start = self.t_iter = self.t_verify = self.t_verified = self.prefill_s = 0.0
         self._t0 = 0.0
@@ -99,9 +100,9 @@ class Recorder(StoppingCriteria):
             drafted=w, accepted=leading_matches(cand, new), stop=why, draft_s=self.t_verify - self.t_iter,
             verify_s=self.t_verified - self.t_verify, state={"gamma": self.gamma}))
         self.L += len(new)
+        self.out += new
         if self.stop is None:
-            reason, k = self.engine.stop.first_stop(input_ids[0, self.P:].tolist(), self.L - len(new) - self.P,
-                                                    self.max_new_tokens, self.room)
+            reason, k = self.engine.stop.first_stop(self.out, len(self.out) - len(new), self.max_new_tokens, self.room)
             self.stop = (reason, k) if reason else None
         if len(self.records) == 1:
             self.prefill_s = time.perf_counter() - self.t_start

@@ -20,7 +20,7 @@ from specbench.data import Evaluator, Example, build_dataset, select
 from specbench.engine import Engine, Generation, concat_generations
 from specbench.method import METHODS, Method
 from specbench.metrics import example_metrics, summarize
-from specbench.options import ON_LONG_PROMPT, boolean, check_options, check_run_settings, choice, integer, real
+from specbench.options import check_options, check_run_settings, integer, real
 from specbench.pairs import Pair, load_pair, resolve_device
 from specbench.progress import progress_bars
 from specbench.prompting import encode
@@ -189,7 +189,6 @@ class Job:
 
     def check_prompts(self, examples: list[Example]) -> None:
         """Fail before any decoding if a first-turn prompt does not fit and on_long_prompt=error."""
-        choice(self.on_long, "on_long_prompt", ON_LONG_PROMPT)
         for ex in examples:
             fit_prompt(self.encode(ex, []), self.engine.context_length, self.max_new, self.on_long,
                        f"example {ex.id!r} of dataset {self.evaluator.name!r}")
@@ -262,7 +261,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     params = sampling_params(c["decode"])
     max_new, seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
     method = build_method(c["method"])
-    any_version = boolean(c.get("resume_any_version", False), "resume_any_version")
+    any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c["dataset"].get("limit"), c["dataset"].get("shard"))
     device = resolve_device(c.get("device", "auto"))
