@@ -8,8 +8,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from specbench.results import LOCK, FolderLocked, folder_lock
-from specbench.runner import run
+from specbench.runs.results import LOCK, FolderLocked, folder_lock
+from specbench.runs.runner import run
 
 log = logging.getLogger(__name__)
 

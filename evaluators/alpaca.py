@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
+from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
 
 ALPACA = Source("Alpaca", hub="tatsu-lab/alpaca", hub_split="train")
 ALPACA_EVAL = Source("AlpacaEval", hub="json", hub_files="hf://datasets/tatsu-lab/alpaca_eval/alpaca_eval.json",

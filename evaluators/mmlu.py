@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
-from specbench.options import choice, integer
-from specbench.prompting import PLAIN_PROMPT, fewshot_text
+from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
+from specbench.common.options import choice, integer
+from specbench.data.prompting import PLAIN_PROMPT, fewshot_text
 
 LETTERS = "ABCD"
 SPLITS = {"validation": None, "test": "mmlu/test.jsonl", "dev": None}  # split -> local file (None: hub only)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from evaluators.spec_bench import multi_turn_example
-from specbench.data import DATASETS, Evaluator, Example, Row, Source, load_source
+from specbench.evaluators.spec_bench import multi_turn_example
+from specbench.data.dataset import DATASETS, Evaluator, Example, Row, Source, load_source
 
 SOURCE = Source("MT-bench", hub="HuggingFaceH4/mt_bench_prompts", hub_split="train", local="mt_bench/question.jsonl")
 FIRST_ID = 81

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specbench.data import DATASETS, Evaluator, Example
+from specbench.data.dataset import DATASETS, Evaluator, Example
 
 PROMPTS = [
     "Write a haiku about the sea.",

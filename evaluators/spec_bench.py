@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+from specbench.data.dataset import DATASETS, Evaluator, Example, Source, load_source
 
 URL = "https://raw.githubusercontent.com/hemingkx/Spec-Bench/main/data/spec_bench/question.jsonl"
 SOURCE = Source("Spec-Bench", url=URL, local="spec_bench/question.jsonl")

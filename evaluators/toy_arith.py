@@ -1,4 +1,4 @@
-"""`toy_arith`: held-out toy arithmetic word problems (specbench.toy_task), scored by exact answer.
+"""`toy_arith`: held-out toy arithmetic word problems (specbench.data.toy_task), scored by exact answer.
 
 The prompt is the question alone (the toy pair is trained on exactly that prompt format); the
 reference is the integer answer. The score is 1.0 when the output's first `#### N` line gives
@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example
-from specbench.options import integer
-from specbench.toy_task import heldout_set
+from specbench.data.dataset import DATASETS, Evaluator, Example
+from specbench.common.options import integer
+from specbench.data.toy_task import heldout_set
 
 ANSWER = re.compile(r"^#### *(-?[\d,]+)", re.MULTILINE)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.data import DATASETS, Evaluator, Example, Source, load_source
+from specbench.data.dataset import DATASETS, Evaluator, Example, Source, load_source
 
 SOURCE = Source("UltraChat_200k test_sft", hub="HuggingFaceH4/ultrachat_200k", hub_split="test_sft")
 

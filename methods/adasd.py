@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
-from specbench.sampling import entropy_bits
+from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.decoding.sampling import entropy_bits
 
 BASE_RULES = ("sample_match", "rejection")
 # what persist_thresholds carries across examples: thresholds, counters and the lists as [sum, count]

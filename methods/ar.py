@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specbench.method import METHODS, Method
+from specbench.decoding.method import METHODS, Method
 
 
 @METHODS.register("ar")

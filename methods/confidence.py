@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import torch
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma
+from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma
 
 log = logging.getLogger(__name__)
 

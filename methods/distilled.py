@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from methods.vanilla import Vanilla
-from specbench.method import METHODS
+from specbench.methods.vanilla import Vanilla
+from specbench.decoding.method import METHODS
 
 
 @METHODS.register("distilled")
@@ -21,6 +21,6 @@ class Distilled(Vanilla):
         self.folder = drafter
 
     def drafter_model(self, pair: Any) -> Any:
-        from specbench.distill import load_trained
+        from specbench.models.drafters import load_trained
 
         return load_trained(self.folder, pair, self.kind)[0]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from specbench.method import METHODS
+from specbench.decoding.method import METHODS
 
-from methods.ar import Autoregressive
+from specbench.methods.ar import Autoregressive
 
 
 @METHODS.register("draft_only")

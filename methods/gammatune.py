@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
 
 
 def gammatune_step(gamma: int, gamma_bar: float, accepted: int, eta: float, delta: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
 
 
 def next_gamma(gamma: int, drafted: int, matches: int) -> int:

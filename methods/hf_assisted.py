@@ -10,8 +10,8 @@ import torch
 from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import is_sklearn_available
 
-from specbench.engine import Engine, Generation, sync
-from specbench.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.decoding.engine import Engine, Generation, sync
+from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Recorder(StoppingCriteria):
         self.t_verify = self._t0
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        """End of one iteration: record it; True once the block holds a stop (specbench.stopping, as the engine)."""
+        """End of one iteration: record it; True once the block holds a stop (specbench.decoding.stopping, as the engine)."""
         eos, cand = self.engine.eos_ids, self.cand
         new = input_ids[0, self.L:].tolist()  # committed this iteration (cut after EOS by transformers)
         w = len(cand)
@@ -128,7 +128,7 @@ class HFAssisted(Method):
     Decoding: greedy (do_sample=False) at temperature 0, else do_sample with the engine's temperature,
     top_k (0 = off) and top_p (1.0 = off); repetition_penalty=1 and no_repeat_ngram_size=0 are pinned
     so a checkpoint's generation_config cannot add processors the engine does not apply. EOS ids are
-    the engine's; after every iteration the engine's StopCriteria (specbench.stopping) checks the
+    the engine's; after every iteration the engine's StopCriteria (specbench.decoding.stopping) checks the
     block token by token, ends the call at the first stop and drops the tokens after it; the context
     cap is the engine's. Logit rows beyond the tokenizer (embedding
     padding) are suppressed (`suppress_tokens`, `suppress_padding: true`) so neither model can pick a

@@ -1,5 +1,5 @@
 """`sd2`: steered speculative decoding (SD², sd2.md section 3): chain drafting with γ = 8 and the
-`rejection` rule, the drafter steered by the verifier's hidden states (specbench.sd2).
+`rejection` rule, the drafter steered by the verifier's hidden states (specbench.models.steering).
 
 After every verify the engine hands over the verifier's states at (3, L/2, L-2) (or the layers the
 drafter was trained with) at the last accepted position, taken from the verify forward itself (no
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from methods.distilled import Distilled
-from specbench.method import METHODS
+from specbench.methods.distilled import Distilled
+from specbench.decoding.method import METHODS
 
 
 @METHODS.register("sd2")
@@ -24,10 +24,10 @@ class SD2(Distilled):
 
     name = "sd2"
     kind = "sd2"
-    steered = None  # specbench.sd2.SteeredDrafter, once the drafter is loaded
+    steered = None  # specbench.models.steering.SteeredDrafter, once the drafter is loaded
 
     def drafter_model(self, pair: Any) -> Any:
-        from specbench.distill import load_trained
+        from specbench.models.drafters import load_trained
 
         model, self.steered = load_trained(self.folder, pair, self.kind)
         self.hidden_layers = self.steered.steering.layers

@@ -1,0 +1,7 @@
+"""specbench: a benchmark harness for speculative decoding.
+
+Packages, each importing only those before it: common (registries, option checks, files, progress),
+decoding (the engine and its parts), data (datasets, prompting, sandbox), models (pairs, drafters),
+methods and evaluators (the plugins), runs (runner, results, provenance, SLURM), training (synth,
+distill), analysis (report, tables, figures); bench and lm_eval are entry points.
+"""

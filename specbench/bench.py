@@ -22,21 +22,21 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedModel
 
-from specbench.data import Example, build_dataset
-from specbench.engine import Engine, Generation, ModelState, sync
-from specbench.method import Method
-from specbench.pairs import Pair, load_pair, resolve_device
-from specbench.prompting import encode
-from specbench.runner import build_method, make_engine, sampling_params
+from specbench.common.files import CONF_DIR
+from specbench.data.dataset import Example, build_dataset
+from specbench.decoding.engine import Engine, Generation, ModelState, sync
+from specbench.decoding.method import Method
+from specbench.models.pairs import Pair, load_pair, resolve_device
+from specbench.data.prompting import encode
+from specbench.runs.runner import build_method, make_engine, sampling_params
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def load(name: str, device: torch.device) -> Pair:
     """The pair conf/pair/<name>.yaml, composed through Hydra as the runner does."""
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=[f"pair={name}"])
     return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
 
@@ -185,7 +185,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
     import pandas as pd
     from hydra import compose, initialize_config_dir
 
-    from specbench.runner import run
+    from specbench.runs.runner import run
 
     torch.set_num_threads(args.threads)
     rows = []
@@ -193,7 +193,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
         overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"dataset.limit={args.limit}",
                      f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
                      f"device={args.device}", *args.overrides]
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose("config", overrides=overrides, return_hydra_config=True)
         s = run(cfg, Path(args.out) / args.pair / args.dataset / args.decode / name)
         rows.append({"method": name, **{k: s.get(k, s["example_means"].get(k)) for k in TABLE},

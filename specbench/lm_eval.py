@@ -42,15 +42,15 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.engine import Engine
-from specbench.metrics import example_metrics, summarize
-from specbench.pairs import load_pair, resolve_device
-from specbench.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params
-from specbench.sampling import SamplingParams
+from specbench.common.files import CONF_DIR
+from specbench.decoding.engine import Engine
+from specbench.decoding.metrics import example_metrics, summarize
+from specbench.models.pairs import load_pair, resolve_device
+from specbench.runs.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params
+from specbench.decoding.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # lm-eval's EvaluatorConfig default, passed whether or not --device was given
 
 
@@ -65,7 +65,7 @@ def to_override(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def compose_config(overrides: list[str], config_dir: str | Path = CONF) -> DictConfig:
+def compose_config(overrides: list[str], config_dir: str | Path = CONF_DIR) -> DictConfig:
     """conf/config.yaml composed with Hydra overrides, as run.py composes it."""
     from hydra import compose, initialize_config_dir
 
@@ -97,7 +97,7 @@ class SpecbenchLM(LM):
             args.append(to_override("device", device))
         if batch_size not in (None, 1, "1"):
             log.warning("specbench decodes one sequence at a time; batch_size=%s is ignored", batch_size)
-        self.cfg = compose_config(args, config_dir or CONF)
+        self.cfg = compose_config(args, config_dir or CONF_DIR)
         c = OmegaConf.to_container(self.cfg, resolve=True)
         self.params = sampling_params(c["decode"])
         self.max_new, self.seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])

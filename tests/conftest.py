@@ -32,7 +32,7 @@ def small(*overrides: str) -> DictConfig:
 @pytest.fixture(scope="session")
 def tiny_pair():
     """The tiny_random pair as configured in conf/pair/tiny_random.yaml."""
-    from specbench.pairs import load_pair
+    from specbench.models.pairs import load_pair
 
     cfg = compose_cfg("pair=tiny_random")
     return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))

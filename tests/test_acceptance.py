@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from specbench.acceptance import JSRelaxed, RULES, leading_true, make_rule
-from specbench.registry import UnknownNameError
+from specbench.decoding.acceptance import JSRelaxed, RULES, leading_true, make_rule
+from specbench.common.registry import UnknownNameError
 
 
 def onehot(i: int, v: int = 4) -> torch.Tensor:

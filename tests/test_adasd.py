@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conftest import compose_cfg, small
-from specbench.engine import Engine
-from specbench.method import IterationRecord
-from specbench.runner import build_method, run
-from specbench.sampling import Sampler, SamplingParams
+from specbench.decoding.engine import Engine
+from specbench.decoding.method import IterationRecord
+from specbench.runs.runner import build_method, run
+from specbench.decoding.sampling import Sampler, SamplingParams
 from table_lm import TableLM
 from test_distribution import PROMPT, V, chi2_pvalue, target_joint
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import specbench.data as data
-import specbench.runner as runner
+import specbench.data.dataset as data
+import specbench.runs.runner as runner
 from conftest import CONF, ROOT, compose_cfg, small
-from specbench.data import DataSourceError, build_dataset, load_source, read_local
-from specbench.options import OptionError
-from specbench.results import folder_lock
-from specbench.runner import build_method, run, sampling_params
+from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
+from specbench.common.options import OptionError
+from specbench.runs.results import folder_lock
+from specbench.runs.runner import build_method, run, sampling_params
 
 
 @pytest.fixture

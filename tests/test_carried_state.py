@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-import specbench.runner as runner
+import specbench.runs.runner as runner
 from conftest import small
-from specbench.results import ROWS, read_rows
-from specbench.runner import build_method
-from specbench.traces import read_traces
+from specbench.runs.results import ROWS, read_rows
+from specbench.runs.runner import build_method
+from specbench.runs.traces import read_traces
 
 TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s", "draft_s", "verify_s"}
 COMMON = ("dataset.limit=6", "decode.max_new_tokens=32", "trace=true")

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compose_cfg, small
-from specbench import merge, report
-from specbench.results import (LOCK, ROWS, SUMMARY, FolderLocked, folder_lock, lock_timeout, read_rows,
-                               write_json_atomic)
-from specbench.runner import run
+from specbench.runs import merge
+from specbench.analysis import load
+from specbench.runs.results import LOCK, ROWS, SUMMARY, FolderLocked, folder_lock, lock_timeout, read_rows
+from specbench.common.files import write_json_atomic
+from specbench.runs.runner import run
 
 TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s"}
 JOB = ("method=vanilla", "decode=t1", "decode.max_new_tokens=24")
@@ -26,7 +27,7 @@ JOB = ("method=vanilla", "decode=t1", "decode.max_new_tokens=24")
 HOLDER = """
 import sys, time
 from pathlib import Path
-from specbench.results import folder_lock
+from specbench.runs.results import folder_lock
 with folder_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     time.sleep(600)
@@ -38,7 +39,7 @@ GATED_RUN = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-import specbench.runner as runner
+import specbench.runs.runner as runner
 from conftest import small
 out, gate, overrides = sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
 real = runner.decode_example
@@ -149,9 +150,9 @@ def test_duplicated_rows_read_once_everywhere(tmp_path):
     assert [r["output"] for r in rows] == [json.loads(x)["output"] for x in lines]  # each id's first row
     s = run(small("method=ar", "dataset.limit=4", "decode.max_new_tokens=8"), tmp_path)
     assert s["n_examples"] == 4 and s["total_new_tokens"] == sum(r["new_tokens"] for r in rows)
-    runs = report.load_runs(tmp_path)
+    runs = load.load_runs(tmp_path)
     assert runs.loc[0, "n_examples"] == 4 and runs.loc[0, "finished"]
-    assert len(report.load_examples(runs)) == 4
+    assert len(load.load_examples(runs)) == 4
     s = run(small("method=ar", "dataset.limit=5", "decode.max_new_tokens=8"), tmp_path)
     assert s["n_examples"] == 5 and [r["id"] for r in read_rows(tmp_path / ROWS)][-1] == "smoke-04"
 

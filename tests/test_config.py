@@ -6,12 +6,12 @@ from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
 from conftest import CONF, compose_cfg, small
-from specbench.data import DATASETS, build_dataset, select
-from specbench.method import METHODS
-from specbench.pairs import check_vocab, load_model
-from specbench.registry import UnknownNameError
-from specbench.runner import build_method, run
-from specbench.tiny import byte_tokenizer
+from specbench.data.dataset import DATASETS, build_dataset, select
+from specbench.decoding.method import METHODS
+from specbench.models.pairs import check_vocab, load_model
+from specbench.common.registry import UnknownNameError
+from specbench.runs.runner import build_method, run
+from specbench.models.tiny import byte_tokenizer
 
 GROUPS = ["pair", "method", "dataset", "decode"]
 
@@ -28,9 +28,6 @@ def test_every_option_composes(group, option):
 
 
 def test_config_names_are_registered():
-    import evaluators  # noqa: F401
-    import methods  # noqa: F401
-
     for m in options("method"):
         assert compose_cfg(f"method={m}").method.name == m and m in METHODS
     for d in options("dataset"):

@@ -8,13 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 import datasets
 import pytest
 
-import specbench.data as data
+import specbench.data.dataset as data
 from conftest import ROOT, compose_cfg, small
-from evaluators import gsm8k, mmlu, mt_bench
-from specbench.data import DataSourceError, build_dataset, load_source, read_local
-from specbench.prompting import PLAIN_PROMPT, encode
-from specbench.runner import run
-from specbench.tiny import byte_tokenizer
+from specbench.evaluators import gsm8k, mmlu, mt_bench
+from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
+from specbench.data.prompting import PLAIN_PROMPT, encode
+from specbench.runs.runner import run
+from specbench.models.tiny import byte_tokenizer
 
 DATA = ROOT.parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local benchmark copies not found at {DATA}")

@@ -14,11 +14,11 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import compose_cfg, small
-from specbench import distill
-from specbench.data import DataSourceError
-from specbench.distill import kl_per_position, lr_factor, make_batch, sequences
-from specbench.runner import run
-from specbench.synth import sample_batch
+from specbench.training import distill
+from specbench.data.dataset import DataSourceError
+from specbench.training.distill import kl_per_position, lr_factor, make_batch, sequences
+from specbench.runs.runner import run
+from specbench.training.synth import sample_batch
 from test_toy import TINY
 
 SYNTH = ("task=synth", "task.n=10", "task.max_new_tokens=12", "task.batch_size=4")
@@ -38,7 +38,7 @@ def synth_dir(tmp_path_factory):
 def test_synth_rows_hold_prompts_and_verifier_continuations(synth_dir, tiny_pair):
     got = rows(synth_dir)
     assert [r["id"] for r in got] == [f"toy_train-{i:05d}" for i in range(10)]
-    from specbench.toy_task import problems
+    from specbench.data.toy_task import problems
 
     questions = [p.question for p in problems(0, "train").take(10)]
     for r, q in zip(got, questions):
@@ -150,7 +150,7 @@ def test_training_resumes_from_a_checkpoint_to_the_same_state(tmp_path, synth_di
     assert logs[0] == logs[1]
     assert straight["steps"] == resumed["steps"] == 6 and not (tmp_path / "resumed" / "checkpoint.pt").exists()
     # the weights moved: the trained drafter is not the pair's draft
-    from specbench.pairs import load_pair
+    from specbench.models.pairs import load_pair
 
     draft = load_pair(OmegaConf.to_container(small().pair, resolve=True), torch.device("cpu")).draft
     trained = load_file(tmp_path / "straight" / "drafter" / "model.safetensors")

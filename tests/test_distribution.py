@@ -13,11 +13,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specbench.acceptance import Rule
-from specbench.engine import Engine
-from specbench.method import Method
-from specbench.sampling import Sampler, SamplingParams
-from specbench.tiny import tiny_llama
+from specbench.decoding.acceptance import Rule
+from specbench.decoding.engine import Engine
+from specbench.decoding.method import Method
+from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.models.tiny import tiny_llama
 from table_lm import TableLM
 
 V, PROMPT, N = 8, [1, 5, 2], 20_000
@@ -94,7 +94,7 @@ def test_draft_differs_from_target(models):
 
 @pytest.mark.parametrize("rule", ["rejection", "sample_match"])
 def test_vanilla_sampling_follows_the_target(models, rule):
-    from specbench.acceptance import make_rule
+    from specbench.decoding.acceptance import make_rule
 
     counts = sample_pairs(models, make_rule(rule), N)
     assert counts.sum() == N

@@ -8,9 +8,9 @@ import torch
 from transformers import DynamicCache
 
 from conftest import small
-from specbench.engine import Engine
-from specbench.runner import build_method, run
-from specbench.sampling import Sampler, SamplingParams
+from specbench.decoding.engine import Engine
+from specbench.runs.runner import build_method, run
+from specbench.decoding.sampling import Sampler, SamplingParams
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -39,8 +39,8 @@ def test_vanilla_greedy_equals_target_greedy(tmp_path, ar_rows, gamma):
 
 def test_ar_generates_what_the_target_argmax_gives(tiny_pair, ar_rows):
     """ar's tokens equal a plain no-cache argmax loop over the target (independent of the engine)."""
-    from specbench.prompting import encode
-    from evaluators.smoke import Smoke
+    from specbench.data.prompting import encode
+    from specbench.evaluators.smoke import Smoke
 
     ex = Smoke().examples()[0]
     ids = encode(tiny_pair.tokenizer, ex)

@@ -14,8 +14,8 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 
 from conftest import ROOT, compose_cfg
-from specbench.runner import run
-from specbench.slurm import sweep_jobs
+from specbench.runs.runner import run
+from specbench.runs.slurm import sweep_jobs
 from test_toy import TINY
 
 DATA = ROOT.parent / "shared" / "data"
@@ -160,10 +160,10 @@ def run_experiment(name: str, tmp: Path, sweep: Path, *extra: str) -> list[dict]
 
 
 def rebuilt(sweep: Path, *names: str) -> dict:
-    """The papers' tables as specbench.report rebuilds them from the sweep's run folders."""
-    from specbench import report
+    """The papers' tables as specbench.analysis.report rebuilds them from the sweep's run folders."""
+    from specbench.analysis import load, report
 
-    return {t.name: t for t in report.build_tables(report.load_runs(sweep), list(names))}
+    return {t.name: t for t in report.build_tables(load.load_runs(sweep), list(names))}
 
 
 def filled(table, column: str | None = None) -> bool:

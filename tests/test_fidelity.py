@@ -7,10 +7,10 @@ from omegaconf import OmegaConf
 
 from conftest import compose_cfg
 from specbench.bench import smoke_prompts
-from specbench.engine import Engine, Generation
-from specbench.pairs import load_pair
-from specbench.runner import build_method, make_engine, sampling_params
-from specbench.sampling import Sampler, SamplingParams
+from specbench.decoding.engine import Engine, Generation
+from specbench.models.pairs import load_pair
+from specbench.runs.runner import build_method, make_engine, sampling_params
+from specbench.decoding.sampling import Sampler, SamplingParams
 
 # tiny_random with one vocab_size for both models (transformers refuses different sizes). initializer_range 1.0
 # spreads the draft's probabilities around the 0.4 threshold (at 0.2 they sit near 0.05), so the confidence

@@ -1,4 +1,4 @@
-"""specbench.figures: the per-draft and per-position numbers behind the figures, worked by hand, and one
+"""specbench.analysis.figures: the per-draft and per-position numbers behind the figures, worked by hand, and one
 valid, non-trivial PNG per figure type from real traced tiny_random runs."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from specbench import figures, report
-from specbench.report import ReportError
+from specbench.analysis import figures
+from specbench.analysis import load
+from specbench.analysis.load import ReportError
 from conftest import small
 from test_report import write_run
 
@@ -53,7 +54,7 @@ def test_accepted_by_position_by_hand():
 
 
 def test_every_figure_is_a_png(tmp_path):
-    from specbench.runner import run
+    from specbench.runs.runner import run
 
     for m in ("adasd", "gammatune"):
         run(small(f"method={m}", "dataset.limit=2", "decode.max_new_tokens=24", "trace=true", "threads=1"),
@@ -64,7 +65,7 @@ def test_every_figure_is_a_png(tmp_path):
             write_run(tmp_path / "tasks", f"{m}{g}", m, [
                 {"new": 10 * g, "s": 1.0, "category": "writing"}, {"new": 12 * g, "s": 2.0, "category": "math"}],
                 dataset="spec_bench", gamma=g)
-    runs = report.load_runs(tmp_path / "res", tmp_path / "tasks")
+    runs = load.load_runs(tmp_path / "res", tmp_path / "tasks")
     paths = figures.make_figures(runs, tmp_path / "fig")
     kinds = {p.name.split("__")[0] for p in paths}
     assert kinds == {"fig_accept_hist", "fig_position", "fig_thresholds", "fig_gamma", "fig_token_means",
@@ -73,12 +74,12 @@ def test_every_figure_is_a_png(tmp_path):
         check_png(p)
     assert (tmp_path / "fig" / "fig_thresholds__tiny_random__smoke__adasd.png") in paths
     # task throughput numbers: vanilla writing 20, 40 tok/s over γ = 2, 4 -> mean 30 ± 10 (ddof 0)
-    from specbench import tables
+    from specbench.analysis import tables
 
-    data = tables.task_throughput(runs, report.load_examples(runs))
+    data = tables.task_throughput(runs, load.load_examples(runs))
     w = data[(data["row"] == "SpecDecode") & (data["task"] == "writing")].iloc[0]
     assert (w["mean"], w["std"], w["n"]) == (pytest.approx(30.0), pytest.approx(10.0), 2)
-    traces = report.load_traces(runs)
+    traces = load.load_traces(runs)
     with pytest.raises(ReportError, match="no t_g / t_v"):
         figures.plot_thresholds(traces[traces["method"] == "gammatune"].drop(columns=["t_g", "t_v"]), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import small
-from specbench.method import IterationRecord
-from specbench.runner import build_method, run
-from specbench.traces import read_traces
+from specbench.decoding.method import IterationRecord
+from specbench.runs.runner import build_method, run
+from specbench.runs.traces import read_traces
 
 
 def rec(w: int, n: int) -> IterationRecord:

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from conftest import ROOT
-from specbench.data import build_dataset
-from specbench.sandbox import namespaces_available
+from specbench.data.dataset import build_dataset
+from specbench.data.sandbox import namespaces_available
 
 DATA = ROOT.parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local HumanEval copy not found at {DATA}")

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from conftest import ROOT, small
-from specbench.data import DataSourceError, build_dataset, read_local
-from specbench.runner import run
+from specbench.data.dataset import DataSourceError, build_dataset, read_local
+from specbench.runs.runner import run
 
 DATA = ROOT.parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local benchmark copies not found at {DATA}")

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from specbench.data import read_local
+from specbench.data.dataset import read_local
 from specbench.lm_eval import SpecbenchLM, task_sampling, to_override
-from specbench.sampling import SamplingParams
+from specbench.decoding.sampling import SamplingParams
 
 DATA = ROOT.parent / "shared" / "data"
 TASKS = ROOT / "tests" / "lm_eval_tasks"

@@ -3,8 +3,8 @@
 from omegaconf import OmegaConf
 
 from conftest import small
-from specbench.data import Evaluator, Example
-from specbench.runner import Job, build_method, decode_example, make_engine, sampling_params
+from specbench.data.dataset import Evaluator, Example
+from specbench.runs.runner import Job, build_method, decode_example, make_engine, sampling_params
 
 
 class TwoTurns(Evaluator):

@@ -9,8 +9,8 @@ import nbformat
 from nbclient import NotebookClient
 
 from conftest import ROOT, small
-from specbench import report
-from specbench.runner import run
+from specbench.analysis import load, report
+from specbench.runs.runner import run
 
 
 def test_analysis_notebook(tmp_path, monkeypatch):
@@ -24,7 +24,7 @@ def test_analysis_notebook(tmp_path, monkeypatch):
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()  # raises on a failing cell
 
-    runs = report.load_runs(res)
+    runs = load.load_runs(res)
     tables = report.build_tables(runs)
     assert [t.name for t in tables] == ["adasd_table1", "adasd_table2", "adasd_appendix_smoke"]
     for t in tables:  # the notebook wrote what the library builds

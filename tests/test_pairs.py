@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import compose_cfg
-from specbench import pairs
+from specbench.models import pairs
 
 
 def pair_cfg(*overrides):

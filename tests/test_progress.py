@@ -14,9 +14,9 @@ import pytest
 from transformers.utils import logging as hf_logging
 
 from conftest import compose_cfg, small
-from specbench import toy
-from specbench.runner import run
-from specbench.slurm import SweepProgress, sweep_jobs
+from specbench.models import toy
+from specbench.runs.runner import run
+from specbench.runs.slurm import SweepProgress, sweep_jobs
 
 RATE_ETA = r"\[\d\d:\d\d<\d\d:\d\d, +[\d.]+(?:{unit}/s|s/{unit})[,\]]"  # tqdm: [elapsed<remaining, rate(, postfix)]
 

@@ -1,4 +1,4 @@
-"""specbench.report / specbench.tables: numbers recomputed by hand from small fixed run folders,
+"""specbench.analysis.report / specbench.analysis.tables: numbers recomputed by hand from small fixed run folders,
 refusals of mismatched or ambiguous comparisons, rendering, and the CLI on real tiny_random runs."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from specbench import report, tables
-from specbench.metrics import summarize
-from specbench.report import ReportError
-from specbench.results import write_json_atomic
+from specbench.analysis import load, report
+from specbench.analysis import tables
+from specbench.decoding.metrics import summarize
+from specbench.analysis.load import ReportError
+from specbench.common.files import write_json_atomic
 from conftest import small
 
 
@@ -69,7 +70,7 @@ def adasd_runs(tmp_path: Path) -> Path:
 
 
 def test_run_numbers_by_hand(adasd_runs):
-    runs = report.load_runs(adasd_runs).set_index("method")
+    runs = load.load_runs(adasd_runs).set_index("method")
     assert runs.loc["vanilla", "tokens_per_s"] == pytest.approx(30.0)
     assert runs.loc["vanilla", "mean_drafted"] == pytest.approx(5.0)
     assert runs.loc["vanilla", "mean_accepted"] == pytest.approx(3.0)
@@ -78,12 +79,12 @@ def test_run_numbers_by_hand(adasd_runs):
     assert runs.loc["adasd", "mean_t_v"] == pytest.approx(0.45)
     assert math.isnan(runs.loc["ar", "mean_drafted"]) and runs.loc["ar", "block_efficiency"] == pytest.approx(1.0)
     assert bool(runs.loc["vanilla", "finished"]) and not bool(runs.loc["adasd", "lossless"])
-    ex = report.load_examples(runs.reset_index())
+    ex = load.load_examples(runs.reset_index())
     assert len(ex) == 6 and set(ex["method"]) == {"vanilla", "adasd", "ar"}
 
 
 def test_adasd_tables_by_hand(adasd_runs):
-    runs = report.load_runs(adasd_runs)
+    runs = load.load_runs(adasd_runs)
     t1, t2 = tables.adasd_tables(runs)
     v = t1.values
     assert v.loc[("p", "AdaSD"), ("GSM8K", "tk/sec")] == pytest.approx(45.0)
@@ -114,50 +115,50 @@ def test_adasd_tables_by_hand(adasd_runs):
 def test_refuses_mismatched_baseline(adasd_runs, tmp_path):
     hot = write_run(tmp_path / "t1", "adasd", "adasd", tps(50), temperature=1.0)
     write_run(tmp_path / "t1", "vanilla", "vanilla", tps(25), gamma=5)  # greedy: differs in temperature
-    runs = report.load_runs(tmp_path / "t1")
+    runs = load.load_runs(tmp_path / "t1")
     run = runs[runs["run_dir"] == str(hot)].iloc[0]
     with pytest.raises(ReportError, match=r"differ in decode\.temperature \(1\.0 vs 0\.0\)"):
-        report.speedup(run, runs, "vanilla")
+        load.speedup(run, runs, "vanilla")
     with pytest.raises(ReportError, match="decode.temperature"):
         tables.adasd_tables(runs)
     # another device, other examples
     write_run(tmp_path / "dev", "adasd", "adasd", tps(50))
     write_run(tmp_path / "dev", "vanilla", "vanilla", tps(25), device="cuda:0", gamma=5)
     with pytest.raises(ReportError, match=r"device_info\.device \('cpu' vs 'cuda:0'\)"):
-        report.add_speedup(report.load_runs(tmp_path / "dev"))
+        load.add_speedup(load.load_runs(tmp_path / "dev"))
     write_run(tmp_path / "ids", "adasd", "adasd", [{"new": 5, "s": 1.0, "id": "a"}])
     write_run(tmp_path / "ids", "vanilla", "vanilla", [{"new": 5, "s": 1.0, "id": "b"}], gamma=5)
     with pytest.raises(ReportError, match="different example ids"):
-        report.add_speedup(report.load_runs(tmp_path / "ids"))
+        load.add_speedup(load.load_runs(tmp_path / "ids"))
     # the CLI reports the refusal and fails
     assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2"]) == 1
     # no baseline run at all for the pair/dataset: empty speedup, not a number
     write_run(tmp_path / "none", "adasd", "adasd", tps(50))
-    assert math.isnan(report.add_speedup(report.load_runs(tmp_path / "none"))["speedup"].iloc[0])
+    assert math.isnan(load.add_speedup(load.load_runs(tmp_path / "none"))["speedup"].iloc[0])
 
 
 def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
     write_run(adasd_runs, "adasd_t1", "adasd", tps(50), temperature=1.0)
-    runs = report.load_runs(adasd_runs)
+    runs = load.load_runs(adasd_runs)
     with pytest.raises(ReportError, match="2 runs fit AdaSD"):
         tables.adasd_tables(runs)
-    greedy = report.where(runs, ["decode.temperature=0"])
+    greedy = load.where(runs, ["decode.temperature=0"])
     assert len(greedy) == 3 and len(tables.adasd_tables(greedy)) == 2
     with pytest.raises(ReportError, match="no run has 'decode.temprature'; valid keys:.*decode.temperature"):
-        report.where(runs, ["decode.temprature=0"])
+        load.where(runs, ["decode.temprature=0"])
     with pytest.raises(ReportError, match="unknown table 'adasd'; valid tables: adasd_table1_2"):
         tables.build("adasd", runs)
     with pytest.raises(ReportError, match="key=value"):
-        report.MethodSpec.parse("vanilla:gamma")
-    assert report.MethodSpec.parse("vanilla:gamma=8").options == (("gamma", 8),)
+        load.MethodSpec.parse("vanilla:gamma")
+    assert load.MethodSpec.parse("vanilla:gamma=8").options == (("gamma", 8),)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        report.load_runs(tmp_path / "missing")
+        load.load_runs(tmp_path / "missing")
     write_run(tmp_path / "twice", "a", "vanilla", tps(5), gamma=5)
     write_run(tmp_path / "twice", "b", "vanilla", tps(6), gamma=5)
     write_run(tmp_path / "twice", "c", "ar", tps(6))
-    twice = report.load_runs(tmp_path / "twice")
+    twice = load.load_runs(tmp_path / "twice")
     with pytest.raises(ReportError, match="ambiguous"):
-        report.add_speedup(twice)
+        load.add_speedup(twice)
 
 
 def test_gammatune_table_by_hand(tmp_path):
@@ -166,7 +167,7 @@ def test_gammatune_table_by_hand(tmp_path):
         write_run(tmp_path, f"p/gammatune{g}", "gammatune", tps(t_p), gamma=g)
         write_run(tmp_path, f"q/vanilla{g}", "vanilla", tps(v_q), pair="q", gamma=g)
         write_run(tmp_path, f"q/gammatune{g}", "gammatune", tps(t_q), pair="q", gamma=g)
-    runs = report.load_runs(tmp_path)
+    runs = load.load_runs(tmp_path)
     (t,) = tables.gammatune_table2(runs)
     v = t.values
     # pair p: vanilla mean over the grid = 20; gammatune 22/20, 24/20, 26/20 = 1.1, 1.2, 1.3
@@ -184,7 +185,7 @@ def test_gammatune_table_by_hand(tmp_path):
     assert p["speedup"].mean() == pytest.approx((22 / 10 + 24 / 20 + 26 / 30) / 3)
     write_run(tmp_path, "p/heuristic1", "heuristic", tps(15), gamma0=1)  # only γ0 = 1 of the grid 1, 2, 4
     with pytest.raises(ReportError, match=r"ran initial γ \[1\.0\], the baseline vanilla γ \[1\.0, 2\.0, 4\.0\]"):
-        tables.gammatune_table2(report.load_runs(tmp_path))
+        tables.gammatune_table2(load.load_runs(tmp_path))
 
 
 def test_sd2_tables_by_hand(tmp_path):
@@ -195,7 +196,7 @@ def test_sd2_tables_by_hand(tmp_path):
         write_run(tmp_path, f"he{s}", "vanilla", [{"new": 40, "s": 1.0, "calls": 10}], dataset="humaneval",
                   temperature=1.0, seed=s, gamma=8)
     write_run(tmp_path, "v5", "vanilla", [{"new": 99, "s": 1.0, "calls": 10}], temperature=1.0, gamma=5)  # not γ=8
-    runs = report.load_runs(tmp_path)
+    runs = load.load_runs(tmp_path)
     (t,) = tables.sd2_table(runs, temperature=1.0)
     v = t.values
     assert v.loc[("p", "SD²"), ("GSM8K", "τ")] == pytest.approx(3.2)
@@ -217,11 +218,11 @@ def test_sd2_tables_by_hand(tmp_path):
 
 
 def test_cli_on_real_runs(tmp_path):
-    from specbench.runner import run
+    from specbench.runs.runner import run
 
     for m in ("ar", "vanilla", "adasd"):
         run(small(f"method={m}", "dataset.limit=2", "decode.max_new_tokens=16", "threads=1"), tmp_path / "res" / m)
-    runs = report.load_runs(tmp_path / "res")
+    runs = load.load_runs(tmp_path / "res")
     for _, r in runs.iterrows():  # run numbers recomputed with plain Python from rows.jsonl
         rows = [json.loads(line) for line in open(Path(r["run_dir"]) / "rows.jsonl")]
         assert r["tokens_per_s"] == pytest.approx(sum(x["new_tokens"] for x in rows) / sum(x["decode_s"] for x in rows))
@@ -241,4 +242,4 @@ def test_cli_on_real_runs(tmp_path):
 def test_setting_ignores_the_runner_resumable_keys():
     record = {"config": {"method": {"name": "m"}, "dataset": {"name": "d", "limit": 5}, "threads": 1, "decode": {"seed": 0}},
               "device_info": {"device": "cpu"}}
-    assert report.setting_of(record) == {"dataset": {"name": "d"}, "decode": {"seed": 0}, "device_info": {"device": "cpu"}}
+    assert load.setting_of(record) == {"dataset": {"name": "d"}, "decode": {"seed": 0}, "device_info": {"device": "cpu"}}

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-import specbench.runner as runner
+import specbench.runs.runner as runner
 from conftest import small
-from specbench.results import ROWS, RowWriter, read_rows
+from specbench.runs.results import ROWS, RowWriter, read_rows
 
 KEYS = ("id", "token_ids", "output", "new_tokens", "iterations", "drafted", "accepted", "stop_reason")
 

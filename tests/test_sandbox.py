@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-import specbench.sandbox as sandbox
+import specbench.data.sandbox as sandbox
 from conftest import ROOT
-from specbench.sandbox import Check, Limits, decode_value, encode_value, namespaces_available, resolve_isolation, run_check
+from specbench.data.sandbox import Check, Limits, decode_value, encode_value, namespaces_available, resolve_isolation, run_check
 
 DATA = ROOT.parent / "shared" / "data"
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
@@ -310,7 +310,7 @@ def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="local HumanEval copy not found")
 def test_humaneval_refuses_weak_isolation_unless_asked_and_records_it(monkeypatch):
-    from specbench.data import build_dataset
+    from specbench.data.dataset import build_dataset
 
     monkeypatch.setattr(sandbox, "namespace_problem", lambda: "no unshare")
     with pytest.raises(RuntimeError, match=r"dataset\.isolation=auto .*\(no unshare\)\. Valid values: auto, namespace, process"):

@@ -9,8 +9,8 @@ import torch
 from sklearn.metrics import roc_curve
 
 from conftest import small
-from specbench.method import IterationRecord
-from specbench.runner import build_method, run
+from specbench.decoding.method import IterationRecord
+from specbench.runs.runner import build_method, run
 
 
 def rec(drafted: int, accepted: int, stop: str = "window") -> IterationRecord:

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import small
-from methods.vanilla import Vanilla
-from specbench.engine import Engine
-from specbench.runner import build_method, run
-from specbench.sampling import Sampler, SamplingParams
-from specbench.sd2 import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
+from specbench.methods.vanilla import Vanilla
+from specbench.decoding.engine import Engine
+from specbench.runs.runner import build_method, run
+from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
 
 H = 64  # tiny_random hidden size (target and draft)
 

@@ -18,9 +18,9 @@ import psutil
 import pytest
 
 from conftest import ROOT, compose_cfg, small
-from specbench import merge
-from specbench.runner import run
-from specbench.slurm import slurm_unavailable
+from specbench.runs import merge
+from specbench.runs.runner import run
+from specbench.runs.slurm import slurm_unavailable
 
 TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s"}
 BASE = ["pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", "threads=1"]
@@ -76,7 +76,7 @@ def test_killed_run_resumes_to_the_rows_of_an_uninterrupted_run(tmp_path, caplog
     n_before = before.count(b"\n")
     assert 2 <= n_before < len(ref), "the kill must land mid-run"
     assert not (out / "summary.json").exists()
-    with caplog.at_level(logging.INFO, logger="specbench.runner"):  # the same command again (in-process)
+    with caplog.at_level(logging.INFO, logger="specbench.runs.runner"):  # the same command again (in-process)
         run(compose_cfg(*BASE, *JOB), out)
     assert f"{len(ref)} examples, {n_before} already done" in caplog.text
     after = (out / "rows.jsonl").read_bytes()
@@ -201,7 +201,7 @@ def test_slurm_launcher_config_composes_with_and_without_local_settings():
     local = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm", "local=example").hydra.launcher, resolve=True)
     assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", 1, 16)
     # machine settings are no part of a run's identity: the same folder resumes on another partition
-    from specbench.runner import _identity
+    from specbench.runs.runner import _identity
 
     a, b = ({k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
              for k, v in compose_cfg(*o).items() if k != "hydra"} for o in ([], ["local=example"]))

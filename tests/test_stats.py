@@ -1,4 +1,4 @@
-"""entropy_bits and js_distance (specbench/sampling.py) against scipy, batched and on edge cases."""
+"""entropy_bits and js_distance (specbench/decoding/sampling.py) against scipy, batched and on edge cases."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from scipy.spatial.distance import jensenshannon
 from scipy.special import entr, rel_entr
 from scipy.stats import entropy
 
-from specbench.sampling import entropy_bits, js_distance
+from specbench.decoding.sampling import entropy_bits, js_distance
 
 
 def random_dists(seed: int, b: int, v: int) -> np.ndarray:

@@ -12,15 +12,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import methods  # noqa: F401  (import registers)
 from conftest import compose_cfg
 from specbench.bench import smoke_prompts
-from specbench.engine import Engine, Generation
-from specbench.method import METHODS
-from specbench.pairs import load_pair
-from specbench.runner import build_method
-from specbench.sampling import Sampler, SamplingParams
-from specbench.stopping import StopCriteria
+from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.method import METHODS
+from specbench.models.pairs import load_pair
+from specbench.runs.runner import build_method
+from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.decoding.stopping import StopCriteria
 
 # one vocab_size for both models so that hf_assisted (transformers' assisted generation) runs too
 PAIR = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")

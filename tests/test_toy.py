@@ -10,12 +10,12 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import compose_cfg
-from evaluators.toy_arith import ToyArith, extract_answer
-from specbench import toy
-from specbench.pairs import load_pair
-from specbench.prompting import encode
-from specbench.runner import run
-from specbench.toy_task import answer_text, heldout_set, is_heldout, problems
+from specbench.evaluators.toy_arith import ToyArith, extract_answer
+from specbench.models import toy
+from specbench.models.pairs import load_pair
+from specbench.data.prompting import encode
+from specbench.runs.runner import run
+from specbench.data.toy_task import answer_text, heldout_set, is_heldout, problems
 
 STEP = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")
 TINY = ["pair.tokenizer.vocab_size=300", "pair.tokenizer.train_problems=200", "pair.train.batch_size=4",

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import small
-from specbench import wandb_log
-from specbench.runner import run
+from specbench.runs import wandb_log
+from specbench.runs.runner import run
 
 JOB = ["dataset.limit=3", "decode.max_new_tokens=8", "decode=t1"]
 
@@ -83,7 +83,7 @@ def test_a_wandb_failure_leaves_the_run_intact(tmp_path, caplog):
     plain = tmp_path / "plain"
     run(small(*JOB), plain)
     out = tmp_path / "failing"
-    with caplog.at_level(logging.WARNING, logger="specbench.wandb_log"):
+    with caplog.at_level(logging.WARNING, logger="specbench.runs.wandb_log"):
         s = run(small("logger=wandb", "logger.mode=bogus", *JOB), out)
     assert "wandb logging failed" in caplog.text and "bogus" in caplog.text
     assert s["n_examples"] == 3
@@ -105,7 +105,7 @@ def test_a_failure_after_init_finishes_the_wandb_run(tmp_path, monkeypatch, capl
 
     monkeypatch.setattr(wandb, "Table", broken_table)
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="specbench.wandb_log"):
+    with caplog.at_level(logging.WARNING, logger="specbench.runs.wandb_log"):
         s = run(small("logger=wandb", *JOB), out)
     assert "table upload broke" in caplog.text and s["n_examples"] == 3
     assert wandb.run is None  # finished, not left open for the next run of a sweep
@@ -113,7 +113,7 @@ def test_a_failure_after_init_finishes_the_wandb_run(tmp_path, monkeypatch, capl
 
 
 def test_unknown_logger_names_the_valid_ones(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="specbench.wandb_log"):
+    with caplog.at_level(logging.WARNING, logger="specbench.runs.wandb_log"):
         assert wandb_log.log_run({"name": "tensorboard"}, tmp_path, {}, []) is False
     assert "tensorboard" in caplog.text and "none, wandb" in caplog.text
     assert wandb_log.log_run({"name": "none"}, tmp_path, {}, []) is False

@@ -18,11 +18,11 @@ from typing import Any, Callable
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specbench.registry import Registry
+from specbench.common.registry import Registry
 
 log = logging.getLogger(__name__)
 
-BUILDERS: Registry = Registry("pair builder")
+BUILDERS: Registry = Registry("pair builder", plugins="specbench.models")
 _LOADED: dict[str, "Pair"] = {}
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -204,5 +204,3 @@ def free_pairs() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-from specbench import tiny as _tiny  # noqa: E402,F401  (registers the tiny_random builder)
-from specbench import toy as _toy  # noqa: E402,F401  (registers the toy builder)

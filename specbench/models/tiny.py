@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specbench.pairs import BUILDERS, Pair, shared_vocab_size
+from specbench.models.pairs import BUILDERS, Pair, shared_vocab_size
 
 SPECIALS = ["<s>", "</s>", "<pad>"]
 

@@ -7,7 +7,7 @@ from UltraChat prompts, so that the data reflect the verifier's behaviour at inf
     python run.py task=synth pair=llama8bi_1bi task.prompts=ultrachat task.n=null
 
 Prompt sets (`task.prompts`, registry `PROMPT_SETS`): `toy_train` (questions of the toy task's
-training split, `specbench.toy_task.problems(task.prompt_seed, "train")`, so never a toy_arith
+training split, `specbench.data.toy_task.problems(task.prompt_seed, "train")`, so never a toy_arith
 problem), `ultrachat` (first user turns of HuggingFaceH4/ultrachat_200k train_sft, as in the
 paper; offline: `ultrachat/train_sft.jsonl` under `task.data_dir`), `gsm8k_train` (GSM8K train
 questions in the gsm8k benchmark's prompt format; offline `gsm8k/train.jsonl`). Prompts are
@@ -41,14 +41,15 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, PreTrainedModel
 
-from specbench import provenance
-from specbench.data import Example, Source, load_source
-from specbench.pairs import load_pair, resolve_device
-from specbench.prompting import encode
-from specbench.registry import Registry
-from specbench.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows, write_json_atomic
-from specbench.progress import progress_bars
-from specbench.runner import TASKS, example_seed, output_dir
+from specbench.runs import provenance
+from specbench.data.dataset import Example, Source, load_source
+from specbench.models.pairs import load_pair, resolve_device
+from specbench.data.prompting import encode
+from specbench.common.registry import Registry
+from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
+from specbench.common.files import write_json_atomic
+from specbench.common.progress import progress_bars
+from specbench.runs.runner import TASKS, example_seed, output_dir
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ ULTRACHAT_TRAIN = Source("UltraChat_200k train_sft", hub="HuggingFaceH4/ultracha
 @PROMPT_SETS.register("toy_train")
 def toy_train(n: int | None, seed: int, data_dir: str | None) -> list[Example]:
     """The first n questions of the toy task's training stream of `seed` (n is required: the stream is endless)."""
-    from specbench.toy_task import problems
+    from specbench.data.toy_task import problems
 
     if n is None:
         raise ValueError("task.n must be set for task.prompts=toy_train (the toy problem stream is endless)")
@@ -77,7 +78,7 @@ def ultrachat_train(n: int | None, seed: int, data_dir: str | None) -> list[Exam
 @PROMPT_SETS.register("gsm8k_train")
 def gsm8k_train(n: int | None, seed: int, data_dir: str | None) -> list[Example]:
     """GSM8K training questions as the gsm8k benchmark prompts them ("Question: ...\\nAnswer:")."""
-    from evaluators.gsm8k import TRAIN, question_text
+    from specbench.evaluators.gsm8k import TRAIN, question_text
 
     rows = load_source(TRAIN, data_dir)
     return [Example(id=f"gsm8k_train-{i:05d}", prompt=question_text(r["question"])) for i, r in enumerate(rows[:n])]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
-from specbench.data import Example
+from specbench.data.dataset import Example
 
 
 def messages(example: Example, system_prompt: str | None) -> list[dict[str, str]]:

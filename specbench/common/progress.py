@@ -1,6 +1,6 @@
 """The `progress` config key (auto | true | false) as tqdm's `disable`, in one place for every bar.
 
-Kept free of torch and transformers imports so that the sweep callback (specbench.slurm) can use it
+Kept free of torch and transformers imports so that the sweep callback (specbench.runs.slurm) can use it
 in Hydra's launching process cheaply.
 """
 

@@ -15,26 +15,27 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from specbench import provenance, wandb_log
-from specbench.data import Evaluator, Example, build_dataset, select
-from specbench.engine import Engine, Generation, concat_generations
-from specbench.method import METHODS, Method
-from specbench.metrics import example_metrics, summarize
-from specbench.options import check_options, check_run_settings, integer, real
-from specbench.pairs import Pair, load_pair, resolve_device
-from specbench.progress import progress_bars
-from specbench.prompting import encode
-from specbench.registry import Registry
-from specbench.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys,
-                               write_json_atomic)
-from specbench.sampling import Sampler, SamplingParams
-from specbench.traces import write_trace
+from specbench.runs import provenance
+from specbench.runs import wandb_log
+from specbench.data.dataset import Evaluator, Example, build_dataset, select
+from specbench.decoding.engine import Engine, Generation, concat_generations
+from specbench.decoding.method import METHODS, Method
+from specbench.decoding.metrics import example_metrics, summarize
+from specbench.common.options import check_options, check_run_settings, integer, real
+from specbench.models.pairs import Pair, load_pair, resolve_device
+from specbench.common.progress import progress_bars
+from specbench.data.prompting import encode
+from specbench.common.registry import Registry
+from specbench.runs.results import CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys
+from specbench.common.files import write_json_atomic
+from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.runs.traces import write_trace
 
 log = logging.getLogger(__name__)
 
-# What `python run.py task=<name>` runs (conf/task/): `bench` is `run` below; specbench.synth and
-# specbench.distill register `synth` and `distill`.
-TASKS: Registry = Registry("task")
+# What `python run.py task=<name>` runs (conf/task/): `bench` is `run` below; specbench.training.synth and
+# specbench.training.distill register `synth` and `distill`.
+TASKS: Registry = Registry("task", plugins="specbench.training")
 
 
 def output_dir(out_dir: str | Path | None) -> Path:
@@ -49,8 +50,6 @@ def output_dir(out_dir: str | Path | None) -> Path:
 def build_method(cfg: dict) -> Method:
     """The registered method cfg['name'] built with the remaining keys as options, each first checked
     against the type hints of the method's constructors (`method.gamma=true` is not γ=1)."""
-    import methods  # noqa: F401  (import registers)
-
     cls = METHODS.get(cfg["name"])
     options = {k: v for k, v in cfg.items() if k != "name"}
     return cls(**check_options(cls, options, "method", f"method {cfg['name']!r}"))
@@ -240,8 +239,6 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     waits for it with `wait_for_lock` (true, or a number of seconds).
     """
     task = cfg.task.name if "task" in cfg else "bench"
-    if task != "bench":
-        from specbench import distill, synth  # noqa: F401  (import registers)
     fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
     run_dir = output_dir(out_dir)
     with folder_lock(run_dir, timeout):

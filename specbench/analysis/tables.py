@@ -1,9 +1,9 @@
-"""The papers' tables, rebuilt from a runs DataFrame (`specbench.report.load_runs`).
+"""The papers' tables, rebuilt from a runs DataFrame (`specbench.analysis.load.load_runs`).
 
 Every builder returns a list of `Table`s (empty when none of the table's methods has a run): `values`
 holds the numbers (NaN = no data, shown as an empty cell), `cells` the printed strings. Row labels and
 column names are the papers'. A table cell that more than one run fits (e.g. greedy and sampled runs
-of one method) is refused with the runs' names; select runs first (`report.where`, CLI `--where`).
+of one method) is refused with the runs' names; select runs first (`load.where`, CLI `--where`).
 
 - AdaSD Table 1 (tk/sec, JSDist, acc, speedup per dataset), Table 2 (#cand, #match, AccRate, speedup),
   Tables 3-5 (one per dataset, all columns, Variants A-C). Speedup over `vanilla` with γ=5.
@@ -13,7 +13,7 @@ of one method) is refused with the runs' names; select runs first (`report.where
   by `vanilla` at the same γ instead (SpecDecode is then 1.00 ± 0.00). The std is over the fixed grid
   (numpy's ddof=0). "Average" = mean over pairs of the means ± mean of the stds (how the paper's
   Average column adds up, e.g. HFHeuristic 1.11 = mean(1.14, 1.04, 1.12, 1.12)). Initial γ is the
-  option report.INITIAL_GAMMA names: `gamma` (vanilla, gammatune, gammatune_plus), `gamma0`
+  option load.INITIAL_GAMMA names: `gamma` (vanilla, gammatune, gammatune_plus), `gamma0`
   (heuristic = HFHeuristic), `window` (confidence = AssistantThreshold).
 - SD² Table 1 (T=1) / Table 5 (T=0): τ = block efficiency, mean ± sample std (ddof=1) over seeds;
   α = throughput over the pretrained drafter's run with the same seed (the paper: "the increase in
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specbench.report import MethodSpec, ReportError, differences, find_baseline, select, speedup
+from specbench.analysis.load import MethodSpec, ReportError, differences, find_baseline, select, speedup
 
 log = logging.getLogger(__name__)
 

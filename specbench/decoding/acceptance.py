@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.registry import Registry
+from specbench.common.registry import Registry
 
 RULES: Registry = Registry("acceptance rule")
 

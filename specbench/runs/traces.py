@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specbench.method import IterationRecord
-from specbench.results import atomic_path
+from specbench.decoding.method import IterationRecord
+from specbench.common.files import atomic_path
 
 
 def trace_frame(example_id: str, records: list[IterationRecord]) -> pd.DataFrame:

@@ -8,7 +8,7 @@ row of each id. JSON files such as summary.json are written to a temporary file 
 renamed, so they are either the old or the new version.
 
 One writer per folder: `folder_lock` holds an exclusive flock on `<folder>/.lock` for the whole
-run (specbench.runner.run takes it for every task, specbench.merge for its output folder). The
+run (specbench.runs.runner.run takes it for every task, specbench.runs.merge for its output folder). The
 kernel drops the lock when its holder exits or is killed, so a lock file left behind never blocks.
 """
 
@@ -23,7 +23,6 @@ import os
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,7 +35,7 @@ LOCK = ".lock"
 LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 
 # Config keys that may change between a run and its resumption without changing any row (the runner's
-# resume check, the report's run identity, specbench.merge). `task` is always `bench` for a benchmark
+# resume check, the report's run identity, specbench.runs.merge). `task` is always `bench` for a benchmark
 # run (folders written before the task group existed lack it); logger / slurm: where results are sent
 # and where jobs run; drafters, init_gamma: an experiment's values that reach the rows only through the
 # method's own option, which stays in the identity (method.drafter, and method.gamma / gamma0 / window:
@@ -58,30 +57,6 @@ def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> 
     return out
 SUMMARY = "summary.json"
 CONFIG = "config.json"
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A fresh temporary path next to `path` to write; renamed onto `path` on success, removed on error.
-
-    The name is unique (a random uuid), so two writers of one file never share a temporary file; the
-    caller creates the file, so it gets the usual permissions (mkstemp's would be owner-only).
-    """
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write obj as JSON to path via a uniquely named temporary file and os.replace."""
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _clean(x: Any) -> Any:

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.options import check_options, choice, integer, shown, text
-from specbench.registry import Registry
+from specbench.common.options import check_options, choice, integer, shown, text
+from specbench.common.registry import Registry
 
 log = logging.getLogger(__name__)
 
-DATASETS: Registry = Registry("dataset")
+DATASETS: Registry = Registry("dataset", plugins="specbench.evaluators")
 DATA_DIR_ENV = "SPECBENCH_DATA_DIR"
 
 
@@ -309,8 +309,6 @@ def build_dataset(cfg: dict) -> Evaluator:
     """The evaluator named cfg['name'], built with the dataset options it understands; every dataset key is
     checked (its type against the evaluator's constructor, limit / shard / prompt keys here) before any
     data is loaded."""
-    import evaluators  # noqa: F401  (import registers)
-
     cls = DATASETS.get(cfg["name"])
     check_selection(cfg.get("limit"), cfg.get("shard"))
     text(cfg.get("system_prompt"), "dataset.system_prompt", null=True)

@@ -9,7 +9,7 @@ KV cache per model that covers buf[:cache_len]. One iteration:
   4. both caches are cropped to the accepted prefix, L <- L + n + 1;
   5. the method's policy is updated with the iteration record;
   6. the block's tokens are checked one by one as an autoregressive decoder would check them
-     (specbench.stopping: EOS, stop string, length, context) and cut after the first that ends it.
+     (specbench.decoding.stopping: EOS, stop string, length, context) and cut after the first that ends it.
 `ar` and `draft_only` are the same loop with w = 0: one forward, one token per iteration, so
 every method's tokens are produced and counted by the same code.
 """
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from specbench.acceptance import leading_true
-from specbench.method import IterationRecord, Method
-from specbench.sampling import Sampler, entropy_bits, js_distance
-from specbench.stopping import StopCriteria
+from specbench.decoding.acceptance import leading_true
+from specbench.decoding.method import IterationRecord, Method
+from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
+from specbench.decoding.stopping import StopCriteria
 
 
 def sync(device: torch.device) -> None:

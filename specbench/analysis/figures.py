@@ -26,8 +26,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from specbench import report, tables
-from specbench.report import ReportError
+from specbench.analysis import load
+from specbench.analysis import tables
+from specbench.analysis.load import ReportError
 
 MAX_LINES = 10  # examples drawn in per-example line plots
 
@@ -183,7 +184,7 @@ def _slug(*parts: str) -> str:
 def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None) -> list[Path]:
     """Every figure the runs have data for, as <out>/fig_<kind>__<pair>__<dataset>[__<run>].png."""
     out, paths = Path(out), []
-    traces = report.load_traces(runs)
+    traces = load.load_traces(runs)
     if len(traces):
         for (pair, d), t in traces.groupby(["pair", "dataset"], sort=False):
             paths += [plot_accept_hist(t, out / f"fig_accept_hist__{_slug(pair, d)}.png"),
@@ -197,7 +198,7 @@ def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = Non
                 if r["js"].notna().any() and not token_stats(r).empty:
                     paths += [plot_token_means(r, out / f"fig_token_means__{stem}.png"),
                               plot_js_hist(r, out / f"fig_js_hist__{stem}.png")]
-    examples = report.load_examples(runs)
+    examples = load.load_examples(runs)
     if "category" in examples:
         data = tables.task_throughput(runs, examples, baseline)
         for (pair, d), g in data.groupby(["pair", "dataset"], sort=False):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from statistics import fmean
 from typing import Any
 
-from specbench.engine import Generation
+from specbench.decoding.engine import Generation
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -11,7 +11,7 @@ Cache folder: `pair.cache_dir`, else `$SPECBENCH_TOY_CACHE`, else `<user cache d
 are trained into a temporary folder next to it and renamed into place only when complete.
 
 Training text: exactly what the runner feeds and the models emit. The prompt is the question,
-encoded as `specbench.prompting.encode` does for a tokenizer without a chat template,
+encoded as `specbench.data.prompting.encode` does for a tokenizer without a chat template,
 `tokenizer(question)` = [<s>] + ids(question); the answer is `ids("\\n" + solution) + [</s>]`,
 tokenized on its own. The loss is the next-token cross-entropy on the answer tokens only.
 Digits are always single tokens, so numbers are spelled the same way wherever they occur.
@@ -39,8 +39,8 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from specbench.pairs import BUILDERS, Pair, build_hub
-from specbench.toy_task import Problem, answer_text, problems
+from specbench.models.pairs import BUILDERS, Pair, build_hub
+from specbench.data.toy_task import Problem, answer_text, problems
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict
     opt = torch.optim.AdamW(model.parameters(), lr=float(train["lr"]), betas=(0.9, 0.98),
                             weight_decay=float(train["weight_decay"]))
     stream, losses = problems(seed, "train"), []
-    # a bar on a terminal only, and none when the run turned progress bars off (specbench.progress.progress_bars)
+    # a bar on a terminal only, and none when the run turned progress bars off (specbench.common.progress.progress_bars)
     bar = tqdm(range(steps), desc=f"training toy {role}", unit="step",
                disable=None if hf_logging.is_progress_bar_enabled() else True)
     for step in bar:

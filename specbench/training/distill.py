@@ -1,7 +1,7 @@
 """`task=distill`: fine-tune the drafter on the verifier's samples with KL(π_V || π_D), for `distilled` and `sd2`.
 
     python run.py task=distill task.kind=distilled           toy pair, data results/synth/toy/toy_train
-    python run.py task=distill task.kind=sd2 task.seed=1     + SD² steering (specbench.sd2)
+    python run.py task=distill task.kind=sd2 task.seed=1     + SD² steering (specbench.models.steering)
 
 Data (SD² 3.3): a finished `task=synth` folder (`task.data`); each row is the sequence
 prompt_ids + token_ids cut to `task.max_length` tokens (paper: 256). The last `task.val_n` rows
@@ -55,22 +55,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from specbench import provenance
-from specbench.pairs import Pair, check_vocab, load_model, load_pair, load_tokenizer, resolve_device
-from specbench.results import write_json_atomic
-from specbench.progress import progress_bars
-from specbench.runner import TASKS, example_seed, output_dir
-from specbench.sd2 import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
-from specbench.synth import check_task_resume, read_synth, task_record
+from specbench.runs import provenance
+from specbench.models.pairs import Pair, load_pair, resolve_device
+from specbench.common.files import write_json_atomic
+from specbench.common.progress import progress_bars
+from specbench.runs.runner import TASKS, example_seed, output_dir
+from specbench.models.drafters import INFO, KINDS
+from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
+from specbench.training.synth import check_task_resume, read_synth, task_record
 
 log = logging.getLogger(__name__)
 
-KINDS = ("distilled", "sd2")
-CHECKPOINT, INFO, LOG = "checkpoint.pt", "distill.json", "train_log.jsonl"
+CHECKPOINT, LOG = "checkpoint.pt", "train_log.jsonl"
 _AMP = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -309,40 +309,3 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     (run_dir / CHECKPOINT).unlink(missing_ok=True)
     log.info("distill %s: %d steps in %.0f s; held-out KL %.4f -> %.4f", kind, steps, seconds, vals[0], vals[-1])
     return info
-
-
-_LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
-
-
-def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
-    """The drafter a `task=distill` run of `kind` wrote to `folder`, on the pair's draft device and dtype.
-
-    For sd2 also its SteeredDrafter (hooks on the loaded model). Refuses folders of another kind or pair.
-    The last loaded drafter is kept for the next job of the process.
-    """
-    how = f"train one with `python run.py task=distill task.kind={kind}` and set method.drafter to its folder"
-    if folder in (None, ""):
-        raise ValueError(f"method {kind!r} needs method.drafter, the folder of a trained drafter: {how}")
-    folder = Path(folder)
-    if not (folder / INFO).exists():
-        raise FileNotFoundError(f"{folder} is not a finished distill run (no {INFO}): {how}")
-    info = json.loads((folder / INFO).read_text())
-    if info["kind"] != kind:
-        raise ValueError(f"{folder} holds a {info['kind']!r} drafter; method {kind!r} needs one trained with "
-                         f"task.kind={kind}")
-    if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
-        raise ValueError(f"{folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); this run's "
-                         f"pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
-    draft = pair.model("draft")
-    key = json.dumps([str(folder.resolve()), info["finished"], str(draft.device), str(draft.dtype)])
-    if key not in _LOADED:
-        _LOADED.clear()
-        check_vocab(pair.target.name_or_path, pair.tokenizer, str(folder), load_tokenizer(str(folder / "drafter")))
-        model = load_model({"path": str(folder / "drafter")}, draft.device).to(draft.dtype)
-        steered = None
-        if kind == "sd2":
-            steering = Steering(**json.loads((folder / "steering.json").read_text()))
-            steering.load_state_dict(load_file(folder / "steering.safetensors"))
-            steered = SteeredDrafter(model, steering.to(draft.device, draft.dtype).eval())
-        _LOADED[key] = (model, steered)
-    return _LOADED[key]

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from specbench.acceptance import Rule, make_rule
-from specbench.registry import Registry
+from specbench.decoding.acceptance import Rule, make_rule
+from specbench.common.registry import Registry
 
-METHODS: Registry = Registry("method")
+METHODS: Registry = Registry("method", plugins="specbench.methods")
 
 
 @dataclass
@@ -104,13 +104,13 @@ class Method:
 
     def generate_external(self, engine: Any, prompt_ids: list[int], max_new_tokens: int,
                           generator: torch.Generator | None, trace: bool) -> Any:
-        """For `external` methods: decode with another loop and return a specbench.engine.Generation."""
+        """For `external` methods: decode with another loop and return a specbench.decoding.engine.Generation."""
         raise NotImplementedError(f"method {self.name!r} is not external")
 
 
 def check_gamma(name: str, gamma: int, key: str = "gamma") -> int:
     """Validate a speculation length γ >= 1 held by the option `key` of method `name` (true is not 1)."""
-    from specbench.options import OptionError, integer
+    from specbench.common.options import OptionError, integer
 
     try:
         return integer(gamma, f"method.{key}", low=1)

@@ -562,7 +562,7 @@ def resolve_isolation(isolation: str, key: str = "isolation") -> str:
 def _warn_process_mode(key: str) -> None:
     """Say once per process that the weak mode was chosen."""
     log.warning("sandbox: %s=process: generated code runs with resource limits and in-process guards only "
-                "(no file-system or network isolation; see specbench.sandbox)", key)
+                "(no file-system or network isolation; see specbench.data.sandbox)", key)
 
 
 def _limits(limits: Limits, uid: int | None, candidate: bool) -> dict[str, int]:

@@ -1,26 +1,26 @@
 """Merge the shard runs of one configuration into one run folder, with a recomputed summary.
 
-A large dataset is split across SLURM array jobs with `dataset.shard=i/n` (specbench.data.select:
+A large dataset is split across SLURM array jobs with `dataset.shard=i/n` (specbench.data.dataset.select:
 shard i holds examples i, i+n, i+2n, ... of the dataset's fixed order), e.g.
 
     python run.py -m hydra/launcher=slurm dataset=gsm8k dataset.shard=$(seq -s, -f '%g/8' 0 7)
-    python -m specbench.merge results/<pair>/gsm8k            # every shard group found below
-    python -m specbench.merge SHARD_DIR ... [--out DIR]       # exactly these shards
+    python -m specbench.runs.merge results/<pair>/gsm8k            # every shard group found below
+    python -m specbench.runs.merge SHARD_DIR ... [--out DIR]       # exactly these shards
 
 A shard group is the finished run folders whose configs are equal except for `dataset.shard` and
-the keys a resumed run may change (specbench.results.RESUMABLE_KEYS; `dataset.limit` must be
+the keys a resumed run may change (specbench.runs.results.RESUMABLE_KEYS; `dataset.limit` must be
 equal). A group is merged only when it is complete: every shard 0..n-1 present exactly once, each
 finished (its summary counts all its rows), no example id in two shards, and shard sizes those of
 a round-robin split. Anything else is refused with the reason, and nothing is written for it.
 
 The merged folder is what the unsharded run writes: rows.jsonl in the dataset's order, config.json
-(the shards' record with `dataset.shard: null`), summary.json (specbench.metrics.summarize over all
+(the shards' record with `dataset.shard: null`), summary.json (specbench.decoding.metrics.summarize over all
 rows, peak memory the maximum over shards, each shard's folder and provenance under
 `merged_from`) and the shards' traces/. By default it is the shard folder with its
 `dataset.shard=i/n` override removed from the path, i.e. the folder `python run.py` uses for the
 same config without the shard, so rerunning that command resumes it with nothing left to do.
 Merging again is safe: identical rows are kept and the summary rewritten; different rows refuse.
-The merged folder is written holding its lock (specbench.results.folder_lock): while a run or another
+The merged folder is written holding its lock (specbench.runs.results.folder_lock): while a run or another
 merge writes it, the merge is refused naming that process.
 """
 
@@ -41,10 +41,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from specbench.data import parse_shard
-from specbench.metrics import summarize
-from specbench.results import CONFIG, ROWS, SUMMARY, FolderLocked, atomic_path, folder_lock, read_rows
-from specbench.results import RESUMABLE_KEYS, without_keys, write_json_atomic
+from specbench.data.dataset import parse_shard
+from specbench.decoding.metrics import summarize
+from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
+from specbench.common.files import atomic_path
+from specbench.runs.results import RESUMABLE_KEYS, without_keys
+from specbench.common.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +246,7 @@ def find_shards(paths: list[Path]) -> tuple[list[Shard], bool]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: merge every complete shard group given or found; non-zero exit if any was refused."""
-    ap = argparse.ArgumentParser(prog="python -m specbench.merge", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m specbench.runs.merge", description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="+", type=Path, help="shard run folders, or folders to search for them")
     ap.add_argument("--out", type=Path, help="merged run folder (only for one group; default: the path without the shard)")
     args = ap.parse_args(argv)

@@ -14,7 +14,7 @@
 
 Requeue safety (SLURM) needs nothing here: submitit calls the plugin launcher's `checkpoint`,
 which resubmits the same job with the same overrides, hence the same results folder (the folder
-names hold no timestamp), and the runner resumes it from rows.jsonl (specbench.runner).
+names hold no timestamp), and the runner resumes it from rows.jsonl (specbench.runs.runner).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.progress import bar_disabled
+from specbench.common.progress import bar_disabled
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class SweepProgress(Callback):
         self._bar = self._thread = self._stop = None
 
 
-if __name__ == "__main__":  # `python -m specbench.slurm`: is a cluster reachable from here?
+if __name__ == "__main__":  # `python -m specbench.runs.slurm`: is a cluster reachable from here?
     reason = slurm_unavailable()
     print(reason or "SLURM is reachable")
     sys.exit(1 if reason else 0)

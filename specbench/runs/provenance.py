@@ -11,13 +11,15 @@ from pathlib import Path
 
 import torch
 
+from specbench.common.files import ROOT
+
 PACKAGES = ["specbench", "torch", "transformers", "accelerate", "datasets", "hydra-core", "omegaconf",
             "tokenizers", "numpy", "scipy", "pandas", "scikit-learn", "lm-eval"]
 
 
 def git_info(root: Path | None = None) -> dict[str, object]:
     """Commit hash of the project checkout and whether its tracked files have local changes."""
-    root = root or Path(__file__).resolve().parent.parent
+    root = root or ROOT
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,

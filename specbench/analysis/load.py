@@ -1,6 +1,4 @@
-"""Reports: load run folders into pandas, pair each run with its speedup baseline, write the papers' tables.
-
-    python -m specbench.report results/ --out report/ --format all
+"""Finished runs as pandas frames: load run folders, select runs, pair each run with its speedup baseline.
 
 `load_runs` reads every run folder (config.json + rows.jsonl) under the given paths into a DataFrame
 with one row per run; `load_examples` and `load_traces` give one row per example / per iteration.
@@ -14,16 +12,14 @@ dataset, decode settings, seed and device must agree, and both runs must hold th
 A baseline that exists but differs is refused (`ReportError` naming the differing keys); with no
 baseline run at all for the pair and dataset the speedup is empty. Git hash and package versions are
 recorded per run (columns `git_hash`, `versions`) but not compared: a sweep may span commits.
-The tables live in `specbench.tables`, the figures in `specbench.figures`.
+The tables live in `specbench.analysis.tables`, the figures in `specbench.analysis.figures`, the
+CLI that writes both in `specbench.analysis.report`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -31,8 +27,8 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from specbench.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_rows, without_keys
-from specbench.traces import read_traces
+from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_rows, without_keys
+from specbench.runs.traces import read_traces
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +224,7 @@ def load_examples(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_traces(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per iteration of every traced run (specbench.traces columns + run_dir/label/pair/dataset/method)."""
+    """One row per iteration of every traced run (specbench.runs.traces columns + run_dir/label/pair/dataset/method)."""
     frames = []
     for _, run in runs.iterrows():
         t = read_traces(Path(run["run_dir"]))
@@ -297,74 +293,3 @@ def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> p
     out["speedup"] = [float("nan") if b is None else r["tokens_per_s"] / b["tokens_per_s"]
                       for (_, r), b in zip(runs.iterrows(), bases)]
     return out
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write text via a temporary file and os.replace (never a half-written report file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
-def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> list:
-    """The tables `names` (default: every one in specbench.tables.TABLES) that the runs have data for."""
-    from specbench import tables
-
-    return [t for name in (names or tables.TABLES) for t in tables.build(name, runs, baseline)]
-
-
-FORMATS = {"md": "markdown", "tex": "latex", "csv": "csv"}
-
-
-def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
-    """Each table as <out>/<name>.md / .tex / .csv (fmt: md, tex, csv or all)."""
-    if fmt != "all" and fmt not in FORMATS:
-        raise ReportError(f"format {fmt!r}: valid formats are {', '.join(FORMATS)}, all")
-    exts = list(FORMATS) if fmt == "all" else [fmt]
-    return [write_text(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])()) for t in tables for ext in exts]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The report CLI: print the run list and tables; with --out also write table files and figures."""
-    from specbench import figures, tables
-
-    ap = argparse.ArgumentParser(prog="python -m specbench.report", description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="+", help="results folders (searched recursively for run folders)")
-    ap.add_argument("--out", help="folder for table files and figures (printed only when absent)")
-    ap.add_argument("--format", default="all", choices=[*FORMATS, "all"], help="table file format(s)")
-    ap.add_argument("--baseline", help="speedup baseline METHOD[:key=value,...] for every table "
-                    "(default per table: AdaSD vanilla:gamma=5, GammaTune vanilla, SD² vanilla:gamma=8)")
-    ap.add_argument("--table", action="append", help=f"a table to build (repeatable; default all): {', '.join(tables.TABLES)}")
-    ap.add_argument("--where", action="append", default=[], help="keep runs with KEY=VALUE (e.g. decode.temperature=1.0)")
-    ap.add_argument("--no-figures", action="store_true", help="skip the figures")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        runs = where(load_runs(*args.results), args.where)
-    except (ReportError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(runs[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.3f}"), end="\n\n")
-    failed = 0
-    built = []
-    for name in args.table or list(tables.TABLES):
-        try:
-            built += tables.build(name, runs, args.baseline)
-        except ReportError as e:
-            print(f"{name}: refused: {e}", file=sys.stderr)
-            failed += 1
-    for t in built:
-        print(t.markdown())
-    if args.out:
-        for p in write_tables(built, args.out, args.format):
-            print(f"wrote {p}")
-        if not args.no_figures:
-            for p in figures.make_figures(runs, args.out):
-                print(f"wrote {p}")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

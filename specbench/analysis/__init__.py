@@ -1,0 +1,1 @@
+"""Reading finished runs back: the report, the papers' tables, figures."""

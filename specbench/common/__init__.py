@@ -1,0 +1,1 @@
+"""Building blocks every other package may use: registries, option checks, files, progress bars."""

@@ -1,0 +1,1 @@
+"""The decode core: engine loop, acceptance rules, sampling, the method interface, stop criteria, per-example metrics."""

@@ -1,0 +1,51 @@
+"""Trained drafters: loading the drafter a `task=distill` run wrote (plain or SD²-steered) onto a pair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import load_file
+from transformers import PreTrainedModel
+
+from specbench.models.pairs import Pair, check_vocab, load_model, load_tokenizer
+from specbench.models.steering import SteeredDrafter, Steering
+
+KINDS = ("distilled", "sd2")
+INFO = "distill.json"  # written last by a distill run: marks its folder finished
+
+_LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
+
+
+def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
+    """The drafter a `task=distill` run of `kind` wrote to `folder`, on the pair's draft device and dtype.
+
+    For sd2 also its SteeredDrafter (hooks on the loaded model). Refuses folders of another kind or pair.
+    The last loaded drafter is kept for the next job of the process.
+    """
+    how = f"train one with `python run.py task=distill task.kind={kind}` and set method.drafter to its folder"
+    if folder in (None, ""):
+        raise ValueError(f"method {kind!r} needs method.drafter, the folder of a trained drafter: {how}")
+    folder = Path(folder)
+    if not (folder / INFO).exists():
+        raise FileNotFoundError(f"{folder} is not a finished distill run (no {INFO}): {how}")
+    info = json.loads((folder / INFO).read_text())
+    if info["kind"] != kind:
+        raise ValueError(f"{folder} holds a {info['kind']!r} drafter; method {kind!r} needs one trained with "
+                         f"task.kind={kind}")
+    if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
+        raise ValueError(f"{folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); this run's "
+                         f"pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
+    draft = pair.model("draft")
+    key = json.dumps([str(folder.resolve()), info["finished"], str(draft.device), str(draft.dtype)])
+    if key not in _LOADED:
+        _LOADED.clear()
+        check_vocab(pair.target.name_or_path, pair.tokenizer, str(folder), load_tokenizer(str(folder / "drafter")))
+        model = load_model({"path": str(folder / "drafter")}, draft.device).to(draft.dtype)
+        steered = None
+        if kind == "sd2":
+            steering = Steering(**json.loads((folder / "steering.json").read_text()))
+            steering.load_state_dict(load_file(folder / "steering.safetensors"))
+            steered = SteeredDrafter(model, steering.to(draft.device, draft.dtype).eval())
+        _LOADED[key] = (model, steered)
+    return _LOADED[key]

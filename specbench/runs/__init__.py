@@ -1,0 +1,1 @@
+"""Run bookkeeping: the runner, results folders, provenance, merging shards, SLURM and wandb."""

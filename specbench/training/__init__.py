@@ -1,0 +1,1 @@
+"""Training drafters: synthetic data from the verifier (synth) and distillation (distill, sd2)."""
