@@ -1,32 +1,12 @@
-"""Shared fixtures: the real Hydra config, composed and shrunk for CPU tests."""
+"""Shared fixtures: the real Hydra config, composed and shrunk for CPU tests (helpers live in tests/helpers.py)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
-os.environ.setdefault("WANDB_MODE", "disabled")
-torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves on 2 cores
-
-ROOT = Path(__file__).resolve().parent.parent
-CONF = ROOT / "conf"
-
-
-def compose_cfg(*overrides: str) -> DictConfig:
-    """conf/config.yaml composed with overrides (hydra node included, as under @hydra.main)."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
-
-
-def small(*overrides: str) -> DictConfig:
-    """The default config shrunk for tests: tiny_random on smoke, CPU, no warm-up, no progress bar."""
-    return compose_cfg("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", *overrides)
+from helpers import compose_cfg
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +16,4 @@ def tiny_pair():
 
     cfg = compose_cfg("pair=tiny_random")
     return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))
+

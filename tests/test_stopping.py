@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_cfg
+from helpers import compose_cfg
 from specbench.bench import smoke_prompts
 from specbench.decoding.engine import Engine, Generation
 from specbench.decoding.method import METHODS
