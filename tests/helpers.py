@@ -46,6 +46,10 @@ def small(*overrides: str) -> DictConfig:
     return compose_cfg("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", *overrides)
 
 
+# tiny_random with one vocab_size for both models: transformers' assisted generation (hf_assisted) refuses
+# different sizes
+SAME_VOCAB = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")
+
 # conf/pair/toy.yaml shrunk to a few training steps of tiny models (trained in about a second)
 TINY = ["pair.tokenizer.vocab_size=300", "pair.tokenizer.train_problems=200", "pair.train.batch_size=4",
         "pair.train.steps.target=3", "pair.train.steps.draft=2", "pair.train.warmup_steps=1",
