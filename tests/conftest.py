@@ -1,32 +1,16 @@
-"""Shared fixtures: the real Hydra config, composed and shrunk for CPU tests."""
+"""Shared fixtures: the real Hydra config, composed and shrunk for CPU tests (helpers live in tests/helpers.py)."""
 
 from __future__ import annotations
 
-import os
+import functools
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
-os.environ.setdefault("WANDB_MODE", "disabled")
-torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves on 2 cores
-
-ROOT = Path(__file__).resolve().parent.parent
-CONF = ROOT / "conf"
-
-
-def compose_cfg(*overrides: str) -> DictConfig:
-    """conf/config.yaml composed with overrides (hydra node included, as under @hydra.main)."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
-
-
-def small(*overrides: str) -> DictConfig:
-    """The default config shrunk for tests: tiny_random on smoke, CPU, no warm-up, no progress bar."""
-    return compose_cfg("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", *overrides)
+from helpers import compose_cfg, small
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +20,25 @@ def tiny_pair():
 
     cfg = compose_cfg("pair=tiny_random")
     return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))
+
+
+@pytest.fixture(scope="session")
+def trained_drafter(tmp_path_factory) -> Callable[..., Path]:
+    """trained_drafter(kind, *pair_overrides): the folder of a two-step `task=distill task.kind=<kind>` run
+    on tiny_random (with the overrides) from 8 verifier samples of 16 tokens; each is trained once a session."""
+    from specbench.runs.runner import run
+
+    @functools.cache
+    def synth(*pair: str) -> Path:
+        out = tmp_path_factory.mktemp("synth")
+        run(small(*pair, "task=synth", "task.n=8", "task.max_new_tokens=16", "task.batch_size=4"), out)
+        return out
+
+    @functools.cache
+    def drafter(kind: str, *pair: str) -> Path:
+        out = tmp_path_factory.mktemp(kind)
+        run(small(*pair, "task=distill", f"task.kind={kind}", f"task.data={synth(*pair)}", "task.val_n=2",
+                  "task.max_steps=2", "task.batch_size=2"), out)
+        return out
+
+    return drafter

@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import compose_cfg, small
+from helpers import PROMPT, V, chi2_pvalue, compose_cfg, small, target_joint
 from specbench.decoding.engine import Engine
 from specbench.decoding.method import IterationRecord
 from specbench.runs.runner import build_method, run
 from specbench.decoding.sampling import Sampler, SamplingParams
 from table_lm import TableLM
-from test_distribution import PROMPT, V, chi2_pvalue, target_joint
 
 LOSSY = ["adasd", "adasd_verify_only", "adasd_variant_a", "adasd_variant_b", "adasd_variant_c"]
 ALL = LOSSY + ["adasd_gen_only"]

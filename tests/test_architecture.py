@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 # Where each package's source lives (the plugin folders sit at the top of the repository).
 SOURCES = {"specbench": ROOT / "specbench", "specbench.methods": ROOT / "methods",

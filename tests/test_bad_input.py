@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 import specbench.data.dataset as data
 import specbench.runs.runner as runner
-from conftest import CONF, ROOT, compose_cfg, small
+from helpers import CONF, ROOT, compose_cfg, small
 from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
 from specbench.common.options import OptionError
 from specbench.runs.results import folder_lock

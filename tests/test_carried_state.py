@@ -6,7 +6,7 @@ import json
 import pytest
 
 import specbench.runs.runner as runner
-from conftest import small
+from helpers import small
 from specbench.runs.results import ROWS, read_rows
 from specbench.runs.runner import build_method
 from specbench.runs.traces import read_traces

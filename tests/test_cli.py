@@ -4,8 +4,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
-from test_toy import TINY
+from helpers import ROOT, TINY
 
 
 def run_py(*args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, compose_cfg, small
+from helpers import ROOT, compose_cfg, small
 from specbench.runs import merge
 from specbench.analysis import load
 from specbench.runs.results import LOCK, ROWS, SUMMARY, FolderLocked, folder_lock, lock_timeout, read_rows
@@ -40,7 +40,7 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import specbench.runs.runner as runner
-from conftest import small
+from helpers import small
 out, gate, overrides = sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
 real = runner.decode_example
 def gated(job, ex, trace):

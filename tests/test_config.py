@@ -5,7 +5,7 @@ import pytest
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
-from conftest import CONF, compose_cfg, small
+from helpers import CONF, compose_cfg, small
 from specbench.data.dataset import DATASETS, build_dataset, select
 from specbench.decoding.method import METHODS
 from specbench.models.pairs import check_vocab, load_model

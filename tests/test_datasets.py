@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 import specbench.data.dataset as data
-from conftest import ROOT, compose_cfg, small
+from helpers import ROOT, compose_cfg, small
 from specbench.evaluators import gsm8k, mmlu, mt_bench
 from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
 from specbench.data.prompting import PLAIN_PROMPT, encode

@@ -13,13 +13,12 @@ from scipy.stats import chisquare
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from conftest import compose_cfg, small
+from helpers import TINY, compose_cfg, small
 from specbench.training import distill
 from specbench.data.dataset import DataSourceError
 from specbench.training.distill import kl_per_position, lr_factor, make_batch, sequences
 from specbench.runs.runner import run
 from specbench.training.synth import sample_batch
-from test_toy import TINY
 
 SYNTH = ("task=synth", "task.n=10", "task.max_new_tokens=12", "task.batch_size=4")
 

@@ -8,19 +8,14 @@ target joint p(t1) p(t2 | t1) computed by plain forwards. In CI the models are t
 tiny Llamas runs with `-m slow` (about 3 minutes per rule on 2 CPU cores).
 """
 
-import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
+from helpers import N, PROMPT, V, chi2_pvalue, next_probs, sample_pairs, target_joint
 from specbench.decoding.acceptance import Rule
-from specbench.decoding.engine import Engine
-from specbench.decoding.method import Method
-from specbench.decoding.sampling import Sampler, SamplingParams
 from specbench.models.tiny import tiny_llama
 from table_lm import TableLM
 
-V, PROMPT, N = 8, [1, 5, 2], 20_000
 ARCH = dict(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
             num_key_value_heads=1, max_position_embeddings=64, initializer_range=0.6)
 
@@ -33,57 +28,11 @@ def models(request):
     return tiny_llama(11, **ARCH), tiny_llama(12, **ARCH)
 
 
-def next_probs(model, prefix: list[int]) -> torch.Tensor:
-    """Target next-token distribution [V] at temperature 1, from a cache-free forward."""
-    if isinstance(model, TableLM):
-        return torch.softmax(model.logits_for(prefix).double(), -1)
-    with torch.no_grad():
-        return torch.softmax(model(torch.tensor([prefix])).logits[0, -1].double(), -1)
-
-
-def target_joint(target) -> np.ndarray:
-    """Exact p(t1, t2) [V, V] at temperature 1."""
-    p1 = next_probs(target, PROMPT)
-    return torch.stack([p1[t] * next_probs(target, PROMPT + [t]) for t in range(V)]).numpy()
-
-
-class FixedGamma(Method):
-    """vanilla gamma=2 with an arbitrary rule object."""
-
-    def __init__(self, rule: Rule) -> None:
-        self.rule = rule
-
-    def window(self) -> int:
-        return 2
-
-
 class AcceptAll(Rule):
     """A wrong rule (always accept the drafts): the test must reject it."""
 
     def __call__(self, x, q, p, greedy, generator, js=None):
         return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
-
-
-def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
-    """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
-    target, draft = models
-    eng = Engine(target, draft, Sampler(SamplingParams(1.0), V), set(), None, (), 64)
-    g = torch.Generator().manual_seed(1234)
-    counts = np.zeros((V, V))
-    method = method or FixedGamma(rule)
-    for _ in range(n):
-        out = eng.generate(PROMPT, method, 3, generator=g).token_ids
-        counts[out[0], out[1]] += 1
-    return counts
-
-
-def chi2_pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
-    exp = joint.ravel() * counts.sum()
-    obs = counts.ravel()
-    keep = exp >= 5  # pool the rare cells so the chi-square approximation holds
-    obs = np.append(obs[keep], obs[~keep].sum())
-    exp = np.append(exp[keep], exp[~keep].sum())
-    return chisquare(obs, exp).pvalue
 
 
 def test_draft_differs_from_target(models):

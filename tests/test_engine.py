@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import small
+from helpers import small
 from specbench.decoding.engine import Engine
 from specbench.runs.runner import build_method, run
 from specbench.decoding.sampling import Sampler, SamplingParams

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from hydra.core.hydra_config import HydraConfig
 
-from conftest import ROOT, compose_cfg
+from helpers import ROOT, TINY, compose_cfg
 from specbench.runs.runner import run
 from specbench.runs.slurm import sweep_jobs
-from test_toy import TINY
 
 DATA = ROOT.parent / "shared" / "data"
 EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5"]

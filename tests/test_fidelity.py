@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_cfg
+from helpers import SAME_VOCAB, compose_cfg
 from specbench.bench import smoke_prompts
 from specbench.decoding.engine import Engine, Generation
 from specbench.models.pairs import load_pair
@@ -15,7 +15,6 @@ from specbench.decoding.sampling import Sampler, SamplingParams
 # tiny_random with one vocab_size for both models (transformers refuses different sizes). initializer_range 1.0
 # spreads the draft's probabilities around the 0.4 threshold (at 0.2 they sit near 0.05), so the confidence
 # stop both fires and lets full windows through, and the ROC refits move the threshold.
-SAME_VOCAB = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")
 PAIR = SAME_VOCAB + ("pair.target.initializer_range=1.0",)
 MAX_NEW = 40
 HF_HEURISTIC = {"name": "hf_assisted", "num_assistant_tokens": 5, "num_assistant_tokens_schedule": "heuristic",

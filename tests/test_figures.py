@@ -12,8 +12,7 @@ import pytest
 from specbench.analysis import figures
 from specbench.analysis import load
 from specbench.analysis.load import ReportError
-from conftest import small
-from test_report import write_run
+from helpers import small, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -6,10 +6,11 @@ import math
 import pytest
 import torch
 
-from conftest import small
+from helpers import N, V, chi2_pvalue, sample_pairs, small, target_joint
 from specbench.decoding.method import IterationRecord
 from specbench.runs.runner import build_method, run
 from specbench.runs.traces import read_traces
+from table_lm import TableLM
 
 
 def rec(w: int, n: int) -> IterationRecord:
@@ -96,9 +97,6 @@ def test_equals_ar_under_greedy(tmp_path, name):
 
 
 def test_gammatune_sampling_follows_the_target():
-    from table_lm import TableLM
-    from test_distribution import N, V, chi2_pvalue, sample_pairs, target_joint
-
     models = TableLM(V, 11), TableLM(V, 12)
     counts = sample_pairs(models, None, N, method=build_method({"name": "gammatune", "gamma": 2}))
     assert chi2_pvalue(counts, target_joint(models[0])) > 1e-3

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from specbench.data.dataset import build_dataset
 from specbench.data.sandbox import namespaces_available
 

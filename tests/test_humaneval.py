@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, small
+from helpers import ROOT, small
 from specbench.data.dataset import DataSourceError, build_dataset, read_local
 from specbench.runs.runner import run
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from specbench.data.dataset import read_local
 from specbench.lm_eval import SpecbenchLM, task_sampling, to_override
 from specbench.decoding.sampling import SamplingParams

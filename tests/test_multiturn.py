@@ -2,7 +2,7 @@
 
 from omegaconf import OmegaConf
 
-from conftest import small
+from helpers import small
 from specbench.data.dataset import Evaluator, Example
 from specbench.runs.runner import Job, build_method, decode_example, make_engine, sampling_params
 

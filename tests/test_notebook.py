@@ -8,7 +8,7 @@ import os
 import nbformat
 from nbclient import NotebookClient
 
-from conftest import ROOT, small
+from helpers import ROOT, small
 from specbench.analysis import load, report
 from specbench.runs.runner import run
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_cfg
+from helpers import compose_cfg
 from specbench.models import pairs
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from transformers.utils import logging as hf_logging
 
-from conftest import compose_cfg, small
+from helpers import compose_cfg, small
 from specbench.models import toy
 from specbench.runs.runner import run
 from specbench.runs.slurm import SweepProgress, sweep_jobs

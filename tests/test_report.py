@@ -14,38 +14,8 @@ from scipy import stats
 
 from specbench.analysis import load, report
 from specbench.analysis import tables
-from specbench.decoding.metrics import summarize
 from specbench.analysis.load import ReportError
-from specbench.common.files import write_json_atomic
-from conftest import small
-
-
-def write_run(root: Path, folder: str, method: str, rows: list[dict], *, pair: str = "p", dataset: str = "gsm8k",
-              temperature: float = 0.0, seed: int = 0, device: str = "cpu", **options) -> Path:
-    """A run folder as the runner writes it (config.json, rows.jsonl, summary.json) from rows given as
-    dicts of new, s (decode seconds), calls (target calls), drafted, accepted, k (drafting iterations), ..."""
-    run_dir = root / folder
-    run_dir.mkdir(parents=True)
-    cfg = {"pair": {"name": pair, "builder": "tiny_random"}, "dataset": {"name": dataset, "limit": None},
-           "method": {"name": method, **options}, "device": "auto", "warmup": 0, "progress": False, "trace": False,
-           "threads": 1, "stop_strings": [], "on_long_prompt": "error",
-           "decode": {"temperature": temperature, "top_k": None, "top_p": None, "max_new_tokens": 128, "seed": seed}}
-    record = {"config": cfg, "choices": {"decode": "t1" if temperature else "greedy"}, "seed": seed,
-              "git_hash": "abc", "git_dirty": False, "versions": {},
-              "device_info": {"device": device, "cpu": "x86_64", "platform": "test", "torch_threads": 1}}
-    full = []
-    for i, r in enumerate(rows):
-        k = r.get("k", 0)
-        full.append({"id": r.get("id", f"ex-{i}"), "method": method, "new_tokens": r["new"], "decode_s": r["s"],
-                     "tokens_per_s": r["new"] / r["s"], "target_calls": r.get("calls", r["new"]),
-                     "drafted": r.get("drafted", 0), "accepted": r.get("accepted", 0),
-                     "mean_drafted": r["drafted"] / k if k else None, "mean_accepted": r["accepted"] / k if k else None,
-                     "iterations": r.get("iterations", k or r["new"]), "mean_t_v": r.get("t_v"), "mean_t_g": None,
-                     "score": r.get("score"), "lossless": method != "adasd", "category": r.get("category")})
-    write_json_atomic(run_dir / "config.json", record)
-    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in full))
-    write_json_atomic(run_dir / "summary.json", {**summarize(full), **record})
-    return run_dir
+from helpers import small, write_run
 
 
 def tps(n: float) -> list[dict]:

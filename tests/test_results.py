@@ -5,7 +5,7 @@ import json
 import pytest
 
 import specbench.runs.runner as runner
-from conftest import small
+from helpers import small
 from specbench.runs.results import ROWS, RowWriter, read_rows
 
 KEYS = ("id", "token_ids", "output", "new_tokens", "iterations", "drafted", "accepted", "stop_reason")

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 import specbench.data.sandbox as sandbox
-from conftest import ROOT
+from helpers import ROOT
 from specbench.data.sandbox import Check, Limits, decode_value, encode_value, namespaces_available, resolve_isolation, run_check
 
 DATA = ROOT.parent / "shared" / "data"

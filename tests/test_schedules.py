@@ -8,7 +8,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_curve
 
-from conftest import small
+from helpers import small
 from specbench.decoding.method import IterationRecord
 from specbench.runs.runner import build_method, run
 

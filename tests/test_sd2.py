@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import small
+from helpers import small
 from specbench.methods.vanilla import Vanilla
 from specbench.decoding.engine import Engine
 from specbench.runs.runner import build_method, run

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, compose_cfg, small
+from helpers import ROOT, compose_cfg, small
 from specbench.runs import merge
 from specbench.runs.runner import run
 from specbench.runs.slurm import slurm_unavailable

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import compose_cfg
+from helpers import SAME_VOCAB, compose_cfg
 from specbench.bench import smoke_prompts
 from specbench.decoding.engine import Engine, Generation
 from specbench.decoding.method import METHODS
@@ -22,7 +22,7 @@ from specbench.decoding.sampling import Sampler, SamplingParams
 from specbench.decoding.stopping import StopCriteria
 
 # one vocab_size for both models so that hf_assisted (transformers' assisted generation) runs too
-PAIR = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")
+PAIR = SAME_VOCAB
 FREE = 48  # tokens of the free decode whose blocks the stops are placed in
 KINDS = ("eos", "stop_string", "length", "context")
 

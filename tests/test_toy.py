@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from conftest import compose_cfg
+from helpers import TINY, compose_cfg
 from specbench.evaluators.toy_arith import ToyArith, extract_answer
 from specbench.models import toy
 from specbench.models.pairs import load_pair
@@ -18,12 +18,6 @@ from specbench.runs.runner import run
 from specbench.data.toy_task import answer_text, heldout_set, is_heldout, problems
 
 STEP = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")
-TINY = ["pair.tokenizer.vocab_size=300", "pair.tokenizer.train_problems=200", "pair.train.batch_size=4",
-        "pair.train.steps.target=3", "pair.train.steps.draft=2", "pair.train.warmup_steps=1",
-        "pair.target.hidden_size=32", "pair.target.intermediate_size=64", "pair.target.num_hidden_layers=2",
-        "pair.target.num_attention_heads=2", "pair.target.num_key_value_heads=1",
-        "pair.draft.hidden_size=16", "pair.draft.intermediate_size=32", "pair.draft.num_attention_heads=2",
-        "pair.draft.num_key_value_heads=1"]
 
 
 def tiny_cfg(cache: Path, *extra: str) -> dict:

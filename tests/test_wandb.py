@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import small
+from helpers import small
 from specbench.runs import wandb_log
 from specbench.runs.runner import run
 

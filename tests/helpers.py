@@ -1,0 +1,139 @@
+"""Helpers shared by the tests: the composed Hydra config, the shrunk toy pair, hand-written run folders and
+the exact-distribution check. Test files import from here, never from each other; conftest.py holds the fixtures.
+
+Importing this module sets the test environment: the hub is offline, wandb is off, torch uses one CPU thread.
+"""
+
+from __future__ import annotations
+
+import os
+
+# before transformers is imported: huggingface_hub reads HF_HUB_OFFLINE when it loads
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+from scipy.stats import chisquare
+
+from specbench.common.files import write_json_atomic
+from specbench.decoding.acceptance import Rule
+from specbench.decoding.engine import Engine
+from specbench.decoding.method import Method
+from specbench.decoding.metrics import summarize
+from specbench.decoding.sampling import Sampler, SamplingParams
+from table_lm import TableLM
+
+torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves on 2 cores
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+
+
+def compose_cfg(*overrides: str) -> DictConfig:
+    """conf/config.yaml composed with overrides (hydra node included, as under @hydra.main)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def small(*overrides: str) -> DictConfig:
+    """The default config shrunk for tests: tiny_random on smoke, CPU, no warm-up, no progress bar."""
+    return compose_cfg("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", *overrides)
+
+
+# tiny_random with one vocab_size for both models: transformers' assisted generation (hf_assisted) refuses
+# different sizes
+SAME_VOCAB = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")
+
+# conf/pair/toy.yaml shrunk to a few training steps of tiny models (trained in about a second)
+TINY = ["pair.tokenizer.vocab_size=300", "pair.tokenizer.train_problems=200", "pair.train.batch_size=4",
+        "pair.train.steps.target=3", "pair.train.steps.draft=2", "pair.train.warmup_steps=1",
+        "pair.target.hidden_size=32", "pair.target.intermediate_size=64", "pair.target.num_hidden_layers=2",
+        "pair.target.num_attention_heads=2", "pair.target.num_key_value_heads=1",
+        "pair.draft.hidden_size=16", "pair.draft.intermediate_size=32", "pair.draft.num_attention_heads=2",
+        "pair.draft.num_key_value_heads=1"]
+
+
+def write_run(root: Path, folder: str, method: str, rows: list[dict], *, pair: str = "p", dataset: str = "gsm8k",
+              temperature: float = 0.0, seed: int = 0, device: str = "cpu", **options) -> Path:
+    """A run folder as the runner writes it (config.json, rows.jsonl, summary.json) from rows given as
+    dicts of new, s (decode seconds), calls (target calls), drafted, accepted, k (drafting iterations), ..."""
+    run_dir = root / folder
+    run_dir.mkdir(parents=True)
+    cfg = {"pair": {"name": pair, "builder": "tiny_random"}, "dataset": {"name": dataset, "limit": None},
+           "method": {"name": method, **options}, "device": "auto", "warmup": 0, "progress": False, "trace": False,
+           "threads": 1, "stop_strings": [], "on_long_prompt": "error",
+           "decode": {"temperature": temperature, "top_k": None, "top_p": None, "max_new_tokens": 128, "seed": seed}}
+    record = {"config": cfg, "choices": {"decode": "t1" if temperature else "greedy"}, "seed": seed,
+              "git_hash": "abc", "git_dirty": False, "versions": {},
+              "device_info": {"device": device, "cpu": "x86_64", "platform": "test", "torch_threads": 1}}
+    full = []
+    for i, r in enumerate(rows):
+        k = r.get("k", 0)
+        full.append({"id": r.get("id", f"ex-{i}"), "method": method, "new_tokens": r["new"], "decode_s": r["s"],
+                     "tokens_per_s": r["new"] / r["s"], "target_calls": r.get("calls", r["new"]),
+                     "drafted": r.get("drafted", 0), "accepted": r.get("accepted", 0),
+                     "mean_drafted": r["drafted"] / k if k else None, "mean_accepted": r["accepted"] / k if k else None,
+                     "iterations": r.get("iterations", k or r["new"]), "mean_t_v": r.get("t_v"), "mean_t_g": None,
+                     "score": r.get("score"), "lossless": method != "adasd", "category": r.get("category")})
+    write_json_atomic(run_dir / "config.json", record)
+    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in full))
+    write_json_atomic(run_dir / "summary.json", {**summarize(full), **record})
+    return run_dir
+
+
+# --- the exact-distribution check (tests/test_distribution.py): vocabulary V, a fixed prompt, N decodes ---
+
+V, PROMPT, N = 8, [1, 5, 2], 20_000
+
+
+def next_probs(model, prefix: list[int]) -> torch.Tensor:
+    """Target next-token distribution [V] at temperature 1, from a cache-free forward."""
+    if isinstance(model, TableLM):
+        return torch.softmax(model.logits_for(prefix).double(), -1)
+    with torch.no_grad():
+        return torch.softmax(model(torch.tensor([prefix])).logits[0, -1].double(), -1)
+
+
+def target_joint(target) -> np.ndarray:
+    """Exact p(t1, t2) [V, V] at temperature 1: p(t1) p(t2 | t1)."""
+    p1 = next_probs(target, PROMPT)
+    return torch.stack([p1[t] * next_probs(target, PROMPT + [t]) for t in range(V)]).numpy()
+
+
+class FixedGamma(Method):
+    """vanilla gamma=2 with an arbitrary rule object."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+
+    def window(self) -> int:
+        return 2
+
+
+def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
+    """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
+    target, draft = models
+    eng = Engine(target, draft, Sampler(SamplingParams(1.0), V), set(), None, (), 64)
+    g = torch.Generator().manual_seed(1234)
+    counts = np.zeros((V, V))
+    method = method or FixedGamma(rule)
+    for _ in range(n):
+        out = eng.generate(PROMPT, method, 3, generator=g).token_ids
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def chi2_pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
+    """Chi-square p-value of joint counts [V, V] against the exact joint [V, V], rare cells (expected < 5) pooled."""
+    exp = joint.ravel() * counts.sum()
+    obs = counts.ravel()
+    keep = exp >= 5  # pool the rare cells so the chi-square approximation holds
+    obs = np.append(obs[keep], obs[~keep].sum())
+    exp = np.append(exp[keep], exp[~keep].sum())
+    return chisquare(obs, exp).pvalue

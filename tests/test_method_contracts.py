@@ -1,0 +1,272 @@
+"""Contracts every registered method keeps, checked for each name in METHODS, so a new method file is tested
+without a test of its own:
+  (a) a method that says it is lossless decodes, greedily, the tokens of the target's own argmax decode
+      (full forwards without a cache: the truth `ar` must match too);
+  (b) no iteration drafts more than the window() it began with, nor more than max_new_tokens leaves
+      (new tokens so far + drafts + the verifier's token <= max_new_tokens), and no row holds more new tokens;
+  (c) with trace=true, every key of the method's state() is in every trace record.
+
+Each method runs through the real composed config (`method=<name>`: conf/method/<name>.yaml) on tiny_random
+with one vocab_size for both models (transformers' assisted generation, `hf_assisted`, refuses different sizes),
+the smoke prompts, greedy, float32 (the CPU default), one thread. A method whose config names a trained drafter
+(`drafter:`, as distilled and sd2) gets a two-step `task=distill` run of its class's `kind` (the session fixture
+`trained_drafter`). An external method (`external = True`: hf_assisted) decodes with transformers' loop, which
+never asks window(): its contract is (a), the length part of (b) and (c).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import specbench.runs.runner as runner
+from helpers import SAME_VOCAB, small
+from specbench.data.dataset import build_dataset
+from specbench.data.prompting import encode
+from specbench.decoding.acceptance import Rule, greedy_rule
+from specbench.decoding.method import METHODS, IterationRecord, Method
+from specbench.methods.vanilla import Vanilla
+from specbench.models.pairs import load_pair
+from specbench.runs.results import ROWS, read_rows
+from specbench.runs.traces import read_traces
+
+MAX_NEW, EXAMPLES = 24, 8  # a window of 20 meets the length cap inside a generation
+SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"dataset.limit={EXAMPLES}", "threads=1",
+            "trace=true")
+NAMES = METHODS.names()
+
+
+def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) -> DictConfig:
+    """The composed run config of method `name`; with `trained_drafter`, a `drafter` it names is replaced by a
+    trained folder of the method's kind (without, the configured path stays: enough to build, not to decode)."""
+    cfg = small(*SETTINGS, f"method={name}")
+    if "drafter" in cfg.method and trained_drafter is not None:
+        folder = trained_drafter(METHODS.get(name).kind, *SAME_VOCAB)
+        cfg = small(*SETTINGS, f"method={name}", f"method.drafter={folder}")
+    return cfg
+
+
+def lossless_names() -> list[str]:
+    """The registered methods that, as configured in conf/method/, say they are lossless."""
+    built = {n: runner.build_method(OmegaConf.to_container(method_cfg(n).method, resolve=True)) for n in NAMES}
+    return [n for n, m in built.items() if m.lossless]
+
+
+@dataclasses.dataclass
+class Decoded:
+    """One traced run of a method: the method object, its rows, its traces and, for every iteration the engine
+    ran, (the last window() answer before the iteration's update, drafts of the iteration)."""
+
+    method: Method
+    rows: list[dict]
+    traces: pd.DataFrame
+    windows: list[tuple[int | None, int]]
+
+
+def watch_windows(method: Method) -> list[tuple[int | None, int]]:
+    """Wrap the method's window() and update() to log (window in force, drafted) per iteration; returns the log."""
+    log: list[tuple[int | None, int]] = []
+    last: list[int | None] = [None]  # no window asked yet (a method that never drafts)
+    window, update = method.window, method.update
+
+    def logged_window() -> int:
+        last[0] = window()
+        return last[0]
+
+    def logged_update(record: IterationRecord) -> None:
+        log.append((last[0], record.drafted))
+        update(record)
+
+    method.window, method.update = logged_window, logged_update
+    return log
+
+
+def decode_run(cfg: DictConfig, out: Path) -> Decoded:
+    """runner.run(cfg) into `out` with the method it builds watched (watch_windows)."""
+    built: list[tuple[Method, list]] = []
+    real = runner.build_method
+
+    def build_watched(method_cfg: dict) -> Method:
+        method = real(method_cfg)
+        built.append((method, watch_windows(method)))
+        return method
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "build_method", build_watched)
+        runner.run(cfg, out)
+    [(method, windows)] = built
+    return Decoded(method, read_rows(out / ROWS), read_traces(out), windows)
+
+
+def argmax_decode(model: torch.nn.Module, prompt: list[int], max_new: int, eos: set[int], vocab: int) -> list[int]:
+    """New tokens [<= max_new]: t = argmax over the tokenizer's ids of p(. | prompt + tokens so far), each from a
+    full forward without a cache, up to and including an EOS id."""
+    ids = list(prompt)
+    with torch.no_grad():
+        while len(ids) - len(prompt) < max_new and (len(ids) == len(prompt) or ids[-1] not in eos):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1, :vocab].argmax()))
+    return ids[len(prompt):]
+
+
+def check_lossless(d: Decoded, truth: dict[str, list[int]]) -> None:
+    """Every example decoded, each with exactly the truth's tokens."""
+    assert [r["id"] for r in d.rows] == list(truth), f"{d.method.name}: examples differ"
+    for r in d.rows:
+        want, got = truth[r["id"]], r["token_ids"]
+        at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+        assert got == want, (f"{d.method.name} says it is lossless but {r['id']} differs from the target's argmax "
+                             f"decode at new token {at} ({len(got)} tokens, truth {len(want)})")
+
+
+def check_windows(d: Decoded, max_new: int) -> dict[str, int]:
+    """Drafts per iteration <= the window() in force (engine methods) and <= max_new - committed - 1;
+    new tokens per row <= max_new. Returns how many iterations drafted a whole window / up to the length cap."""
+    met = {"window": sum(0 < drafted == window for window, drafted in d.windows), "length": 0}
+    for k, (window, drafted) in enumerate(d.windows):
+        assert drafted <= (window or 0), f"{d.method.name}: iteration {k} drafted {drafted}, window() was {window}"
+    if not d.method.external:  # every traced iteration went through the watched update
+        assert len(d.windows) == len(d.traces), f"{d.method.name}: {len(d.windows)} updates, {len(d.traces)} records"
+    for r in d.rows:
+        its = d.traces[d.traces["id"] == r["id"]].sort_values("iteration")
+        assert len(its) == r["iterations"], f"{d.method.name}: {r['id']} traced {len(its)} of {r['iterations']}"
+        committed = 0
+        for k, (drafted, accepted) in enumerate(zip(its["drafted"], its["accepted"])):
+            left = max_new - committed - 1  # room for drafts: the verifier adds one token
+            assert drafted <= left, (f"{d.method.name}: {r['id']} iteration {k} drafted {drafted} after {committed} "
+                                     f"of {max_new} new tokens")
+            met["length"] += 0 < drafted == left
+            committed += accepted + 1
+        assert len(r["token_ids"]) == r["new_tokens"] <= max_new, f"{d.method.name}: {r['id']} overran max_new_tokens"
+    return met
+
+
+def check_state(d: Decoded) -> None:
+    """Every key of state() is a trace column with a value in every record."""
+    assert len(d.traces), f"{d.method.name}: no trace records"
+    for key in d.method.state():
+        assert key in d.traces.columns, f"{d.method.name}: state key {key!r} missing from the traces"
+        assert d.traces[key].notna().all(), f"{d.method.name}: state key {key!r} missing from some trace records"
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict[str, list[int]]:
+    """Example id -> the greedy continuation by cache-free target forwards (argmax_decode), `ar`'s EOS ids."""
+    cfg = small(*SETTINGS)
+    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))
+    assert pair.target.dtype == torch.float32
+    eos = pair.eos_ids([pair.target])
+    examples = build_dataset(OmegaConf.to_container(cfg.dataset)).examples()[:EXAMPLES]
+    return {ex.id: argmax_decode(pair.target, encode(pair.tokenizer, ex), MAX_NEW, eos, pair.vocab_size)
+            for ex in examples}
+
+
+@pytest.fixture(scope="module")
+def decoded(tmp_path_factory, trained_drafter) -> Callable[[str], Decoded]:
+    """name -> the method's traced run on SETTINGS, decoded once a module."""
+
+    @functools.cache
+    def one(name: str) -> Decoded:
+        return decode_run(method_cfg(name, trained_drafter), tmp_path_factory.mktemp(name))
+
+    return one
+
+
+def test_every_registered_method_is_checked():
+    """The registry lists every method file (a new one joins these tests), and the lossless list is not empty."""
+    assert {"ar", "vanilla", "adasd", "draft_only", "distilled", "sd2", "hf_assisted"} <= set(NAMES)
+    lossless = lossless_names()
+    assert {"ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "distilled",
+            "sd2", "hf_assisted"} <= set(lossless)
+    assert "draft_only" not in lossless and "adasd" not in lossless
+
+
+@pytest.mark.parametrize("name", lossless_names())
+def test_a_lossless_method_decodes_the_targets_greedy_tokens(decoded, truth, name):
+    d = decoded(name)
+    assert d.method.lossless
+    check_lossless(d, truth)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_drafts_stay_inside_the_window_and_max_new_tokens(decoded, name):
+    check_windows(decoded(name), MAX_NEW)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_keys_are_in_the_traces(decoded, name):
+    check_state(decoded(name))
+
+
+def test_the_caps_were_reached(decoded):
+    """The window checks are not vacuous: some iterations drafted a whole window, some up to the length cap."""
+    met = [check_windows(decoded(name), MAX_NEW) for name in NAMES]
+    assert sum(m["window"] for m in met) > 0 and sum(m["length"] for m in met) > 0, met
+
+
+class ShiftEveryThird(Rule):
+    """Greedy matching whose every third next token is moved to the following id: it says lossless, it is not."""
+
+    name = "shift_every_third"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x, q, p, greedy, generator, js=None):
+        ok, top = greedy_rule(x, p)
+        self.calls += 1
+        return ok, (top + 1) % p.shape[-1] if self.calls % 3 == 0 else top
+
+
+class LossyVanilla(Vanilla):
+    """vanilla with ShiftEveryThird as its rule."""
+
+    name = "lossy_vanilla"
+
+    def __init__(self, gamma: int = 5, rule: str = "rejection", **options) -> None:
+        super().__init__(gamma=gamma, rule=rule, **options)
+        self.rule = ShiftEveryThird()
+
+
+def test_the_lossless_check_catches_a_lossy_method(monkeypatch, tmp_path, truth):
+    """A method known to the registry only inside this test corrupts tokens while saying it is lossless."""
+    real = METHODS.get
+    monkeypatch.setattr(METHODS, "get", lambda name: LossyVanilla if name == "lossy_vanilla" else real(name))
+    d = decode_run(small(*SETTINGS, "method=vanilla", "method.name=lossy_vanilla"), tmp_path)
+    assert isinstance(d.method, LossyVanilla) and d.method.lossless
+    check_windows(d, MAX_NEW)
+    check_state(d)
+    with pytest.raises(AssertionError, match="lossy_vanilla says it is lossless but smoke-00 differs"):
+        check_lossless(d, truth)
+
+
+def test_the_window_length_and_state_checks_catch_bad_runs():
+    """Hand-made runs of vanilla γ=2 and max_new_tokens=4: one that keeps the contracts, then one break each."""
+    method = runner.build_method({"name": "vanilla", "gamma": 2})
+    traces = pd.DataFrame({"id": ["a", "a"], "iteration": [0, 1], "drafted": [2, 0], "accepted": [2, 0],
+                           "stop": ["window", "length"], "gamma": [2, 2]})
+    rows = [{"id": "a", "token_ids": [1, 2, 3, 4], "new_tokens": 4, "iterations": 2}]
+    good = Decoded(method, rows, traces, [(2, 2), (2, 0)])
+    assert check_windows(good, 4) == {"window": 1, "length": 0}
+    capped = dataclasses.replace(good, rows=[{**rows[0], "token_ids": [1, 2, 3], "new_tokens": 3, "iterations": 1}],
+                                 traces=traces.iloc[:1], windows=[(2, 2)])  # max_new_tokens=3 left room for 2 drafts
+    assert check_windows(capped, 3) == {"window": 1, "length": 1}
+    check_state(good)
+    with pytest.raises(AssertionError, match="iteration 0 drafted 2, window\\(\\) was 1"):
+        check_windows(dataclasses.replace(good, windows=[(1, 2), (1, 0)]), 4)
+    with pytest.raises(AssertionError, match="1 updates, 2 records"):  # an iteration the watch did not see
+        check_windows(dataclasses.replace(good, windows=[(2, 2)]), 4)
+    with pytest.raises(AssertionError, match="iteration 1 drafted 1 after 3 of 4 new tokens"):
+        check_windows(dataclasses.replace(good, traces=traces.assign(drafted=[2, 1])), 4)
+    with pytest.raises(AssertionError, match="a overran max_new_tokens"):
+        check_windows(dataclasses.replace(good, rows=[{**rows[0], "token_ids": [1, 2, 3, 4, 5], "new_tokens": 5}]), 4)
+    with pytest.raises(AssertionError, match="state key 'gamma' missing from the traces"):
+        check_state(dataclasses.replace(good, traces=traces.drop(columns="gamma")))
+    with pytest.raises(AssertionError, match="state key 'gamma' missing from some trace records"):
+        check_state(dataclasses.replace(good, traces=traces.assign(gamma=[2, None])))
