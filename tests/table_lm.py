@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import hashlib
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 from transformers import LlamaConfig
+
+from engines import bound_engine
+from specbench.decoding.engine import Engine
+from specbench.decoding.method import Method
 
 
 class TableLM(torch.nn.Module):
@@ -39,3 +44,9 @@ class TableLM(torch.nn.Module):
         start = len(prefix) - keep
         rows = [self.logits_for(prefix[: start + j + 1]) for j in range(keep)]
         return SimpleNamespace(logits=torch.stack(rows)[None])
+
+
+def table_engine(method: Method, target: Any, draft: Any, temperature: float, context: int) -> Engine:
+    """An engine running `method` bound to two models without a tokenizer or EOS id (table LMs, tiny Llamas)."""
+    return bound_engine(method, {"target": target, "draft": draft}, target.config.vocab_size, temperature,
+                        context=context)

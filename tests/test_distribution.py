@@ -14,11 +14,9 @@ import torch
 from scipy.stats import chisquare
 
 from specbench.decoding.acceptance import Rule
-from specbench.decoding.engine import Engine
 from specbench.decoding.method import Method
-from specbench.decoding.sampling import Sampler, SamplingParams
 from specbench.models.tiny import tiny_llama
-from table_lm import TableLM
+from table_lm import TableLM, table_engine
 
 V, PROMPT, N = 8, [1, 5, 2], 20_000
 ARCH = dict(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -51,7 +49,12 @@ class FixedGamma(Method):
     """vanilla gamma=2 with an arbitrary rule object."""
 
     def __init__(self, rule: Rule) -> None:
-        self.rule = rule
+        super().__init__()
+        self.fixed = rule
+
+    def bind(self, binding) -> None:
+        super().bind(binding)
+        self.rule = self.fixed  # the rule under test, whatever the decode settings
 
     def window(self) -> int:
         return 2
@@ -60,19 +63,18 @@ class FixedGamma(Method):
 class AcceptAll(Rule):
     """A wrong rule (always accept the drafts): the test must reject it."""
 
-    def __call__(self, x, q, p, greedy, generator, js=None):
+    def __call__(self, x, q, p, generator):
         return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
 
 
 def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
     """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
     target, draft = models
-    eng = Engine(target, draft, Sampler(SamplingParams(1.0), V), set(), None, (), 64)
+    eng = table_engine(method or FixedGamma(rule), target, draft, 1.0, 64)
     g = torch.Generator().manual_seed(1234)
     counts = np.zeros((V, V))
-    method = method or FixedGamma(rule)
     for _ in range(n):
-        out = eng.generate(PROMPT, method, 3, generator=g).token_ids
+        out = eng.generate(PROMPT, 3, generator=g).token_ids
         counts[out[0], out[1]] += 1
     return counts
 
