@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.decoding.method import METHODS, Binding, IterationRecord, Method, check_gamma, state_values
 from specbench.decoding.sampling import entropy_bits
 
 BASE_RULES = ("sample_match", "rejection")
@@ -104,6 +104,11 @@ class AdaSD(Method):
         self.t_v = t_v
         if self.relaxed:
             self.rule.threshold = t_v
+
+    def bind(self, binding: Binding) -> None:
+        """Bind as any method; the rule built for the decode settings starts from the current T_V."""
+        super().bind(binding)
+        self.set_t_v(self.t_v)
 
     def reset(self) -> None:
         """New generation call: fresh state unless persist_thresholds."""

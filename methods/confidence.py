@@ -61,12 +61,12 @@ class Confidence(Method):
     Persistence: transformers' docs say the threshold persists across generate calls, but 5.23 fits it
     on a deepcopy of the assistant's generation_config and a candidate generator built per call, so
     threshold and samples restart every call; we do the same (per example).
-    Differences: (1) transformers' softmax runs over the draft model's whole (possibly padded) vocab,
-    ours over the tokenizer's range (hf_assisted suppresses the padding ids, which makes them equal);
-    (2) the engine does not ask the policy about a drafted EOS, so its q(EOS) is not collected: if the
-    target rejects a drafted EOS after accepting every earlier draft, transformers adds a (q(EOS), 0)
-    sample and we add none (needs the engine to pass q_i(x_i) for every draft).
-    Rule `rejection` (the engine uses `greedy` at temperature 0).
+    A drafted EOS is a sample too: the engine asks the policy about every drafted token, EOS included, so
+    a drafted EOS that the target rejects after accepting every earlier draft adds (q(EOS), 0) as in
+    transformers.
+    Difference: transformers' softmax runs over the draft model's whole (possibly padded) vocab, ours
+    over the tokenizer's range (hf_assisted suppresses the padding ids, which makes them equal).
+    Rule `rejection` (built as `greedy` at temperature 0).
     """
 
     name = "confidence"
@@ -98,8 +98,7 @@ class Confidence(Method):
     def update(self, record: IterationRecord) -> None:
         if not (self.threshold and self.roc):
             return
-        pending = len(self.probs) - len(self.labels)  # a drafted EOS has no probability here
-        add_labels(self.probs, self.labels, min(record.accepted, pending))
+        add_labels(self.probs, self.labels, record.accepted)  # probs holds q_i(x_i) of every draft, EOS included
         best = roc_threshold(self.probs, self.labels)
         if best is not None:
             self.threshold = best

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from specbench.methods.vanilla import Vanilla
-from specbench.decoding.method import METHODS
+from specbench.decoding.method import METHODS, Binding
 
 
 @METHODS.register("distilled")
@@ -15,12 +16,15 @@ class Distilled(Vanilla):
 
     name = "distilled"
     kind = "distilled"  # the task=distill task.kind whose folders this method loads
+    steered = None  # sd2: the specbench.models.steering.SteeredDrafter on the loaded drafter
 
     def __init__(self, gamma: int = 8, rule: str = "rejection", drafter: str | None = None, **options: Any) -> None:
         super().__init__(gamma=gamma, rule=rule, **options)
         self.folder = drafter
 
-    def drafter_model(self, pair: Any) -> Any:
+    def bind(self, binding: Binding) -> None:
+        """Bind with the trained drafter in the draft role (and for sd2 its steering, `steered`)."""
         from specbench.models.drafters import load_trained
 
-        return load_trained(self.folder, pair, self.kind)[0]
+        drafter, self.steered = load_trained(self.folder, binding.pair, self.kind)
+        super().bind(replace(binding, models={**binding.models, "draft": drafter}))

@@ -39,7 +39,7 @@ class Heuristic(Method):
     `persist=false` (default) restarts from γ0 at every example, like transformers' "heuristic_transient";
     `persist=true` keeps γ across the run's examples, like "heuristic" on one assistant model, where
     transformers writes num_assistant_tokens back to the assistant's generation_config after each call.
-    Rule `rejection` (the engine uses `greedy` at temperature 0).
+    Rule `rejection` (built as `greedy` at temperature 0).
     """
 
     name = "heuristic"

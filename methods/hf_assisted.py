@@ -10,8 +10,9 @@ import torch
 from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import is_sklearn_available
 
-from specbench.decoding.engine import Engine, Generation, sync
+from specbench.decoding.engine import Generation, sync
 from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.decoding.stopping import StopCriteria
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +36,9 @@ class Recorder(StoppingCriteria):
     max(p - q, 0), which is 0 at a rejected draft). The models are only observed, never modified.
     """
 
-    def __init__(self, engine: Engine, prompt_len: int, max_new_tokens: int, room: int, gamma: int, schedule: str
+    def __init__(self, stop: StopCriteria, prompt_len: int, max_new_tokens: int, room: int, gamma: int, schedule: str
                  ) -> None:
-        self.engine, self.P, self.L = engine, prompt_len, prompt_len
+        self.stop_criteria, self.P, self.L = stop, prompt_len, prompt_len
         self.max_new_tokens, self.room = max_new_tokens, room  # the stop limits: new tokens, context - P
         self.max_len = prompt_len + min(max_new_tokens, room)  # transformers' max_length
         self.gamma, self.schedule = gamma, schedule  # mirror of num_assistant_tokens, for stop labels
@@ -83,7 +84,7 @@ class Recorder(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         """End of one iteration: record it; True once the block holds a stop (specbench.decoding.stopping, as the engine)."""
-        eos, cand = self.engine.eos_ids, self.cand
+        eos, cand = self.stop_criteria.eos_ids, self.cand
         new = input_ids[0, self.L:].tolist()  # committed this iteration (cut after EOS by transformers)
         w = len(cand)
         if w == 0:
@@ -102,7 +103,8 @@ class Recorder(StoppingCriteria):
         self.L += len(new)
         self.out += new
         if self.stop is None:
-            reason, k = self.engine.stop.first_stop(self.out, len(self.out) - len(new), self.max_new_tokens, self.room)
+            reason, k = self.stop_criteria.first_stop(self.out, len(self.out) - len(new), self.max_new_tokens,
+                                                      self.room)
             self.stop = (reason, k) if reason else None
         if len(self.records) == 1:
             self.prefill_s = time.perf_counter() - self.t_start
@@ -125,12 +127,14 @@ class HFAssisted(Method):
     `false` carries whatever transformers left in the config into the next example, as one long-lived
     assistant model would (each row saves it, carried_state, so a resumed run continues from it). Either
     way the shared draft's config is restored after each call.
-    Decoding: greedy (do_sample=False) at temperature 0, else do_sample with the engine's temperature,
+    Everything about the pair comes from the binding (Method.bind): the two models, the decode settings,
+    the EOS ids, the vocabulary range and the context.
+    Decoding: greedy (do_sample=False) at temperature 0, else do_sample with the bound temperature,
     top_k (0 = off) and top_p (1.0 = off); repetition_penalty=1 and no_repeat_ngram_size=0 are pinned
-    so a checkpoint's generation_config cannot add processors the engine does not apply. EOS ids are
-    the engine's; after every iteration the engine's StopCriteria (specbench.decoding.stopping) checks the
-    block token by token, ends the call at the first stop and drops the tokens after it; the context
-    cap is the engine's. Logit rows beyond the tokenizer (embedding
+    so a checkpoint's generation_config cannot add processors the engine does not apply. After every
+    iteration the engine's StopCriteria (specbench.decoding.stopping), handed to generate_external, checks
+    the block token by token, ends the call at the first stop and drops the tokens after it; the context
+    cap is the bound context. Logit rows beyond the tokenizer's range (embedding
     padding) are suppressed (`suppress_tokens`, `suppress_padding: true`) so neither model can pick a
     padding id, as the engine's sampler cuts them.
     Seeding: transformers draws from torch's global RNG; each call reseeds it, inside
@@ -180,23 +184,21 @@ class HFAssisted(Method):
     def restore_state(self, state: dict[str, Any]) -> None:
         self.carried = dict(zip(ASSISTANT_KEYS, state_values(self.name, state, ASSISTANT_KEYS)))
 
-    def generate_external(self, engine: Engine, prompt_ids: list[int], max_new_tokens: int,
+    def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
                           generator: torch.Generator | None, trace: bool) -> Generation:
-        """One transformers assisted generation, returned as the engine's Generation."""
-        target, draft = engine.verifier, engine.drafter
-        if draft is None:
-            raise ValueError(f"method {self.name!r} needs a draft model, but the pair has none")
+        """One transformers assisted generation on the bound pair, returned as the engine's Generation."""
+        target, draft = self.verifier_model, self.drafter
         check_vocab_sizes(target, draft)
         P = len(prompt_ids)
-        ctx = engine.context_length or (P + max_new_tokens + 1)
+        ctx = self.bound.context_length or (P + max_new_tokens + 1)
         if P >= ctx:
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         max_new = min(max_new_tokens, ctx - P)  # the engine stops at the context too
         settings = self.settings if self.reset_per_example or self.carried is None else self.carried
-        rec = Recorder(engine, P, max_new_tokens, ctx - P, int(settings["num_assistant_tokens"]),
+        rec = Recorder(stop, P, max_new_tokens, ctx - P, int(settings["num_assistant_tokens"]),
                        settings["num_assistant_tokens_schedule"])
         x = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
-        kwargs = self.generate_kwargs(engine, target, max_new)
+        kwargs = self.generate_kwargs(target, max_new)
         gc = draft.generation_config
         saved = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
         hooks = rec.attach(target, draft)
@@ -207,11 +209,11 @@ class HFAssisted(Method):
                                        enabled=generator is not None):
                 if generator is not None:
                     torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator, device=generator.device)))
-                sync(engine.device)
+                sync(target.device)
                 rec.start()
                 out = target.generate(x, attention_mask=torch.ones_like(x), assistant_model=draft,
                                       stopping_criteria=StoppingCriteriaList([rec]), **kwargs)
-                sync(engine.device)
+                sync(target.device)
                 decode_s = time.perf_counter() - rec.t_start
         finally:
             self.carried = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
@@ -221,10 +223,10 @@ class HFAssisted(Method):
                 h.remove()
         return self.finish(out[0, P:].tolist(), rec, decode_s)
 
-    def generate_kwargs(self, engine: Engine, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
-        """generate() keyword arguments for the engine's decode settings."""
-        sp = engine.sampler.params
-        eos = sorted(engine.eos_ids)
+    def generate_kwargs(self, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
+        """generate() keyword arguments for the bound decode settings, EOS ids and vocabulary range."""
+        sp, vocab = self.bound.params, self.bound.vocab_size
+        eos = sorted(self.bound.eos_ids)
         # pad = an EOS id: the drafter's inner generate() gets no attention mask, infers one from the pad id
         # (utils.py, _prepare_attention_mask_for_generation) and would mask any generated token equal to it;
         # transformers skips that inference when the pad id is an EOS id
@@ -235,13 +237,13 @@ class HFAssisted(Method):
         if not sp.greedy:
             kw.update(temperature=sp.temperature, top_k=sp.top_k or 0, top_p=sp.top_p if sp.top_p is not None else 1.0)
         v_model = target.config.get_text_config().vocab_size
-        if self.suppress_padding and engine.sampler.vocab_size < v_model:
-            kw["suppress_tokens"] = list(range(engine.sampler.vocab_size, v_model))
+        if self.suppress_padding and vocab < v_model:
+            kw["suppress_tokens"] = list(range(vocab, v_model))
         return kw
 
     def finish(self, out: list[int], rec: Recorder, decode_s: float) -> Generation:
         """Stop reason, tokens cut after the stop and text, by the engine's StopCriteria."""
-        stop = rec.engine.stop
+        stop = rec.stop_criteria
         reason, k = rec.stop or stop.first_stop(out, 0, rec.max_new_tokens, rec.room)
         if not reason:
             raise RuntimeError(f"hf_assisted: transformers stopped after {len(out)} tokens with no stop condition")

@@ -10,12 +10,10 @@ steered. The rule and the verifier are unchanged, so the method is lossless.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from specbench.methods.distilled import Distilled
-from specbench.decoding.method import METHODS
+from specbench.decoding.method import METHODS, Binding
 
 
 @METHODS.register("sd2")
@@ -24,14 +22,11 @@ class SD2(Distilled):
 
     name = "sd2"
     kind = "sd2"
-    steered = None  # specbench.models.steering.SteeredDrafter, once the drafter is loaded
 
-    def drafter_model(self, pair: Any) -> Any:
-        from specbench.models.drafters import load_trained
-
-        model, self.steered = load_trained(self.folder, pair, self.kind)
+    def bind(self, binding: Binding) -> None:
+        """Bind with the trained drafter, steered by the verifier's states at the layers it was trained with."""
+        super().bind(binding)
         self.hidden_layers = self.steered.steering.layers
-        return model
 
     def reset(self) -> None:
         if self.steered is not None:

@@ -25,7 +25,6 @@ from transformers import PreTrainedModel
 from specbench.common.files import CONF_DIR
 from specbench.data.dataset import Example, build_dataset
 from specbench.decoding.engine import Engine, Generation, ModelState, sync
-from specbench.decoding.method import Method
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.data.prompting import encode
 from specbench.runs.runner import build_method, make_engine, sampling_params
@@ -62,10 +61,10 @@ def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
             setattr(gc, k, v)
 
 
-def run_ours(engine: Engine, method: Method, ids: list[int], max_new: int) -> tuple[Generation, float]:
+def run_ours(engine: Engine, ids: list[int], max_new: int) -> tuple[Generation, float]:
     """One `vanilla` generation and its wall seconds around the call."""
     t0 = time.perf_counter()
-    gen = engine.generate(ids, method, max_new)
+    gen = engine.generate(ids, max_new)
     return gen, time.perf_counter() - t0
 
 
@@ -139,14 +138,14 @@ def cmd_engine(args: argparse.Namespace) -> int:
     tokens = tokens_theirs = drafted = accepted = 0
     bad: dict[int, str] = {}
     with assistant_settings(pair.draft, args.gamma):
-        run_ours(engine, method, p0, args.max_new_tokens)  # warm-up, not measured
+        run_ours(engine, p0, args.max_new_tokens)  # warm-up, not measured
         run_theirs(pair, p0, args.max_new_tokens)
         for r in range(args.repeats):
             for i, ids in enumerate(prompts):
                 first_ours = (r + i) % 2 == 0  # alternate who goes first, against drift
                 if not first_ours:
                     theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
-                gen, t_ours = run_ours(engine, method, ids, args.max_new_tokens)
+                gen, t_ours = run_ours(engine, ids, args.max_new_tokens)
                 if first_ours:
                     theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
                 if gen.token_ids != theirs:

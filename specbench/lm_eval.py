@@ -106,7 +106,6 @@ class SpecbenchLM(LM):
         self.extra_stops = tuple(c.get("stop_strings") or ())
         self.rows_path = Path(rows_path) if rows_path else None
         self.rows: list[dict[str, Any]] = []
-        self._engines: dict[tuple, Engine] = {}
         self._templated = False
         log.info("specbench lm-eval model: pair %s, method %s, overrides %s", c["pair"]["name"], self.method.name, args)
 
@@ -127,11 +126,8 @@ class SpecbenchLM(LM):
                                                        add_generation_prompt=add_generation_prompt)
 
     def engine(self, params: SamplingParams, until: tuple[str, ...]) -> Engine:
-        """The engine for these sampling settings and stop strings (built once, then reused)."""
-        key = (params, until)
-        if key not in self._engines:
-            self._engines[key] = make_engine(self.pair, self.method, params, until + self.extra_stops)
-        return self._engines[key]
+        """The engine for these sampling settings and stop strings, the method bound to them (requests may differ)."""
+        return make_engine(self.pair, self.method, params, until + self.extra_stops)
 
     def generate_one(self, context: str, gen_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Decode one request; returns the text (cut before any `until` string) and the engine metrics."""
@@ -143,12 +139,12 @@ class SpecbenchLM(LM):
         ids = self.pair.tokenizer(context, add_special_tokens=not self._templated)["input_ids"]
         ids, cut = fit_prompt(ids, engine.context_length, max_new, "truncate", "lm-eval request")
         gen = torch.Generator(device=engine.device).manual_seed(example_seed(self.seed, context))
-        g = engine.generate(ids, self.method, max_new, generator=gen)
+        g = engine.generate(ids, max_new, generator=gen)
         text = g.text
         for s in until:  # the engine already stops at them; cut again in case the text ended otherwise
             text = text.split(s)[0] if s else text
         return text, {"prompt_tokens": len(ids), "prompt_truncated_from": cut,
-                      **example_metrics(g, self.method.verifier)}
+                      **example_metrics(g)}
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         from tqdm.auto import tqdm

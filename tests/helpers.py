@@ -14,6 +14,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,9 +25,10 @@ from scipy.stats import chisquare
 from specbench.common.files import write_json_atomic
 from specbench.decoding.acceptance import Rule
 from specbench.decoding.engine import Engine
-from specbench.decoding.method import Method
+from specbench.decoding.method import Binding, Method
 from specbench.decoding.metrics import summarize
-from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.runs.runner import build_method
+from specbench.decoding.sampling import SamplingParams
 from table_lm import TableLM
 
 torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves on 2 cores
@@ -110,7 +112,12 @@ class FixedGamma(Method):
     """vanilla gamma=2 with an arbitrary rule object."""
 
     def __init__(self, rule: Rule) -> None:
-        self.rule = rule
+        super().__init__()
+        self.fixed = rule
+
+    def bind(self, binding) -> None:
+        super().bind(binding)
+        self.rule = self.fixed  # the rule under test, whatever the decode settings
 
     def window(self) -> int:
         return 2
@@ -119,12 +126,11 @@ class FixedGamma(Method):
 def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
     """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
     target, draft = models
-    eng = Engine(target, draft, Sampler(SamplingParams(1.0), V), set(), None, (), 64)
+    eng = table_engine(method or FixedGamma(rule), target, draft, 1.0, 64)
     g = torch.Generator().manual_seed(1234)
     counts = np.zeros((V, V))
-    method = method or FixedGamma(rule)
     for _ in range(n):
-        out = eng.generate(PROMPT, method, 3, generator=g).token_ids
+        out = eng.generate(PROMPT, 3, generator=g).token_ids
         counts[out[0], out[1]] += 1
     return counts
 
@@ -137,3 +143,28 @@ def chi2_pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
     obs = np.append(obs[keep], obs[~keep].sum())
     exp = np.append(exp[keep], exp[~keep].sum())
     return chisquare(obs, exp).pvalue
+
+
+# --- engines bound by hand (EOS ids, stop strings, context) instead of by the runner ---
+
+
+def bound_engine(method: Method, models: dict[str, Any], vocab_size: int, temperature: float = 0.0,
+                 eos_ids=(), tokenizer: Any = None, stop_strings=(), context: int | None = None,
+                 pair: Any = None) -> Engine:
+    """An engine running `method` bound to `models` (pair role -> model) with these settings."""
+    method.bind(Binding(models, tokenizer, vocab_size, frozenset(eos_ids), SamplingParams(temperature), context, pair))
+    return Engine(method, tuple(stop_strings))
+
+
+def pair_engine(pair: Any, method: dict | Method, eos_ids=(), stop_strings=(), context: int | None = 512,
+                temperature: float = 0.0) -> Engine:
+    """An engine running `method` (a method config or a built method) on the roles it needs of `pair`."""
+    m = build_method(method) if isinstance(method, dict) else method
+    models = {role: pair.model(role) for role in m.roles}
+    return bound_engine(m, models, pair.vocab_size, temperature, eos_ids, pair.tokenizer, stop_strings, context, pair)
+
+
+def table_engine(method: Method, target: Any, draft: Any, temperature: float, context: int) -> Engine:
+    """An engine running `method` bound to two models without a tokenizer or EOS id (table LMs, tiny Llamas)."""
+    return bound_engine(method, {"target": target, "draft": draft}, target.config.vocab_size, temperature,
+                        context=context)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from specbench.decoding.acceptance import JSRelaxed, RULES, leading_true, make_rule
+from specbench.decoding.acceptance import JSRelaxed, RULES, Greedy, Rejection, leading_true, make_rule
+from specbench.decoding.sampling import js_distance
 from specbench.common.registry import UnknownNameError
 
 
@@ -25,14 +26,14 @@ def test_greedy_accepts_until_first_argmax_mismatch():
     p = torch.stack([onehot(1) * 0.7 + 0.1, onehot(2) * 0.7 + 0.1, onehot(3) * 0.7 + 0.1, onehot(0) * 0.7 + 0.1])
     x = torch.tensor([1, 2, 0])
     for name in ("greedy", "rejection", "sample_match"):  # at temperature 0 all reduce to greedy
-        ok, fb = make_rule(name)(x, torch.zeros(3, 4), p, True, None)
+        ok, fb = make_rule(name, greedy=True)(x, torch.zeros(3, 4), p, None)
         n = leading_true(ok)
         assert n == 2 and fb[n] == 3
 
 
 def test_greedy_all_accepted_gives_bonus():
     p = torch.stack([onehot(1), onehot(2), onehot(3)]) * 0.9 + 0.025
-    ok, fb = make_rule("greedy")(torch.tensor([1, 2]), torch.zeros(2, 4), p, True, None)
+    ok, fb = make_rule("greedy", greedy=True)(torch.tensor([1, 2]), torch.zeros(2, 4), p, None)
     assert leading_true(ok) == 2 and fb[2] == 3
 
 
@@ -43,13 +44,13 @@ def test_rejection_certain_cases():
     p = torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]])
     q = torch.tensor([[0.3, 0.5, 0.1, 0.1]])
     for _ in range(50):
-        ok, fb = rule(torch.tensor([1]), q, p, False, g)
+        ok, fb = rule(torch.tensor([1]), q, p, g)
         assert ok.tolist() == [True]
     # p(x) = 0: always rejected, and the correction comes from norm(max(p - q, 0)) = onehot(2)
     p = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
     q = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
     for _ in range(50):
-        ok, fb = rule(torch.tensor([0]), q, p, False, g)
+        ok, fb = rule(torch.tensor([0]), q, p, g)
         assert ok.tolist() == [False] and fb[0] == 2
 
 
@@ -58,7 +59,7 @@ def test_rejection_acceptance_probability_is_p_over_q():
     g = torch.Generator().manual_seed(1)
     p = torch.tensor([[0.2, 0.8], [0.5, 0.5]])
     q = torch.tensor([[0.8, 0.2]])
-    acc = sum(bool(make_rule("rejection")(torch.tensor([0]), q, p, False, g)[0][0]) for _ in range(4000))
+    acc = sum(bool(make_rule("rejection")(torch.tensor([0]), q, p, g)[0][0]) for _ in range(4000))
     assert abs(acc / 4000 - 0.25) < 0.03
 
 
@@ -66,24 +67,36 @@ def test_sample_match_accepts_iff_target_draw_matches():
     g = torch.Generator().manual_seed(0)
     # p one-hot on 3 at position 1: a draft of 3 always matches, any other never
     p = torch.stack([onehot(3), onehot(1)])
-    ok, fb = make_rule("sample_match")(torch.tensor([3]), torch.full((1, 4), 0.25), p, False, g)
+    ok, fb = make_rule("sample_match")(torch.tensor([3]), torch.full((1, 4), 0.25), p, g)
     assert ok.tolist() == [True] and fb[1] == 1
-    ok, fb = make_rule("sample_match")(torch.tensor([2]), torch.full((1, 4), 0.25), p, False, g)
+    ok, fb = make_rule("sample_match")(torch.tensor([2]), torch.full((1, 4), 0.25), p, g)
     assert ok.tolist() == [False] and fb[0] == 3
 
 
 def test_js_relaxed_accepts_close_mismatches_only():
     p = torch.stack([onehot(1), onehot(2), onehot(0)])
     x = torch.tensor([0, 3])  # both mismatch under greedy
-    rule = make_rule("js_relaxed(sample_match)", threshold=0.5)
+    q = torch.tensor([[0.3, 0.7, 0.0, 0.0], [0.0, 0.0, 0.4, 0.6]])  # d_JS(p_i, q_i) = 0.411, 0.629
+    rule = make_rule("js_relaxed(sample_match)", greedy=True, threshold=0.5)
     assert isinstance(rule, JSRelaxed) and not rule.lossless
-    ok, _ = rule(x, torch.zeros(2, 4), p, True, None, js=torch.tensor([0.4, 0.6]))
+    ok, _ = rule(x, q, p, None)
     assert ok.tolist() == [True, False]
-    rule.threshold = 0.0
-    ok, _ = rule(x, torch.zeros(2, 4), p, True, None, js=torch.tensor([0.4, 0.6]))
-    assert ok.tolist() == [False, False]
-    with pytest.raises(ValueError, match="JS"):
-        rule(x, torch.zeros(2, 4), p, True, None)
+    torch.testing.assert_close(rule.js, js_distance(p[:2], q))  # the distances it decided on, kept for the records
+    assert rule.js.tolist() == pytest.approx([0.4113, 0.6291], abs=1e-4)
+    for threshold, want in ((0.0, [False, False]), (0.40, [False, False]), (0.42, [True, False]), (0.63, [True, True])):
+        rule.threshold = threshold
+        assert rule(x, q, p, None)[0].tolist() == want, threshold
+
+
+def test_greedy_is_fixed_when_the_rule_is_built():
+    """At temperature 0 every base rule is `greedy` (no random draw); sampled rules stay sampled."""
+    assert isinstance(make_rule("rejection", greedy=True), Greedy)
+    assert isinstance(make_rule("js_relaxed(rejection)", greedy=True).base, Greedy)
+    assert isinstance(make_rule("js_relaxed(rejection)").base, Rejection)
+    g = torch.Generator().manual_seed(0)
+    state = g.get_state()
+    make_rule("sample_match", greedy=True)(torch.tensor([1]), torch.full((1, 4), 0.25), torch.full((2, 4), 0.25), g)
+    assert torch.equal(g.get_state(), state)
 
 
 def test_unknown_rule_lists_valid_names():

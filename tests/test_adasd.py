@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import PROMPT, V, chi2_pvalue, compose_cfg, small, target_joint
 from specbench.decoding.engine import Engine
 from specbench.decoding.method import IterationRecord
 from specbench.runs.runner import build_method, run
-from specbench.decoding.sampling import Sampler, SamplingParams
+from helpers import PROMPT, V, chi2_pvalue, compose_cfg, small, table_engine, target_joint
 from table_lm import TableLM
 
 LOSSY = ["adasd", "adasd_verify_only", "adasd_variant_a", "adasd_variant_b", "adasd_variant_c"]
@@ -201,19 +200,19 @@ def test_verify_only_drafts_gamma_tokens():
     assert m.keep_drafting(1, Q_2_5, 0) and m.keep_drafting(4, torch.full((8,), 1 / 8), 0)
 
 
-def table_engine(temperature: float = 1.0) -> Engine:
-    return Engine(TableLM(V, 11), TableLM(V, 12), Sampler(SamplingParams(temperature), V), set(), None, (), 128)
+def engine(m, temperature: float = 1.0) -> Engine:
+    return table_engine(m, TableLM(V, 11), TableLM(V, 12), temperature, 128)
 
 
 def test_window_cap_is_20():
     m = method("adasd", persist_thresholds=True)  # reset() keeps the T_G set here
     m.t_g = 100.0  # above any entropy of a vocabulary of 8 (<= 3 bits): only the window stops drafting
-    gen = table_engine().generate(PROMPT, m, 60, generator=torch.Generator().manual_seed(0))
+    gen = engine(m).generate(PROMPT, 60, generator=torch.Generator().manual_seed(0))
     assert gen.records[0].drafted == 20 and gen.records[0].stop == "window"
     assert all(r.drafted <= 20 for r in gen.records)
     m = method("adasd", window=7, persist_thresholds=True)
     m.t_g = 100.0
-    gen = table_engine().generate(PROMPT, m, 60, generator=torch.Generator().manual_seed(0))
+    gen = engine(m).generate(PROMPT, 60, generator=torch.Generator().manual_seed(0))
     assert gen.records[0].drafted == 7 and all(r.drafted <= 7 for r in gen.records)
 
 
@@ -221,7 +220,7 @@ def test_js_relaxed_acceptances_count_as_accepted():
     """With T_V = 1 every draft passes (d_JS <= 1): all enter L_D^A, none is rejected, so T_G stays 0
     and, every entropy being > 0, each iteration drafts one token (+ bonus); the 31st token has w = 0."""
     m = method("adasd", fixed_t_v=1.0)
-    gen = table_engine().generate(PROMPT, m, 31, generator=torch.Generator().manual_seed(0))
+    gen = engine(m).generate(PROMPT, 31, generator=torch.Generator().manual_seed(0))
     assert [r.drafted for r in gen.records] == [1] * 15 + [0]
     assert sum(r.accepted for r in gen.records) == m.acc_js.n == 15
     assert m.rej_js.n == m.rej_entropy.n == 0 and m.t_g == 0.0
@@ -231,7 +230,7 @@ def test_js_relaxed_acceptances_count_as_accepted():
 def test_logged_thresholds_follow_the_records(temperature):
     """On real iterations, the logged T_G and T_V equal Algorithm 1 recomputed from the records."""
     m = method("adasd")
-    gen = table_engine(temperature).generate(PROMPT, m, 80, generator=torch.Generator().manual_seed(3))
+    gen = engine(m, temperature).generate(PROMPT, 80, generator=torch.Generator().manual_seed(3))
     acc, rej_d, rej_e, t_g, t_v = [], [], [], 0.0, 0.0
     for r in gen.records:
         if r.drafted:
@@ -310,10 +309,11 @@ def test_verify_only_with_t_v_0_equals_vanilla_sample_match_at_t1(tmp_path):
 
 def joint_counts(cfg: dict, n: int) -> tuple[np.ndarray, list[int]]:
     """Counts [V, V] of the first two of 3 new tokens over n decodes of PROMPT at T=1, and all windows."""
-    eng, m, g = table_engine(), build_method(cfg), torch.Generator().manual_seed(1234)
+    m, g = build_method(cfg), torch.Generator().manual_seed(1234)
+    eng = engine(m)
     counts, windows = np.zeros((V, V)), []
     for _ in range(n):
-        gen = eng.generate(PROMPT, m, 3, generator=g)
+        gen = eng.generate(PROMPT, 3, generator=g)
         counts[gen.token_ids[0], gen.token_ids[1]] += 1
         windows += [r.drafted for r in gen.records]
     return counts, windows

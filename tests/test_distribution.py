@@ -31,7 +31,7 @@ def models(request):
 class AcceptAll(Rule):
     """A wrong rule (always accept the drafts): the test must reject it."""
 
-    def __call__(self, x, q, p, greedy, generator, js=None):
+    def __call__(self, x, q, p, generator):
         return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
 
 

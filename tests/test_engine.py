@@ -7,10 +7,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from helpers import small
-from specbench.decoding.engine import Engine
-from specbench.runs.runner import build_method, run
-from specbench.decoding.sampling import Sampler, SamplingParams
+from helpers import pair_engine, small
+from specbench.runs.runner import run
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -70,22 +68,13 @@ def test_cache_crop_semantics(tiny_pair):
         cache.crop(5)  # a positive length is not accepted by this transformers version
 
 
-def _engines(pair, eos_ids=(), stop_strings=()):
-    s = Sampler(SamplingParams(0.0), pair.vocab_size)
-    ar = Engine(pair.target, None, s, set(eos_ids), pair.tokenizer, stop_strings, 512)
-    sd = Engine(pair.target, pair.draft, s, set(eos_ids), pair.tokenizer, stop_strings, 512)
-    return ar, sd
-
-
 def test_eos_stops_both_at_the_same_token(tiny_pair):
     ids = tiny_pair.tokenizer("Why is the sky blue?")["input_ids"]
-    ar, _ = _engines(tiny_pair)
-    free = ar.generate(ids, build_method({"name": "ar"}), 40).token_ids
+    free = pair_engine(tiny_pair, {"name": "ar"}).generate(ids, 40).token_ids
     eos = free[len(free) // 2]  # a token the target emits mid-way plays EOS
     cut = free.index(eos) + 1
-    ar, sd = _engines(tiny_pair, eos_ids={eos})
-    a = ar.generate(ids, build_method({"name": "ar"}), 40)
-    v = sd.generate(ids, build_method({"name": "vanilla", "gamma": 5}), 40)
+    a = pair_engine(tiny_pair, {"name": "ar"}, eos_ids={eos}).generate(ids, 40)
+    v = pair_engine(tiny_pair, {"name": "vanilla", "gamma": 5}, eos_ids={eos}).generate(ids, 40)
     assert a.token_ids == v.token_ids == free[:cut]
     assert a.stop_reason == v.stop_reason == "eos"
 
@@ -93,12 +82,10 @@ def test_eos_stops_both_at_the_same_token(tiny_pair):
 def test_stop_string_cuts_text_and_tokens_alike(tiny_pair):
     tok = tiny_pair.tokenizer
     ids = tok("Write a haiku about the sea.")["input_ids"]
-    ar, _ = _engines(tiny_pair)
-    free = ar.generate(ids, build_method({"name": "ar"}), 40)
+    free = pair_engine(tiny_pair, {"name": "ar"}).generate(ids, 40)
     stop = free.text[10:12]
-    ar, sd = _engines(tiny_pair, stop_strings=(stop,))
-    a = ar.generate(ids, build_method({"name": "ar"}), 40)
-    v = sd.generate(ids, build_method({"name": "vanilla", "gamma": 8}), 40)
+    a = pair_engine(tiny_pair, {"name": "ar"}, stop_strings=(stop,)).generate(ids, 40)
+    v = pair_engine(tiny_pair, {"name": "vanilla", "gamma": 8}, stop_strings=(stop,)).generate(ids, 40)
     assert a.token_ids == v.token_ids and a.stop_reason == v.stop_reason == "stop_string"
     assert a.text == v.text == free.text[: free.text.index(stop)]
     assert stop in tok.decode(a.token_ids) and stop not in tok.decode(a.token_ids[:-1])
@@ -107,9 +94,8 @@ def test_stop_string_cuts_text_and_tokens_alike(tiny_pair):
 @pytest.mark.parametrize("max_new", [1, 2, 7])
 def test_max_new_tokens_is_exact(tiny_pair, max_new):
     ids = tiny_pair.tokenizer("def fibonacci(n):")["input_ids"]
-    ar, sd = _engines(tiny_pair)
-    a = ar.generate(ids, build_method({"name": "ar"}), max_new)
-    v = sd.generate(ids, build_method({"name": "vanilla", "gamma": 5}), max_new)
+    a = pair_engine(tiny_pair, {"name": "ar"}).generate(ids, max_new)
+    v = pair_engine(tiny_pair, {"name": "vanilla", "gamma": 5}).generate(ids, max_new)
     assert len(a.token_ids) == len(v.token_ids) == max_new and a.token_ids == v.token_ids
     assert v.stop_reason == "length"
     assert all(r.drafted <= max_new - 1 for r in v.records)
@@ -117,18 +103,16 @@ def test_max_new_tokens_is_exact(tiny_pair, max_new):
 
 def test_context_limit_stops_generation(tiny_pair):
     ids = tiny_pair.tokenizer("Name the planets.")["input_ids"]
-    s = Sampler(SamplingParams(0.0), tiny_pair.vocab_size)
     ctx = len(ids) + 6
-    sd = Engine(tiny_pair.target, tiny_pair.draft, s, set(), tiny_pair.tokenizer, (), ctx)
-    v = sd.generate(ids, build_method({"name": "vanilla", "gamma": 5}), 40)
+    v = pair_engine(tiny_pair, {"name": "vanilla", "gamma": 5}, context=ctx).generate(ids, 40)
     assert v.stop_reason == "context" and len(ids) + len(v.token_ids) == ctx
 
 
 def test_draft_only_uses_the_draft_model(tiny_pair):
     ids = tiny_pair.tokenizer("What is 17 times 23?")["input_ids"]
-    s = Sampler(SamplingParams(0.0), tiny_pair.vocab_size)
-    eng = Engine(tiny_pair.draft, None, s, set(), tiny_pair.tokenizer, (), 512)
-    out = eng.generate(ids, build_method({"name": "draft_only"}), 12).token_ids
+    gen = pair_engine(tiny_pair, {"name": "draft_only"}).generate(ids, 12)
+    out = gen.token_ids
+    assert (gen.target_calls, gen.draft_calls) == (0, len(gen.records)) == (0, 12)  # counted by the role called
     seq = torch.tensor([ids])
     with torch.no_grad():
         for _ in range(12):

@@ -5,12 +5,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import SAME_VOCAB, compose_cfg
+from helpers import SAME_VOCAB, compose_cfg, pair_engine
 from specbench.bench import smoke_prompts
 from specbench.decoding.engine import Engine, Generation
 from specbench.models.pairs import load_pair
 from specbench.runs.runner import build_method, make_engine, sampling_params
-from specbench.decoding.sampling import Sampler, SamplingParams
 
 # tiny_random with one vocab_size for both models (transformers refuses different sizes). initializer_range 1.0
 # spreads the draft's probabilities around the 0.4 threshold (at 0.2 they sit near 0.05), so the confidence
@@ -40,7 +39,7 @@ def decode(pair, spec: dict, prompts, max_new: int = MAX_NEW, temperature: float
     method = build_method(spec)
     engine = make_engine(pair, method, sampling_params({"temperature": temperature, "max_new_tokens": max_new}), ())
     gen = lambda: torch.Generator().manual_seed(seed) if seed is not None else None  # noqa: E731
-    return [engine.generate(ids, method, max_new, generator=gen()) for ids in prompts]
+    return [engine.generate(ids, max_new, generator=gen()) for ids in prompts]
 
 
 def assert_same_run(native: list[Generation], hf: list[Generation]) -> None:
@@ -100,24 +99,22 @@ def test_hf_assisted_refuses_different_vocab_sizes(tiny_pair):
 
 
 def engines(pair, eos_ids=(), stop_strings=()) -> tuple[Engine, Engine]:
-    s = Sampler(SamplingParams(0.0), pair.vocab_size)
-    return (Engine(pair.target, None, s, set(eos_ids), pair.tokenizer, stop_strings, 512),
-            Engine(pair.target, pair.draft, s, set(eos_ids), pair.tokenizer, stop_strings, 512))
+    """`ar` and `hf_assisted` engines with these EOS ids and stop strings."""
+    return tuple(pair_engine(pair, {"name": name}, eos_ids, stop_strings) for name in ("ar", "hf_assisted"))
 
 
 def test_hf_assisted_stops_like_the_engine(pair, prompts):
-    ar, hf = build_method({"name": "ar"}), build_method({"name": "hf_assisted"})
     a_eng, h_eng = engines(pair)
-    free = a_eng.generate(prompts[0], ar, 40)
+    free = a_eng.generate(prompts[0], 40)
     for n in (1, 7):
-        assert h_eng.generate(prompts[0], hf, n).token_ids == free.token_ids[:n]
+        assert h_eng.generate(prompts[0], n).token_ids == free.token_ids[:n]
     eos = free.token_ids[len(free.token_ids) // 2]  # a token the target emits mid-way plays EOS
     a_eng, h_eng = engines(pair, eos_ids={eos})
-    a, h = a_eng.generate(prompts[0], ar, 40), h_eng.generate(prompts[0], hf, 40)
+    a, h = a_eng.generate(prompts[0], 40), h_eng.generate(prompts[0], 40)
     assert a.token_ids == h.token_ids and a.stop_reason == h.stop_reason == "eos"
     stop = free.text[10:12]
     a_eng, h_eng = engines(pair, stop_strings=(stop,))
-    a, h = a_eng.generate(prompts[0], ar, 40), h_eng.generate(prompts[0], hf, 40)
+    a, h = a_eng.generate(prompts[0], 40), h_eng.generate(prompts[0], 40)
     assert a.token_ids == h.token_ids and a.text == h.text and h.stop_reason == "stop_string"
 
 

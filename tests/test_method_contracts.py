@@ -30,7 +30,7 @@ import specbench.runs.runner as runner
 from helpers import SAME_VOCAB, small
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
-from specbench.decoding.acceptance import Rule, greedy_rule
+from specbench.decoding.acceptance import Greedy
 from specbench.decoding.method import METHODS, IterationRecord, Method
 from specbench.methods.vanilla import Vanilla
 from specbench.models.pairs import load_pair
@@ -210,7 +210,7 @@ def test_the_caps_were_reached(decoded):
     assert sum(m["window"] for m in met) > 0 and sum(m["length"] for m in met) > 0, met
 
 
-class ShiftEveryThird(Rule):
+class ShiftEveryThird(Greedy):
     """Greedy matching whose every third next token is moved to the following id: it says lossless, it is not."""
 
     name = "shift_every_third"
@@ -218,8 +218,8 @@ class ShiftEveryThird(Rule):
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, x, q, p, greedy, generator, js=None):
-        ok, top = greedy_rule(x, p)
+    def __call__(self, x, q, p, generator):
+        ok, top = super().__call__(x, q, p, generator)
         self.calls += 1
         return ok, (top + 1) % p.shape[-1] if self.calls % 3 == 0 else top
 
@@ -231,7 +231,10 @@ class LossyVanilla(Vanilla):
 
     def __init__(self, gamma: int = 5, rule: str = "rejection", **options) -> None:
         super().__init__(gamma=gamma, rule=rule, **options)
-        self.rule = ShiftEveryThird()
+
+    def bind(self, binding) -> None:
+        super().bind(binding)
+        self.rule = ShiftEveryThird()  # after bind, which builds the configured rule
 
 
 def test_the_lossless_check_catches_a_lossy_method(monkeypatch, tmp_path, truth):

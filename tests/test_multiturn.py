@@ -26,5 +26,5 @@ def test_second_turn_sees_the_first_answer(tiny_pair):
     # independent check: plain-format prompt "turn1\n\nanswer1\n\nturn2", decoded by the target alone
     ids = tiny_pair.tokenizer("\n\n".join([ex.turns[0], a1, ex.turns[1]]))["input_ids"]
     ar = make_engine(tiny_pair, build_method({"name": "ar"}), sampling_params(c["decode"]), ())
-    assert ar.generate(ids, build_method({"name": "ar"}), 12).text == a2
+    assert ar.generate(ids, 12).text == a2
     assert info["prompt_tokens"] == len(tiny_pair.tokenizer(ex.turns[0])["input_ids"]) + len(ids)

@@ -8,11 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from helpers import small
+from helpers import pair_engine, small
 from specbench.methods.vanilla import Vanilla
-from specbench.decoding.engine import Engine
-from specbench.runs.runner import build_method, run
-from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.runs.runner import run
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
 
 H = 64  # tiny_random hidden size (target and draft)
@@ -115,13 +113,11 @@ def test_engine_hands_over_the_states_at_the_last_accepted_position(tiny_pair):
     calls: list[dict] = []
     hook = target.register_forward_pre_hook(lambda m, a, kw: calls.append(dict(kw)), with_kwargs=True)
     try:
-        eng = Engine(target, tiny_pair.draft, Sampler(SamplingParams(0.0), tiny_pair.vocab_size), set(),
-                     tiny_pair.tokenizer, (), 512)
         prompt = tiny_pair.tokenizer("The quick brown fox")["input_ids"]
         spy = Spy()
-        gen = eng.generate(prompt, spy, 40)
+        gen = pair_engine(tiny_pair, spy).generate(prompt, 40)
         n_spy = len(calls)
-        eng.generate(prompt, build_method({"name": "vanilla", "gamma": 4}), 40)
+        pair_engine(tiny_pair, {"name": "vanilla", "gamma": 4}).generate(prompt, 40)
     finally:
         hook.remove()
     assert n_spy == gen.target_calls == len(gen.records) == len(spy.seen)  # one verify per iteration, no more

@@ -7,18 +7,20 @@ the same block), and the method must stop exactly where `ar` with the same setti
 """
 
 import random
+from types import MethodType
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import SAME_VOCAB, compose_cfg
+from helpers import SAME_VOCAB, bound_engine, compose_cfg
 from specbench.bench import smoke_prompts
-from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.engine import Generation
 from specbench.decoding.method import METHODS
+from specbench.methods.distilled import Distilled
+from specbench.methods.vanilla import Vanilla
 from specbench.models.pairs import load_pair
 from specbench.runs.runner import build_method
-from specbench.decoding.sampling import Sampler, SamplingParams
 from specbench.decoding.stopping import StopCriteria
 
 # one vocab_size for both models so that hf_assisted (transformers' assisted generation) runs too
@@ -37,9 +39,6 @@ def pair():
     return load_pair(OmegaConf.to_container(compose_cfg(*PAIR).pair, resolve=True), torch.device("cpu"))
 
 
-def engine(pair, drafter, eos=(), stops=(), ctx=None) -> Engine:
-    return Engine(pair.target, drafter, Sampler(SamplingParams(0.0), pair.vocab_size), set(eos), pair.tokenizer,
-                  tuple(stops), ctx)
 
 
 def decode(pair, ids: list[int]) -> str:
@@ -86,8 +85,12 @@ def place_stops(rng: random.Random, pair, free: list[int], a: int, b: int) -> di
 
 def run_with(pair, method_name: str, drafter, prompt: list[int], s: dict) -> Generation:
     ctx = len(prompt) + s["room"] if s["room"] else None
-    return engine(pair, drafter, s["eos"], s["stops"], ctx).generate(prompt, build_method({"name": method_name}),
-                                                                     s["max_new"])
+    models = {"target": pair.target, "draft": drafter} if drafter is not None else {"target": pair.target}
+    m = build_method({"name": method_name})
+    if isinstance(m, Distilled):  # no trained drafter here: `drafter` drafts in vanilla γ=8's loop, which is theirs
+        m.bind = MethodType(Vanilla.bind, m)
+    return bound_engine(m, models, pair.vocab_size, 0.0, s["eos"], pair.tokenizer, s["stops"], ctx
+                        ).generate(prompt, s["max_new"])
 
 
 def test_every_lossless_method_is_checked():

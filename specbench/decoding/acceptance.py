@@ -1,9 +1,11 @@
 """Acceptance rules: given drafts x [w], draft dists q [w, V] and target dists p [w+1, V], decide.
 
-Every rule returns (ok [w] bool, fallback [w+1] long). The engine accepts the longest prefix of
-ok, n = number of leading True, and emits fallback[n] as the next token: the correction at the
-first rejected position, or the bonus token from p_{w+1} when all w drafts are accepted.
-At temperature 0 every rule reduces to `greedy` (plus the JS test for `js_relaxed`).
+A rule is built once per run for its decode settings (`make_rule(spec, greedy)`) and called as
+`rule(x, q, p, generator)`. It returns (ok [w] bool, fallback [w+1] long). The engine accepts the
+longest prefix of ok, n = number of leading True, and emits fallback[n] as the next token: the
+correction at the first rejected position, or the bonus token from p_{w+1} when all w drafts are
+accepted. At temperature 0 every base rule is built as `greedy` (argmax matching); `js_relaxed`
+then relaxes it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from specbench.common.registry import Registry
+from specbench.decoding.sampling import js_distance
 
 RULES: Registry = Registry("acceptance rule")
 
@@ -25,33 +28,22 @@ class Rule:
 
     name = "base"
     lossless = True
-    needs_js = False
 
-    def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, greedy: bool,
-                 generator: torch.Generator | None, js: torch.Tensor | None = None
+    def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        if greedy:
-            return greedy_rule(x, p)
-        return self.sample(x, q, p, generator)
-
-    def sample(self, x, q, p, generator):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-def greedy_rule(x: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accept while x_i == argmax p_i; next = argmax p_{n+1}."""
-    top = p.argmax(-1)  # [w+1]
-    return x == top[: x.shape[0]], top
+        """(ok [w], fallback [w+1]) for drafts x [w] ~ q [w, V] against p [w+1, V]."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
 
 @RULES.register("greedy")
 class Greedy(Rule):
-    """Argmax matching regardless of temperature (lossless only at temperature 0)."""
+    """Accept while x_i == argmax p_i; next = argmax p_{n+1}. Lossless at temperature 0, where every rule is this."""
 
     name = "greedy"
 
-    def __call__(self, x, q, p, greedy, generator, js=None):
-        return greedy_rule(x, p)
+    def __call__(self, x, q, p, generator):
+        top = p.argmax(-1)  # [w+1]
+        return x == top[: x.shape[0]], top
 
 
 @RULES.register("rejection")
@@ -61,7 +53,7 @@ class Rejection(Rule):
 
     name = "rejection"
 
-    def sample(self, x, q, p, generator):
+    def __call__(self, x, q, p, generator):
         w = x.shape[0]
         idx = torch.arange(w, device=x.device)
         px, qx = p[idx, x], q[idx, x]  # [w]
@@ -82,33 +74,38 @@ class SampleMatch(Rule):
 
     name = "sample_match"
 
-    def sample(self, x, q, p, generator):
+    def __call__(self, x, q, p, generator):
         y = torch.multinomial(p, 1, generator=generator).squeeze(-1)  # [w+1]
         return x == y[: x.shape[0]], y
 
 
 class JSRelaxed(Rule):
     """`js_relaxed(base)`: the base rule, but a mismatch at position i is also accepted when
-    d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations."""
+    d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations.
+
+    The distances d_JS(p_i, q_i) [w] of the last call stay in `js`, so the engine logs them without
+    computing them again.
+    """
 
     lossless = False
-    needs_js = True
 
     def __init__(self, base: Rule, threshold: float = 0.0) -> None:
         self.base = base
         self.threshold = threshold
         self.name = f"js_relaxed({base.name})"
+        self.js: torch.Tensor | None = None
 
-    def __call__(self, x, q, p, greedy, generator, js=None):
-        if js is None:
-            raise ValueError("js_relaxed needs the per-position JS distances d_JS(p_i, q_i)")
-        ok, fallback = self.base(x, q, p, greedy, generator)
-        return ok | (js <= self.threshold), fallback
+    def __call__(self, x, q, p, generator):
+        self.js = js_distance(p[: x.shape[0]], q)  # [w]
+        ok, fallback = self.base(x, q, p, generator)
+        return ok | (self.js <= self.threshold), fallback
 
 
-def make_rule(spec: str, threshold: float = 0.0) -> Rule:
-    """Build a rule from a config string: 'greedy', 'rejection', 'sample_match', 'js_relaxed(BASE)'."""
+def make_rule(spec: str, greedy: bool = False, threshold: float = 0.0) -> Rule:
+    """The rule of a config string ('greedy', 'rejection', 'sample_match', 'js_relaxed(BASE)') for decoding
+    greedily (temperature 0: every base rule is `greedy`) or by sampling."""
     spec = spec.strip()
     if spec.startswith("js_relaxed(") and spec.endswith(")"):
-        return JSRelaxed(make_rule(spec[len("js_relaxed("):-1]), threshold)
-    return RULES.get(spec)()
+        return JSRelaxed(make_rule(spec[len("js_relaxed("):-1], greedy), threshold)
+    rule = RULES.get(spec)  # an unknown name fails here, greedy or not
+    return Greedy() if greedy else rule()

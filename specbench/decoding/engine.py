@@ -1,17 +1,18 @@
 """The one speculative decoding loop every method runs through (design.md section 3). Batch size 1.
 
 State: a token buffer buf [1, P + max_new_tokens + 1] whose first L entries are committed, and one
-KV cache per model that covers buf[:cache_len]. One iteration:
-  1. draft x_1..x_w from q_i = q(. | buf[:L+i-1]), asking the method's policy after each token;
-  2. one target forward over buf[target_len : L+w] gives p_1..p_{w+1} (the first iteration's
+KV cache per model that covers buf[:cache_len]. One iteration, one named step each:
+  1. draft: x_1..x_w with x_i drawn from q_i = q(. | buf[:L+i-1]), asking the method's policy after each token;
+  2. verify: one target forward over buf[target_len : L+w] gives p_1..p_{w+1} (the first iteration's
      forward is also the prompt prefill, as in transformers' assisted generation);
-  3. the acceptance rule gives n accepted drafts and the next token buf[L+n];
-  4. both caches are cropped to the accepted prefix, L <- L + n + 1;
-  5. the method's policy is updated with the iteration record;
-  6. the block's tokens are checked one by one as an autoregressive decoder would check them
-     (specbench.decoding.stopping: EOS, stop string, length, context) and cut after the first that ends it.
+  3. accept: the method's rule gives n accepted drafts and the next token buf[L+n]; L <- L + n + 1;
+  4. roll back: both caches are cropped to the accepted prefix buf[:L+n];
+  5. update: the method's policy is updated with the iteration record;
+  6. stop: the block's tokens are checked one by one as an autoregressive decoder would check them
+     (specbench.decoding.stopping: EOS, stop string, length, context); tokens after the first that ends it are dropped.
 `ar` and `draft_only` are the same loop with w = 0: one forward, one token per iteration, so
-every method's tokens are produced and counted by the same code.
+every method's tokens are produced and counted by the same code. Model calls and seconds are
+counted per pair role: draft_only's calls are draft calls.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedModel
 
-from specbench.decoding.acceptance import leading_true
+from specbench.decoding.acceptance import JSRelaxed, Rule, leading_true
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding.stopping import StopCriteria
@@ -85,10 +86,10 @@ class Generation:
     records: list[IterationRecord]
     decode_s: float
     prefill_s: float  # wall time to the first committed token (first iteration, prefill included)
-    target_model_s: float  # summed verifier forward time
-    draft_model_s: float  # summed drafter forward time
-    target_calls: int
-    draft_calls: int
+    target_model_s: float  # summed forward time of the pair's target model
+    draft_model_s: float  # summed forward time of the model in the draft role (draft_only's generator included)
+    target_calls: int  # forward calls of the target model
+    draft_calls: int  # forward calls of the draft-role model
     text: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -110,52 +111,33 @@ def concat_generations(gens: list[Generation], text: str) -> Generation:
 
 
 class Engine:
-    """Runs a method on a verifier (and optional drafter) for one example at a time."""
+    """Runs one bound method (Method.bind) on the models of its binding, one example at a time."""
 
-    def __init__(
-        self,
-        verifier: PreTrainedModel,
-        drafter: PreTrainedModel | None,
-        sampler: Sampler,
-        eos_ids: set[int],
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        stop_strings: tuple[str, ...] = (),
-        context_length: int | None = None,
-    ) -> None:
-        self.verifier = verifier
-        self.drafter = drafter
-        self.sampler = sampler
-        self.stop = StopCriteria(frozenset(eos_ids), tokenizer, tuple(stop_strings))
-        self.eos_ids = self.stop.eos_ids
-        self.tokenizer = tokenizer
-        self.stop_strings = self.stop.stop_strings
-        self.context_length = context_length
-        self.device = verifier.device
+    def __init__(self, method: Method, stop_strings: tuple[str, ...] = ()) -> None:
+        b = method.bound
+        self.method = method
+        self.sampler = Sampler(b.params, b.vocab_size)
+        self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
+        self.context_length = b.context_length
+        self.device = method.verifier_model.device
 
-    def generate(
-        self,
-        prompt_ids: list[int],
-        method: Method,
-        max_new_tokens: int,
-        generator: torch.Generator | None = None,
-        trace: bool = False,
-    ) -> Generation:
-        """Decode up to max_new_tokens new tokens after prompt_ids [P] with `method`."""
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
+                 trace: bool = False) -> Generation:
+        """Decode up to max_new_tokens new tokens after prompt_ids [P] with the engine's method."""
+        method = self.method
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if method.external:  # a method that decodes with another library's loop (hf_assisted)
-            return method.generate_external(self, prompt_ids, max_new_tokens, generator, trace)
-        if method.uses_draft and self.drafter is None:
-            raise ValueError(f"method {method.name!r} needs a draft model, but the pair has none")
+            return method.generate_external(prompt_ids, max_new_tokens, self.stop, generator, trace)
         P = len(prompt_ids)
         ctx = self.context_length or (P + max_new_tokens + 1)
         if P >= ctx:
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         stats = trace or method.needs_stats
-        greedy = self.sampler.params.greedy
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
-        target = ModelState(self.verifier)
-        draft = ModelState(self.drafter) if method.uses_draft else None
+        states = {role: ModelState(model) for role, model in method.bound.models.items()}  # by pair role
+        target = states[method.verifier]  # the model that verifies: draft_only's is the draft
+        draft = states["draft"] if method.uses_draft else None
         buf = torch.zeros((1, P + max_new_tokens + 1), dtype=torch.long, device=self.device)
         buf[0, :P] = torch.tensor(prompt_ids, dtype=torch.long)
         L, stop_reason, records, prefill_s = P, "", [], 0.0
@@ -164,73 +146,91 @@ class Engine:
         sync(self.device)
         t_start = time.perf_counter()
         while not stop_reason:
-            # 1. draft: at most min(window, tokens left - 1, context left - 1) tokens
+            # 1. draft at most min(window, tokens left - 1, context left - 1) tokens
             w_max = min(method.window(), P + max_new_tokens - L - 1, ctx - L - 1) if draft else 0
             t0 = time.perf_counter()
-            qs: list[torch.Tensor] = []
-            why = "window" if draft else "none"
-            for i in range(w_max):
-                q_i = self.sampler.probs(draft.forward(buf, L + i, 1))[0].to(self.device)  # [V]
-                x_i = self.sampler.pick(q_i[None], generator)
-                buf[0, L + i] = x_i[0]
-                qs.append(q_i)
-                tok = int(x_i[0])
-                keep = method.keep_drafting(i + 1, q_i, tok)  # asked for EOS too: confidence learns from it
-                if tok in self.eos_ids:
-                    why = "eos"
-                    break
-                if not keep:
-                    why = "policy"
-                    break
-            if draft and w_max <= 0:
-                why = "length"
+            qs, why = self.draft(draft, buf, L, w_max, generator) if draft else ([], "none")
             w = len(qs)
             t1 = time.perf_counter()
             # 2. verify: p_1..p_{w+1} in one target forward
             p = self.sampler.probs(target.forward(buf, L + w, w + 1, layers))  # [w+1, V]
             t2 = time.perf_counter()
-            # 3. accept
-            x = buf[0, L : L + w]
-            q = torch.stack(qs) if qs else p.new_zeros((0, p.shape[-1]))
-            js = js_distance(p[:w], q) if (stats or method.rule.needs_js) else None  # [w]
-            ok, fallback = method.rule(x, q, p, greedy, generator, js)
-            n = leading_true(ok)
-            buf[0, L + n] = fallback[n]
+            # 3. accept x_1..x_n and the next token buf[L+n]
+            q = torch.stack(qs) if qs else p.new_zeros((0, p.shape[-1]))  # [w, V]
+            n = self.accept(buf, L, q, p, generator)
             if layers:  # states at the last accepted position buf[L+n-1], whose p_{n+1} gave buf[L+n]
                 method.observe_hidden(target.hidden[:, n])  # [len(layers), H]
-            # 4. roll back: caches keep the accepted prefix buf[:L+n]
-            target.crop(L + n)
-            if draft:
-                draft.crop(min(draft.length, L + n))
             out += buf[0, L : L + n + 1].tolist()
+            # 4. roll back: the caches keep the accepted prefix buf[:L+n]
+            roll_back(target, draft, L + n)
             L += n + 1
-            # 5. record and update the policy
+            # 5. record the iteration and update the policy
             rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1)
             if stats and w:
-                rec.entropy = entropy_bits(q).tolist()
-                rec.js = js.tolist()
+                rec.entropy, rec.js = self.statistics(q, p, method.rule)
             method.update(rec)
             rec.state = method.state()
             records.append(rec)
-            # stop where an autoregressive decoder would: the first of the block's tokens that ends it
+            # 6. stop where an autoregressive decoder would: the first of the block's tokens that ends it
             stop_reason, k = self.stop.first_stop(out, len(out) - n - 1, max_new_tokens, ctx - P)
-            del out[k:]
-            L = P + k
+            del out[k:]  # the block's tokens after the stop
             if len(records) == 1:
                 sync(self.device)
                 prefill_s = time.perf_counter() - t_start
         sync(self.device)
         decode_s = time.perf_counter() - t_start
-        text = self.stop.text(out, stop_reason)
+        t, d = states.get("target"), states.get("draft")
         return Generation(
             token_ids=out,
             stop_reason=stop_reason,
             records=records,
             decode_s=decode_s,
             prefill_s=prefill_s,
-            target_model_s=target.seconds,
-            draft_model_s=draft.seconds if draft else 0.0,
-            target_calls=target.calls,
-            draft_calls=draft.calls if draft else 0,
-            text=text,
+            target_model_s=t.seconds if t else 0.0,
+            draft_model_s=d.seconds if d else 0.0,
+            target_calls=t.calls if t else 0,
+            draft_calls=d.calls if d else 0,
+            text=self.stop.text(out, stop_reason),
         )
+
+    def draft(self, draft: ModelState, buf: torch.Tensor, L: int, w_max: int, generator: torch.Generator | None
+              ) -> tuple[list[torch.Tensor], str]:
+        """Step 1: x_i drawn from q_i = q(. | buf[:L+i-1]) into buf[L+i-1], for i = 1..w_max until an EOS or the
+        method's stop; returns q_1..q_w (each [V]) and why drafting ended (window / eos / policy / length)."""
+        if w_max <= 0:
+            return [], "length"
+        qs: list[torch.Tensor] = []
+        for i in range(w_max):
+            q_i = self.sampler.probs(draft.forward(buf, L + i, 1))[0].to(self.device)  # [V]
+            x_i = int(self.sampler.pick(q_i[None], generator)[0])
+            buf[0, L + i] = x_i
+            qs.append(q_i)
+            keep = self.method.keep_drafting(i + 1, q_i, x_i)  # asked for EOS too: confidence learns from it
+            if x_i in self.stop.eos_ids:
+                return qs, "eos"
+            if not keep:
+                return qs, "policy"
+        return qs, "window"
+
+    def accept(self, buf: torch.Tensor, L: int, q: torch.Tensor, p: torch.Tensor,
+               generator: torch.Generator | None) -> int:
+        """Step 3: n = the longest prefix of the drafts x = buf[L:L+w] the rule accepts (q [w, V], p [w+1, V]);
+        the rule's next token (correction, or bonus when n = w) goes to buf[L+n]."""
+        ok, fallback = self.method.rule(buf[0, L : L + q.shape[0]], q, p, generator)
+        n = leading_true(ok)
+        buf[0, L + n] = fallback[n]
+        return n
+
+    @staticmethod
+    def statistics(q: torch.Tensor, p: torch.Tensor, rule: Rule) -> tuple[list[float], list[float]]:
+        """H(q_i) and d_JS(p_i, q_i) of the w drafted positions (q [w, V], p [w+1, V]); a JS-relaxed rule has
+        just computed the distances."""
+        js = rule.js if isinstance(rule, JSRelaxed) else js_distance(p[: q.shape[0]], q)
+        return entropy_bits(q).tolist(), js.tolist()
+
+
+def roll_back(target: ModelState, draft: ModelState | None, length: int) -> None:
+    """Step 4: both caches keep at most the accepted prefix buf[:length] (the draft's may be shorter)."""
+    target.crop(length)
+    if draft:
+        draft.crop(min(draft.length, length))

@@ -1,7 +1,9 @@
 """The method interface the engine drives: which models it uses, a draft policy and an acceptance rule.
 
 A method file under `methods/` subclasses `Method` and registers itself in `METHODS` under its
-config name (`conf/method/<name>.yaml` has `name: <name>`).
+config name (`conf/method/<name>.yaml` has `name: <name>`). Before decoding, `Method.bind` gives it
+the pair it runs on (a `Binding`: models by role, tokenizer, vocabulary range, EOS ids, context,
+decode settings); everything a method knows about the pair comes from there.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import torch
 
 from specbench.decoding.acceptance import Rule, make_rule
+from specbench.decoding.sampling import SamplingParams
 from specbench.common.registry import Registry
 
 METHODS: Registry = Registry("method", plugins="specbench.methods")
@@ -29,6 +32,19 @@ class IterationRecord:
     entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
     js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)
     state: dict[str, float] = field(default_factory=dict)  # policy state after the update
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The pair as a method runs on it, fixed before decoding and handed over once by `Method.bind`."""
+
+    models: dict[str, Any]  # pair role ('target', 'draft') -> the model playing it, for the roles the method runs
+    tokenizer: Any  # the pair's tokenizer (None for test models without one)
+    vocab_size: int  # the shared tokenizer range; logits beyond it (embedding padding) are ignored
+    eos_ids: frozenset[int]  # ids that end a generation
+    params: SamplingParams  # decode settings: temperature (0 = greedy), top-k, top-p
+    context_length: int | None = None  # the smallest model context, None if no model declares one
+    pair: Any = None  # the loaded specbench.models.pairs.Pair, for a method that loads a drafter trained for it
 
 
 def state_values(name: str, state: Any, keys: tuple[str, ...]) -> list[Any]:
@@ -53,10 +69,42 @@ class Method:
     # (sd2's steering); empty: the verify forward does not compute them (no cost for other methods)
     hidden_layers: tuple[int, ...] = ()
 
+    binding: Binding | None = None  # set by bind()
+
     def __init__(self, rule: str = "rejection", **options: Any) -> None:
         if options:
             raise ValueError(f"method {self.name!r} got unknown options {sorted(options)}")
-        self.rule: Rule = make_rule(rule)
+        self.rule_spec = rule
+        self.rule: Rule = make_rule(rule)  # rebuilt by bind() for the decode settings
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The pair roles whose models this method runs: the verifier's, and 'draft' when it drafts."""
+        return (self.verifier, "draft") if self.uses_draft else (self.verifier,)
+
+    def bind(self, binding: Binding) -> None:
+        """Run on `binding` from now on (called once before decoding): keep it and build the rule for its decode
+        settings. A method that needs more of the pair (a tokenizer, its own drafter) overrides this."""
+        self.binding = binding
+        self.rule = make_rule(self.rule_spec, greedy=binding.params.greedy)
+
+    @property
+    def bound(self) -> Binding:
+        """The binding; a clear error before bind()."""
+        if self.binding is None:
+            raise ValueError(f"method {self.name!r} is not bound to a pair: call method.bind(binding) before decoding "
+                             "(specbench.runs.runner.make_engine does)")
+        return self.binding
+
+    @property
+    def verifier_model(self) -> Any:
+        """The model that verifies (or generates, without drafting)."""
+        return self.bound.models[self.verifier]
+
+    @property
+    def drafter(self) -> Any:
+        """The model that drafts: the pair's draft unless bind() put another in its place; None without drafting."""
+        return self.bound.models["draft"] if self.uses_draft else None
 
     @property
     def lossless(self) -> bool:
@@ -95,16 +143,13 @@ class Method:
         """Continue from a state that carried_state() returned."""
         raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")
 
-    def drafter_model(self, pair: Any) -> Any:
-        """The drafter the engine runs: the pair's draft, or a method's own (a trained drafter)."""
-        return pair.model("draft")
-
     def observe_hidden(self, states: torch.Tensor) -> None:
         """After a verify: the verifier's states [len(hidden_layers), H] at the last accepted position."""
 
-    def generate_external(self, engine: Any, prompt_ids: list[int], max_new_tokens: int,
+    def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: Any,
                           generator: torch.Generator | None, trace: bool) -> Any:
-        """For `external` methods: decode with another loop and return a specbench.decoding.engine.Generation."""
+        """For `external` methods: decode prompt_ids [P] with another loop, stopping by `stop` (the engine's
+        specbench.decoding.stopping.StopCriteria), and return a specbench.decoding.engine.Generation."""
         raise NotImplementedError(f"method {self.name!r} is not external")
 
 

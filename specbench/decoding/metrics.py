@@ -18,29 +18,26 @@ def _mean_state(gen: Generation, key: str) -> float | None:
     return fmean(vals) if vals else None
 
 
-def example_metrics(gen: Generation, verifier: str = "target") -> dict[str, Any]:
-    """Per-example metrics. For `draft_only` (verifier='draft') the calls are draft calls."""
+def example_metrics(gen: Generation) -> dict[str, Any]:
+    """Per-example metrics; model calls as the engine counted them, by the pair role of the model called."""
     drafted = sum(r.drafted for r in gen.records)
     accepted = sum(r.accepted for r in gen.records)
     drafting = [r for r in gen.records if r.drafted]  # iterations that drafted anything
     new = len(gen.token_ids)
-    target_calls, draft_calls = gen.target_calls, gen.draft_calls
-    if verifier == "draft":
-        target_calls, draft_calls = 0, gen.target_calls
     return {
         "new_tokens": new,
         "decode_s": gen.decode_s,
         "prefill_s": gen.prefill_s,
         "tokens_per_s": _ratio(new, gen.decode_s),
-        "target_calls": target_calls,
-        "draft_calls": draft_calls,
+        "target_calls": gen.target_calls,
+        "draft_calls": gen.draft_calls,
         "iterations": len(gen.records),
         "drafted": drafted,
         "accepted": accepted,
         "mean_drafted": _ratio(drafted, len(drafting)),  # #cand: over iterations that drafted
         "mean_accepted": _ratio(accepted, len(drafting)),  # #match
         "acceptance_rate": _ratio(accepted, drafted),
-        "block_efficiency": _ratio(new, target_calls),  # tau = new tokens per target call
+        "block_efficiency": _ratio(new, gen.target_calls),  # tau = new tokens per target call
         "mean_t_v": _mean_state(gen, "t_v"),
         "mean_t_g": _mean_state(gen, "t_g"),
         "model_s": gen.target_model_s + gen.draft_model_s,  # summed forward time of both models

@@ -19,7 +19,7 @@ from specbench.runs import provenance
 from specbench.runs import wandb_log
 from specbench.data.dataset import Evaluator, Example, build_dataset, select
 from specbench.decoding.engine import Engine, Generation, concat_generations
-from specbench.decoding.method import METHODS, Method
+from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.common.options import check_options, check_run_settings, integer, real
 from specbench.models.pairs import Pair, load_pair, resolve_device
@@ -28,7 +28,7 @@ from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.runs.results import CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys
 from specbench.common.files import write_json_atomic
-from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.decoding.sampling import SamplingParams
 from specbench.runs.traces import write_trace
 
 log = logging.getLogger(__name__)
@@ -139,13 +139,19 @@ def restore_carried(method: Method, rows: list[dict], run_dir: Path) -> None:
     method.restore_state(last["carried_state"])
 
 
+def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
+    """The pair as `method` runs on it: the models of its roles, the tokenizer and vocabulary range, the EOS ids
+    and context over those models, and the decode settings."""
+    models = {role: pair.model(role) for role in method.roles}
+    used = list(models.values())
+    return Binding(models, pair.tokenizer, pair.vocab_size, frozenset(pair.eos_ids(used)), params,
+                   pair.context_length(used), pair)
+
+
 def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings: tuple[str, ...]) -> Engine:
-    """The engine for `method` on `pair`: verifier = target (or the draft for draft_only)."""
-    verifier = pair.model(method.verifier)
-    drafter = method.drafter_model(pair) if method.uses_draft else None
-    models = [m for m in (verifier, drafter) if m is not None]
-    return Engine(verifier, drafter, Sampler(params, pair.vocab_size), pair.eos_ids(models), pair.tokenizer,
-                  stop_strings, pair.context_length(models))
+    """Bind `method` to `pair` (Method.bind, once per engine) and build the engine that runs it."""
+    method.bind(pair_binding(pair, method, params))
+    return Engine(method, stop_strings)
 
 
 def fit_prompt(ids: list[int], context: int | None, max_new: int, on_long: str, where: str
@@ -202,7 +208,7 @@ def decode_example(job: Job, ex: Example, trace: bool) -> tuple[Generation, dict
     for k in range(len(ex.turns) if ex.turns else 1):
         ids, cut = fit_prompt(job.encode(ex, answers), job.engine.context_length, job.max_new, job.on_long,
                               f"example {ex.id!r} turn {k + 1}")
-        g = job.engine.generate(ids, job.method, job.max_new, generator=gen, trace=trace)
+        g = job.engine.generate(ids, job.max_new, generator=gen, trace=trace)
         info["prompt_tokens"] += len(ids)
         info["prompt_truncated_from"] = info["prompt_truncated_from"] or cut
         gens.append(g)
@@ -228,7 +234,7 @@ def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict
     carried = job.method.carried_state()
     return {"id": ex.id, "method": job.method.name, "pair": c["pair"]["name"], "dataset": job.evaluator.name,
             **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.lossless, "seed": job.seed,
-            **example_metrics(g, job.method.verifier), **job.evaluator.score(ex, g.text),
+            **example_metrics(g), **job.evaluator.score(ex, g.text),
             **({"carried_state": carried} if carried is not None else {})}
 
 
