@@ -9,15 +9,14 @@ import datasets
 import pytest
 
 import specbench.data.dataset as data
-from conftest import ROOT, compose_cfg, small
+from conftest import DATA, compose_cfg, small
 from specbench.evaluators import gsm8k, mmlu, mt_bench
 from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
 from specbench.data.prompting import PLAIN_PROMPT, encode
 from specbench.runs.runner import run
 from specbench.models.tiny import byte_tokenizer
 
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local benchmark copies not found at {DATA}")
+pytestmark = pytest.mark.usefixtures("local_data")
 
 
 def local(name: str, **options) -> data.Evaluator:
