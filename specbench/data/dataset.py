@@ -70,6 +70,10 @@ class Evaluator:
         """Task metrics for one output; `score` is the headline number (None: not scored)."""
         return {"score": None}
 
+    def reference(self, example: Example) -> str | None:
+        """An output that `score` gives full marks (the set's own answer), or None (not scored, or no answer)."""
+        return None
+
 
 def parse_shard(shard: str | None) -> tuple[int, int] | None:
     """'i/n' -> (i, n) with 0 <= i < n."""
@@ -109,6 +113,10 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
 
 class DataSourceError(RuntimeError):
     """A benchmark set could not be loaded from the source it was asked for."""
+
+
+class NoLocalCopyError(DataSourceError):
+    """A local data folder is set but the set (or the split asked for) has no local copy: it exists only online."""
 
 
 @dataclass(frozen=True)
@@ -298,7 +306,7 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
         if source.local is None:
             hint = (f"it is loaded online from {source.hub_name()}: unset dataset.data_dir and {DATA_DIR_ENV} to "
                     "use it") if source.online else "no source is known"
-            raise DataSourceError(f"{source.label}: no local copy exists under data_dir={data_dir}; {hint}")
+            raise NoLocalCopyError(f"{source.label}: no local copy exists under data_dir={data_dir}; {hint}")
         path = Path(data_dir).expanduser() / source.local
         if not path.is_file():
             raise DataSourceError(
