@@ -36,8 +36,8 @@ class Alpaca(Evaluator):
         try:
             rows = load_source(ALPACA, self.data_dir)
         except DataSourceError as err:
-            raise DataSourceError(f"{err}. (AlpacaEval's 805 instructions, a different set, have a local copy: "
-                                  "dataset=alpaca_eval)") from err
+            raise type(err)(f"{err}. (AlpacaEval's 805 instructions, a different set, have a local copy: "
+                            "dataset=alpaca_eval)") from err
         return [Example(id=f"alpaca-{i:05d}", prompt=instruction_prompt(r), reference=r.get("output"))
                 for i, r in enumerate(rows)]
 

@@ -119,3 +119,7 @@ class GSM8K(Evaluator):
         return {"score": match(pred, example.reference), "pred": pred, "pred_strict": strict,
                 "pred_flexible": flexible, "exact_match_strict": match(strict, example.reference),
                 "exact_match_flexible": match(flexible, example.reference), "reference": example.reference}
+
+    def reference(self, example: Example) -> str:
+        """The final answer in the set's own format, '#### <number>' (both filters read it)."""
+        return f"#### {example.reference}"

@@ -86,3 +86,7 @@ class HumanEval(Evaluator):
                         self.limits, self.isolation)
         return {"score": float(res.passed), "passed": res.passed, "result": res.summary(),
                 "sandbox": res.isolation, "sandbox_s": round(res.seconds, 3)}
+
+    def reference(self, example: Example) -> str | None:
+        """The problem's canonical solution (a continuation of the prompt), when the row has one."""
+        return example.meta["canonical_solution"]

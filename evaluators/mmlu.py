@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
+from specbench.data.dataset import DATASETS, Evaluator, Example, NoLocalCopyError, Row, Source, load_source
 from specbench.common.options import choice, integer
 from specbench.data.prompting import PLAIN_PROMPT, fewshot_text
 
@@ -116,7 +116,7 @@ class MMLU(Evaluator):
     def rows(self, split: str) -> list[Row]:
         """The rows of `split`, ordered by subject; a clear error if the source does not have it."""
         if self.data_dir and SPLITS[split] is None:
-            raise DataSourceError(
+            raise NoLocalCopyError(
                 f"MMLU {split}: no local copy exists (only the test split, {SPLITS['test']}, under "
                 f"data_dir={self.data_dir}); run with dataset.split=test"
                 + (" dataset.num_fewshot=0" if split == "dev" else "") + f", or unset data_dir to load cais/mmlu "
@@ -155,3 +155,7 @@ class MMLU(Evaluator):
         pred = extract_letter(output, example.meta["choices"])
         return {"score": float(pred == example.reference), "pred": pred, "answer": example.reference,
                 "subject": example.meta["subject"], "split": self.split}
+
+    def reference(self, example: Example) -> str:
+        """The right answer's letter."""
+        return example.reference

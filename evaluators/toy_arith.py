@@ -43,3 +43,7 @@ class ToyArith(Evaluator):
     def score(self, example: Example, output: str) -> dict[str, Any]:
         got = extract_answer(output)
         return {"score": float(got is not None and got == example.reference), "answer": got}
+
+    def reference(self, example: Example) -> str:
+        """The problem's step-by-step solution, ending in its `#### N` line."""
+        return example.meta["solution"]

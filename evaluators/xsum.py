@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Source, load_source
+from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, NoLocalCopyError, Source, load_source
 from specbench.common.options import choice
 from specbench.data.prompting import PLAIN_PROMPT
 
@@ -50,9 +50,9 @@ class XSum(Evaluator):
     def examples(self) -> list[Example]:
         src = SPLITS[self.split]
         if self.split == "test" and self.data_dir:
-            raise DataSourceError(f"{src.label}: no local copy exists under data_dir={self.data_dir} (it is loaded "
-                                  f"from {src.hub_name()}); the local folder has a 1000-article subset: run with "
-                                  "dataset.split=test_1000, or unset data_dir to use the hub")
+            raise NoLocalCopyError(f"{src.label}: no local copy exists under data_dir={self.data_dir} (it is loaded "
+                                   f"from {src.hub_name()}); the local folder has a 1000-article subset: run with "
+                                   "dataset.split=test_1000, or unset data_dir to use the hub")
         if self.split == "test_1000" and not self.data_dir:
             raise DataSourceError(f"{src.label} exists only as a local file ({src.local}); set dataset.data_dir or "
                                   "SPECBENCH_DATA_DIR, or use dataset.split=test (EdinburghNLP/xsum) from the hub")
@@ -63,3 +63,7 @@ class XSum(Evaluator):
     def score(self, example: Example, output: str) -> dict[str, Any]:
         rouge = rouge_l(output.strip(), example.reference) if example.reference else None
         return {"score": rouge, "rouge_l": rouge, "split": self.split}
+
+    def reference(self, example: Example) -> str | None:
+        """The reference summary, when the row has one."""
+        return example.reference

@@ -10,7 +10,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import compose_cfg, small
+from helpers import compose_cfg, require_data, small
+
+
+@pytest.fixture
+def local_data() -> Path:
+    """The local data folder DATA (see helpers.require_data); a module uses it with pytest.mark.usefixtures("local_data")."""
+    return require_data()
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -35,6 +36,19 @@ torch.set_num_threads(1)  # tiny models: thread start-up costs more than it save
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
+# The local benchmark copies the tests read: $SPECBENCH_TEST_DATA, by default ../shared/data beside the clone.
+DATA = Path(os.environ.get("SPECBENCH_TEST_DATA") or ROOT.parent / "shared" / "data")
+
+
+def require_data(*parts: str) -> Path:
+    """DATA/<parts>; a test that needs it is skipped when it is missing, and fails instead under CI (CI set)."""
+    path = DATA.joinpath(*parts)
+    if not path.exists():
+        message = f"local benchmark data {path} not found; set SPECBENCH_TEST_DATA to the folder of local copies"
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"{message} (CI runs every test that reads it)", pytrace=False)
+        pytest.skip(message)
+    return path
 
 
 def compose_cfg(*overrides: str) -> DictConfig:

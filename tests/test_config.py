@@ -30,8 +30,9 @@ def test_every_option_composes(group, option):
 def test_config_names_are_registered():
     for m in options("method"):
         assert compose_cfg(f"method={m}").method.name == m and m in METHODS
-    for d in options("dataset"):
-        assert compose_cfg(f"dataset={d}").dataset.name == d and d in DATASETS
+    for d in options("dataset"):  # a dataset runs the evaluator registered under its name, or its `evaluator`
+        dataset = compose_cfg(f"dataset={d}").dataset
+        assert dataset.name == d and dataset.get("evaluator", d) in DATASETS
     for p in options("pair"):
         assert compose_cfg(f"pair={p}").pair.name == p
 

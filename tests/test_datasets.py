@@ -9,15 +9,14 @@ import datasets
 import pytest
 
 import specbench.data.dataset as data
-from helpers import ROOT, compose_cfg, small
+from helpers import DATA, compose_cfg, small
 from specbench.evaluators import gsm8k, mmlu, mt_bench
-from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
+from specbench.data.dataset import DataSourceError, NoLocalCopyError, build_dataset, load_source, read_local
 from specbench.data.prompting import PLAIN_PROMPT, encode
 from specbench.runs.runner import run
 from specbench.models.tiny import byte_tokenizer
 
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local benchmark copies not found at {DATA}")
+pytestmark = pytest.mark.usefixtures("local_data")
 
 
 def local(name: str, **options) -> data.Evaluator:
@@ -160,7 +159,7 @@ def test_mmlu_local_test_split_ordered_by_subject_and_scored():
     ({"split": "test", "num_fewshot": 5}, "MMLU dev: no local copy.*num_fewshot=0"),
 ])
 def test_mmlu_splits_without_a_local_copy_fail_clearly(options, match):
-    with pytest.raises(DataSourceError, match=match):
+    with pytest.raises(NoLocalCopyError, match=match):
         local("mmlu", **options).examples()
 
 
@@ -269,7 +268,7 @@ def test_a_hub_set_that_cannot_be_loaded_names_it(name, options, source):
     ("xsum", {}, ["EdinburghNLP/xsum", "split=test_1000"]),
 ])
 def test_sets_without_a_local_copy_fail_offline_naming_the_source(name, options, words):
-    with pytest.raises(DataSourceError) as err:
+    with pytest.raises(NoLocalCopyError) as err:
         local(name, **options).examples()
     assert all(w in str(err.value) for w in words)
 

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from hydra.core.hydra_config import HydraConfig
 
-from helpers import ROOT, TINY, compose_cfg
+from helpers import DATA, ROOT, TINY, compose_cfg, require_data
 from specbench.runs.runner import run
 from specbench.runs.slurm import sweep_jobs
 
-DATA = ROOT.parent / "shared" / "data"
 EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5"]
 ADASD_ROWS = ["draft_only", "ar", "vanilla", "hf_assisted", "adasd_gen_only", "adasd_verify_only", "adasd"]
 GAMMA_GRID = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24]  # GammaTune section 5
@@ -110,8 +109,7 @@ def short_folder_names(overrides: list[str]) -> str:
 
 def test_gammatune_experiment_from_the_command_line_on_the_toy_pair(tmp_path):
     """CI's reduced case: `python run.py -m +experiment=gammatune_table2` on the shrunk toy pair, γ in {1, 24}."""
-    if not (DATA / "spec_bench").exists():
-        pytest.skip(f"no local Spec-Bench copy under {DATA}")
+    require_data("spec_bench")
     sweep = tmp_path / "sweep"
     toy = toy_overrides(tmp_path)
     p = subprocess.run([sys.executable, "run.py", "-m", "+experiment=gammatune_table2", *toy, short_folder_names(toy),
@@ -191,8 +189,7 @@ def test_every_job_of_every_experiment_composes():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["adasd", "gammatune_table2"])
 def test_experiment_runs_end_to_end_on_the_toy_pair(tmp_path, monkeypatch, name):
-    if not DATA.exists():
-        pytest.skip(f"no local data under {DATA}")
+    require_data()
     monkeypatch.setenv("SPECBENCH_DATA_DIR", str(DATA))
     sweep = tmp_path / "sweep"
     if name == "adasd":  # Tables 3-5 reuse Table 1's runs: only the variants' runs are new
@@ -223,8 +220,7 @@ def test_experiment_runs_end_to_end_on_the_toy_pair(tmp_path, monkeypatch, name)
 @pytest.mark.slow
 def test_sd2_experiments_run_end_to_end_on_the_toy_pair(tmp_path, monkeypatch):
     """Train both drafters on the shrunk toy pair (task=synth, task=distill), then Tables 1 and 5 without UltraChat."""
-    if not DATA.exists():
-        pytest.skip(f"no local data under {DATA}")
+    require_data()
     monkeypatch.setenv("SPECBENCH_DATA_DIR", str(DATA))
     toy = [x for x in toy_overrides(tmp_path) if not x.startswith(("dataset.", "decode.", "on_long"))]
     run(compose_cfg(*toy, "task=synth", "task.n=24", "task.max_new_tokens=16", "task.batch_size=8"), tmp_path / "synth")

@@ -18,12 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from helpers import ROOT
+from helpers import DATA, ROOT
 from specbench.data.dataset import build_dataset
 from specbench.data.sandbox import namespaces_available
 
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local HumanEval copy not found at {DATA}")
+pytestmark = pytest.mark.usefixtures("local_data")
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]
 MARK = "# specbench-hostile\n"  # in the command line of every process an escape attack starts

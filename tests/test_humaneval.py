@@ -6,12 +6,11 @@ import re
 
 import pytest
 
-from helpers import ROOT, small
+from helpers import DATA, small
 from specbench.data.dataset import DataSourceError, build_dataset, read_local
 from specbench.runs.runner import run
 
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"local benchmark copies not found at {DATA}")
+pytestmark = pytest.mark.usefixtures("local_data")
 
 
 def write_rows(folder, rows) -> str:

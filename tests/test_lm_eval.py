@@ -7,26 +7,28 @@ import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import DATA, ROOT, require_data
 from specbench.data.dataset import read_local
 from specbench.lm_eval import SpecbenchLM, task_sampling, to_override
 from specbench.decoding.sampling import SamplingParams
 
-DATA = ROOT.parent / "shared" / "data"
 TASKS = ROOT / "tests" / "lm_eval_tasks"
 LIMIT, MAX_NEW = 3, 16
-pytestmark = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"no local GSM8K under {DATA}")
 
 
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
     """`python -m specbench.lm_eval ... --tasks gsm8k_local` once, offline, on tiny_random with vanilla."""
+    require_data("gsm8k", "test.jsonl")
     out = tmp_path_factory.mktemp("lm_eval")
+    tasks = out / "tasks"  # the task reading the test data folder (its file names ../shared/data, the default)
+    tasks.mkdir()
+    (tasks / "gsm8k_local.yaml").write_text((TASKS / "gsm8k_local.yaml").read_text().replace("../shared/data", str(DATA)))
     rows = out / "rows.jsonl"
     cmd = [sys.executable, "-m", "specbench.lm_eval", "--model", "specbench",
            "--model_args", f"pair=tiny_random,method=vanilla,method.gamma=3,decode.max_new_tokens={MAX_NEW},"
                            f"rows_path={rows}",
-           "--device", "cpu", "--include_path", str(TASKS), "--tasks", "gsm8k_local", "--limit", str(LIMIT),
+           "--device", "cpu", "--include_path", str(tasks), "--tasks", "gsm8k_local", "--limit", str(LIMIT),
            "--output_path", str(out / "results"), "--log_samples"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

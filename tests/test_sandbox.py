@@ -12,10 +12,9 @@ import psutil
 import pytest
 
 import specbench.data.sandbox as sandbox
-from helpers import ROOT
+from helpers import DATA
 from specbench.data.sandbox import Check, Limits, decode_value, encode_value, namespaces_available, resolve_isolation, run_check
 
-DATA = ROOT.parent / "shared" / "data"
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]
 LIMITS = Limits(timeout_s=30.0, memory_mb=512)  # generous: a busy machine must not time a check out
@@ -308,7 +307,7 @@ def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
     assert r.passed and r.isolation == "process"
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="local HumanEval copy not found")
+@pytest.mark.usefixtures("local_data")
 def test_humaneval_refuses_weak_isolation_unless_asked_and_records_it(monkeypatch):
     from specbench.data.dataset import build_dataset
 

@@ -1,10 +1,16 @@
 """Datasets: the registry of evaluators, examples, the limit / shard selection, and the data sources.
 
+A dataset config (conf/dataset/*.yaml) is a `name`, the runner's keys (RUNNER_KEYS: limit and shard
+select the examples, system_prompt and chat_template shape the prompts; conf/dataset_base/) and the
+options of its evaluator: the one registered under its `evaluator` key, else under its name. The
+generic `files` evaluator (evaluators/files.py) makes a set of prompts in a file a dataset with a YAML alone.
+
 A benchmark's rows come either from the Hugging Face hub (what users do) or, when a local data
 folder is set (`dataset.data_dir`, default: the environment variable SPECBENCH_DATA_DIR), from a
-file in that folder (e.g. ../shared/data). The choice is explicit: a set folder is never
-bypassed for the hub and a hub failure never falls back to another set; a set that cannot be
-loaded fails with a `DataSourceError` naming the source it tried.
+file in that folder (e.g. ../shared/data; JSON Lines or JSON, either gzipped, or Parquet). The
+choice is explicit: a set folder is never bypassed for the hub and a hub failure never falls back
+to another set; a set that cannot be loaded fails with a `DataSourceError` naming the source it
+tried (a `NoLocalCopyError` when the folder is set but the set exists only online).
 
 Rows are `Row`s that know where they came from (file and line, or hub set and row): a corrupt
 line, a byte that is not UTF-8, an empty file or a row missing a field its benchmark needs fails
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.common.options import check_options, choice, integer, shown, text
-from specbench.common.registry import Registry
+from specbench.common.registry import Registry, UnknownNameError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,10 @@ class Evaluator:
         """Task metrics for one output; `score` is the headline number (None: not scored)."""
         return {"score": None}
 
+    def reference(self, example: Example) -> str | None:
+        """An output that `score` gives full marks (the set's own answer), or None (not scored, or no answer)."""
+        return None
+
 
 def parse_shard(shard: str | None) -> tuple[int, int] | None:
     """'i/n' -> (i, n) with 0 <= i < n."""
@@ -103,6 +113,10 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
 
 class DataSourceError(RuntimeError):
     """A benchmark set could not be loaded from the source it was asked for."""
+
+
+class NoLocalCopyError(DataSourceError):
+    """A local data folder is set but the set (or the split asked for) has no local copy: it exists only online."""
 
 
 @dataclass(frozen=True)
@@ -237,11 +251,26 @@ def parse_rows(data: bytes, where: str, jsonl: bool) -> list[Row]:
     return as_rows(items, where)
 
 
+def read_parquet(path: Path) -> list[Row]:
+    """Rows of a Parquet file (through pyarrow; nulls stay None), the n-th named '<path>, row n'."""
+    import pyarrow
+    import pyarrow.parquet
+
+    try:
+        items = pyarrow.parquet.read_table(path).to_pylist()
+    except (OSError, pyarrow.ArrowException) as err:
+        raise DataSourceError(f"{path}: cannot be read as Parquet ({type(err).__name__}: {err})") from None
+    return as_rows(items, str(path))
+
+
 def read_local(path: Path) -> list[Row]:
-    """Rows of a .jsonl or .json (a list of objects) file, either optionally gzip-compressed (.gz)."""
+    """Rows of a .jsonl or .json (a list of objects) file, either optionally gzip-compressed (.gz), or of a .parquet."""
+    if path.name.endswith(".parquet"):
+        return read_parquet(path)
     name = path.name.removesuffix(".gz")
     if not name.endswith((".jsonl", ".json")):
-        raise DataSourceError(f"{path}: unknown data file type; expected .jsonl, .json, .jsonl.gz or .json.gz")
+        raise DataSourceError(f"{path}: unknown data file type; expected .jsonl, .json, .jsonl.gz, .json.gz or "
+                              ".parquet")
     try:
         data = path.read_bytes()
         if path.name.endswith(".gz"):
@@ -277,7 +306,7 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
         if source.local is None:
             hint = (f"it is loaded online from {source.hub_name()}: unset dataset.data_dir and {DATA_DIR_ENV} to "
                     "use it") if source.online else "no source is known"
-            raise DataSourceError(f"{source.label}: no local copy exists under data_dir={data_dir}; {hint}")
+            raise NoLocalCopyError(f"{source.label}: no local copy exists under data_dir={data_dir}; {hint}")
         path = Path(data_dir).expanduser() / source.local
         if not path.is_file():
             raise DataSourceError(
@@ -305,13 +334,37 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
     return as_rows(rows, f"{source.label} ({source.hub_name()})")
 
 
-def build_dataset(cfg: dict) -> Evaluator:
-    """The evaluator named cfg['name'], built with the dataset options it understands; every dataset key is
-    checked (its type against the evaluator's constructor, limit / shard / prompt keys here) before any
-    data is loaded."""
-    cls = DATASETS.get(cfg["name"])
+# The runner's keys of the dataset node (conf/dataset_base/default.yaml): limit and shard select the examples,
+# system_prompt and chat_template shape the prompts; they are never options of the evaluator.
+RUNNER_KEYS = ("limit", "shard", "system_prompt", "chat_template")
+NAME_KEYS = ("name", "evaluator")  # the dataset's name, and the registered evaluator it runs (default: the name)
+
+
+def check_runner_keys(cfg: dict) -> None:
+    """dataset.limit, shard, system_prompt and chat_template, checked."""
     check_selection(cfg.get("limit"), cfg.get("shard"))
     text(cfg.get("system_prompt"), "dataset.system_prompt", null=True)
     choice(cfg.get("chat_template", "auto"), "dataset.chat_template", ("auto", True, False))
-    options = {k: v for k, v in cfg.items() if k not in {"name", "limit", "shard", "system_prompt", "chat_template"}}
-    return cls(**check_options(cls, options, "dataset", f"dataset {cfg['name']!r}"))
+
+
+def evaluator_class(cfg: dict) -> type[Evaluator]:
+    """The evaluator registered under cfg['evaluator'] (a dataset that only needs a YAML), else under cfg['name']."""
+    if cfg.get("evaluator") is None:
+        return DATASETS.get(cfg["name"])
+    key = text(cfg["evaluator"], "dataset.evaluator")
+    try:
+        return DATASETS.get(key)
+    except UnknownNameError as err:
+        raise UnknownNameError(f"dataset.evaluator of dataset {cfg['name']!r}: {err}") from None
+
+
+def build_dataset(cfg: dict) -> Evaluator:
+    """The evaluator of dataset cfg['name'], built with its options (every key but the runner's and the names);
+    every key is checked (its type against the evaluator's constructor) before any data is loaded. The
+    evaluator takes the dataset's name, which rows and summaries record."""
+    cls = evaluator_class(cfg)
+    check_runner_keys(cfg)
+    options = {k: v for k, v in cfg.items() if k not in RUNNER_KEYS + NAME_KEYS}
+    evaluator = cls(**check_options(cls, options, "dataset", f"dataset {cfg['name']!r}"))
+    evaluator.name = cfg["name"]
+    return evaluator

@@ -1,0 +1,112 @@
+"""`files`: a set of prompts (and optional reference answers) from a local file or the hub, chosen by a YAML alone.
+
+lm-eval's `dataset_path: json` is the model: a YAML in conf/dataset/ names the dataset and selects this
+evaluator with `evaluator: files` (conf/dataset/local_prompts.yaml is an example):
+
+    name: my_prompts              # rows, summaries and result folders record this name
+    evaluator: files
+    path: data/my_prompts.jsonl   # or hub: org/set (with split, subset)
+    prompt_field: prompt
+    reference_field: answer       # optional
+    scoring: contains             # none | exact_match | contains
+
+Rows: `path` is a .jsonl, .json (a list of objects), either gzip-compressed (.gz), or a .parquet file
+(read with pyarrow); a relative path is read from the working directory (run.py keeps it). `hub` is a
+Hugging Face set loaded through `datasets` (`subset`: its config, `split`: default train). Exactly one of
+the two is set. Ids: the `id_field` column as a string, else `<name>-<row index>`.
+
+A reference is a string, a number or a non-empty list of them (any one counts), compared as text:
+  none         not scored (a reference, when given, is kept on the example)
+  exact_match  1.0 if the output equals a reference, both with surrounding whitespace removed, else 0.0
+  contains     1.0 if a reference (surrounding whitespace removed) occurs in the output, else 0.0
+A row that lacks a field it needs, holds null there or the wrong kind fails naming the file and line
+(JSONL) or row (JSON, Parquet, hub) and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from specbench.common.options import OptionError, choice, shown
+from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source, read_local
+
+
+def exact_match(output: str, references: list[str]) -> float:
+    """1.0 if output.strip() == r.strip() for some reference r, else 0.0."""
+    return float(output.strip() in {r.strip() for r in references})
+
+
+def contains(output: str, references: list[str]) -> float:
+    """1.0 if r.strip() is a substring of the output for some reference r, else 0.0."""
+    return float(any(r.strip() in output for r in references))
+
+
+SCORINGS: dict[str, Callable[[str, list[str]], float] | None] = {"none": None, "exact_match": exact_match,
+                                                                   "contains": contains}
+
+
+def answers(row: Row, key: str) -> list[str]:
+    """The reference(s) in field `key`: a string, a number or a non-empty list of them, as strings."""
+    value = row[key]
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
+        raise row.error(f"field {key!r} must be a string, a number or a non-empty list of them, got {shown(value)}")
+    return [str(v) for v in items]
+
+
+def read_file(path: str, dataset: str) -> list[Row]:
+    """The rows of the local file `path` (dataset.path); a missing file fails naming it."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise DataSourceError(f"dataset {dataset!r}: file {file.resolve()} not found (dataset.path={path})")
+    return read_local(file)
+
+
+@DATASETS.register("files")
+class Files(Evaluator):
+    """Prompts from a local file or a hub set; score = exact match or containment of a reference (or none)."""
+
+    name = "files"
+
+    def __init__(self, path: str | None = None, hub: str | None = None, split: str | None = None,
+                 subset: str | None = None, prompt_field: str = "prompt", reference_field: str | None = None,
+                 id_field: str | None = None, scoring: str = "none", stop_strings: list[str] | None = None) -> None:
+        super().__init__()
+        if (path is None) == (hub is None):
+            raise OptionError("set exactly one of dataset.path (a local .jsonl, .json or .parquet file) and "
+                              f"dataset.hub (a Hugging Face set), got path={shown(path)}, hub={shown(hub)}")
+        if path is not None and (split, subset) != (None, None):
+            raise OptionError("dataset.split and dataset.subset choose part of a hub set (dataset.hub); "
+                              f"dataset.path={path} is read whole")
+        self.scoring = choice(scoring, "dataset.scoring", SCORINGS)
+        if self.scoring != "none" and reference_field is None:
+            raise OptionError(f"dataset.scoring={scoring} needs dataset.reference_field (the field holding the answer)")
+        self.path, self.hub, self.split, self.subset = path, hub, split, subset
+        self.prompt_field, self.reference_field, self.id_field = prompt_field, reference_field, id_field
+        if stop_strings is not None:
+            self.stop_strings = tuple(stop_strings)
+
+    def rows(self) -> list[Row]:
+        """The rows of dataset.path, or of the hub set."""
+        if self.path is not None:
+            return read_file(self.path, self.name)
+        return load_source(Source(f"dataset {self.name!r}", hub=self.hub, hub_config=self.subset, hub_split=self.split),
+                           None)
+
+    def example(self, row: Row, index: int) -> Example:
+        """One row as an Example: its prompt, id and references (every field checked, naming the row)."""
+        ident = str(row[self.id_field]) if self.id_field else f"{self.name}-{index:05d}"
+        refs = answers(row, self.reference_field) if self.reference_field else None
+        return Example(id=ident, prompt=row.text(self.prompt_field), reference=refs)
+
+    def examples(self) -> list[Example]:
+        return [self.example(r, i) for i, r in enumerate(self.rows())]
+
+    def score(self, example: Example, output: str) -> dict[str, Any]:
+        match = SCORINGS[self.scoring]
+        return {"score": match(output, example.reference) if match else None}
+
+    def reference(self, example: Example) -> str | None:
+        """The first reference answer, when the dataset is scored."""
+        return example.reference[0] if self.scoring != "none" else None

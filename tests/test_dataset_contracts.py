@@ -1,0 +1,77 @@
+"""What every registered dataset keeps, checked for each one so a new dataset is tested without writing a test.
+
+Each evaluator in DATASETS has a conf/dataset YAML; each YAML has the runner's keys from
+conf/dataset_base; its examples load through the composed config from the local copy under the test data
+folder (DATA, tests/helpers.py) when the set has one; and wherever an example is scored, the evaluator's
+reference answer for it scores full marks.
+"""
+
+import pytest
+from omegaconf import OmegaConf
+
+import helpers
+from helpers import CONF, ROOT, compose_cfg, require_data
+from specbench.data.dataset import DATASETS, RUNNER_KEYS, NoLocalCopyError, build_dataset, select
+
+LIMIT = 3
+LOCAL_SPLITS = {"mmlu": ["dataset.split=test"], "xsum": ["dataset.split=test_1000"]}  # default splits: hub only
+
+
+def dataset_files() -> dict[str, list[str]]:
+    """Registered evaluator -> the conf/dataset files that run it (their `evaluator:` key, else their `name:`)."""
+    found: dict[str, list[str]] = {name: [] for name in DATASETS.names()}
+    for path in sorted((CONF / "dataset").glob("*.yaml")):
+        node = OmegaConf.load(path)
+        found.setdefault(node.get("evaluator") or node.name, []).append(path.stem)
+    return found
+
+
+FILES = dataset_files()
+CASES = [(evaluator, file) for evaluator, files in FILES.items() for file in files]
+
+
+@pytest.mark.parametrize("evaluator", DATASETS.names())
+def test_every_registered_dataset_has_a_config(evaluator):
+    assert FILES[evaluator], f"dataset {evaluator!r} is registered but no conf/dataset/*.yaml runs it"
+
+
+@pytest.mark.parametrize("evaluator,file", CASES, ids=[file for _, file in CASES])
+def test_every_dataset_config_has_the_runner_keys(evaluator, file):
+    cfg = compose_cfg(f"dataset={file}", "dataset.limit=2", "dataset.shard=1/2", "dataset.system_prompt=Be brief.")
+    assert set(RUNNER_KEYS) <= set(cfg.dataset)
+    assert (cfg.dataset.limit, cfg.dataset.shard, cfg.dataset.system_prompt) == (2, "1/2", "Be brief.")
+
+
+@pytest.mark.parametrize("evaluator,file", CASES, ids=[file for _, file in CASES])
+def test_examples_load_and_reference_answers_score_full_marks(monkeypatch, evaluator, file):
+    monkeypatch.chdir(ROOT)  # a dataset file named by a relative path
+    cfg = compose_cfg(f"dataset={file}", f"dataset.limit={LIMIT}", *LOCAL_SPLITS.get(evaluator, []))
+    node = OmegaConf.to_container(cfg.dataset, resolve=True)
+    if "data_dir" in node:
+        node["data_dir"] = str(require_data())
+    ev = build_dataset(node)
+    try:
+        examples = select(ev.examples(), node["limit"], node["shard"])
+    except NoLocalCopyError as err:  # a set that exists only online (tests run offline)
+        pytest.skip(str(err))
+    assert len(examples) == LIMIT and all(isinstance(e.id, str) and e.prompt for e in examples)
+    for ex in examples:
+        reference = ev.reference(ex)
+        if reference is None:  # an example without a reference answer is not scored
+            assert ev.score(ex, "")["score"] is None, f"{ex.id}: scored, but the evaluator gives no reference answer"
+        else:
+            assert ev.score(ex, reference)["score"] == pytest.approx(1.0), (ex.id, reference)
+
+
+def test_missing_test_data_skips_and_fails_under_ci(monkeypatch, tmp_path):
+    monkeypatch.setattr(helpers, "DATA", tmp_path / "absent")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="SPECBENCH_TEST_DATA"):
+        require_data()
+    for value in ("true", "1"):
+        monkeypatch.setenv("CI", value)
+        with pytest.raises(pytest.fail.Exception, match=r"absent not found.*\(CI runs every test that reads it\)"):
+            require_data()
+    (tmp_path / "absent" / "gsm8k").mkdir(parents=True)
+    assert require_data("gsm8k") == tmp_path / "absent" / "gsm8k"
+
