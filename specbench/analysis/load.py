@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from specbench.common.aggregate import run_metrics
+from specbench.common.configs import differences, flatten
 from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_rows, without_keys
 from specbench.runs.traces import read_traces
 
@@ -79,24 +80,6 @@ class MethodSpec:
 def select(runs: pd.DataFrame, keep: Iterable[bool]) -> pd.DataFrame:
     """runs[keep] for a per-run list of booleans (also when runs is empty)."""
     return runs[pd.Series(list(keep), index=runs.index, dtype=bool)]
-
-
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def differences(a: dict, b: dict) -> list[str]:
-    """'key (a-value vs b-value)' for every flattened key where two settings differ."""
-    fa, fb = flatten(a), flatten(b)
-    return [f"{k} ({fa.get(k, '<missing>')!r} vs {fb.get(k, '<missing>')!r})"
-            for k in sorted(set(fa) | set(fb)) if fa.get(k, "<missing>") != fb.get(k, "<missing>")]
 
 
 def setting_of(record: dict) -> dict:

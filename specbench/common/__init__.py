@@ -1,2 +1,2 @@
 """Building blocks every other package may use: registries, option checks, files, progress bars,
-a run's numbers from its rows."""
+flat configs and their differences, a run's numbers from its rows."""

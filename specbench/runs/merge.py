@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from specbench.data.dataset import parse_shard
 from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
+from specbench.common.configs import differing
 from specbench.common.files import atomic_path
 from specbench.runs.results import RESUMABLE_KEYS, without_keys
 from specbench.common.files import write_json_atomic
@@ -93,21 +94,9 @@ def identity(config: dict) -> dict:
     return without_keys(config, IGNORED)
 
 
-def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts -> {"a.b": value}."""
-    if not isinstance(d, dict):
-        return {prefix[:-1]: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flat(v, f"{prefix}{k}."))
-    return out
-
-
 def config_diff(a: dict, b: dict) -> list[str]:
-    """'key: a vs b' for every key where two configs differ."""
-    fa, fb = flat(a), flat(b)
-    return [f"{k}: {fa.get(k, '<absent>')!r} vs {fb.get(k, '<absent>')!r}"
-            for k in sorted(set(fa) | set(fb)) if fa.get(k, "<absent>") != fb.get(k, "<absent>")]
+    """'key: a vs b' for every flattened key where two configs differ (specbench.common.configs.differing)."""
+    return [f"{k}: {x!r} vs {y!r}" for k, (x, y) in differing(a, b).items()]
 
 
 def group_shards(shards: list[Shard]) -> list[list[Shard]]:

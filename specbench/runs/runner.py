@@ -27,6 +27,7 @@ from specbench.common.progress import progress_bars
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.runs.results import CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys
+from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import Sampler, SamplingParams
 from specbench.runs.traces import write_trace
@@ -81,10 +82,12 @@ def check_resume(run_dir: Path, record: dict) -> dict:
     path = run_dir / CONFIG
     if path.exists():
         old = json.loads(path.read_text())
-        if _identity(old["config"]) != _identity(record["config"]):
+        saved, now = _identity(old["config"]), _identity(record["config"])
+        if saved != now:
             raise ValueError(
-                f"{run_dir} holds results of a different configuration; refusing to mix them. "
-                f"Use another output folder (hydra.run.dir=...) or delete it. Saved: {path}"
+                f"{run_dir} holds results of a different configuration (saved vs now: "
+                f"{'; '.join(differences(saved, now))}); refusing to mix them. Use another output folder "
+                f"(hydra.run.dir=...) or delete it. Saved: {path}"
             )
         return old
     write_json_atomic(path, record)

@@ -47,6 +47,7 @@ from specbench.models.pairs import load_pair, resolve_device
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
+from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.common.progress import progress_bars
 from specbench.runs.runner import TASKS, example_seed, output_dir
@@ -104,9 +105,11 @@ def check_task_resume(run_dir: Path, record: dict, resumable: tuple[str, ...]) -
     path = run_dir / CONFIG
     if path.exists():
         old = json.loads(path.read_text())["config"]
-        if identity(old) != identity(record["config"]):
-            raise ValueError(f"{run_dir} holds a {old['task']['name']} run of a different configuration; refusing "
-                             f"to mix them. Use another folder (hydra.run.dir=...) or delete it. Saved: {path}")
+        saved, now = identity(old), identity(record["config"])
+        if saved != now:
+            raise ValueError(f"{run_dir} holds a {old['task']['name']} run of a different configuration (saved vs "
+                             f"now: {'; '.join(differences(saved, now))}); refusing to mix them. Use another folder "
+                             f"(hydra.run.dir=...) or delete it. Saved: {path}")
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, record)
