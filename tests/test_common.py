@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from specbench.common import configs
+import pytest
+
+from specbench.common import configs, files
 
 
 def test_flatten_nested_configs():
@@ -21,3 +23,29 @@ def test_differences_name_every_differing_key():
     assert configs.differences(a, b) == ["extra ('<missing>' vs True)", "method.gamma (5 vs 3)",
                                          "seed (0 vs '<missing>')"]
     assert configs.differences(a, a) == []
+
+
+def test_write_text_atomic_leaves_one_whole_file(tmp_path):
+    path = files.write_text_atomic(tmp_path / "t.md", "new")
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["t.md"]
+
+    with pytest.raises(TypeError):
+        files.write_text_atomic(path, None)  # a failed write keeps the old file and leaves no temporary one
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["t.md"]
+
+
+def test_atomic_folder_keeps_or_replaces_a_folder_written_meanwhile(tmp_path):
+    final = tmp_path / "pair"
+    with files.atomic_folder(final) as tmp:
+        (tmp / "a").write_text("first")
+    assert (final / "a").read_text() == "first"
+    with files.atomic_folder(final) as tmp:  # another process finished first: its copy stays
+        (tmp / "a").write_text("second")
+    assert (final / "a").read_text() == "first"
+    with files.atomic_folder(final, replace=True) as tmp:
+        (tmp / "a").write_text("third")
+    assert (final / "a").read_text() == "third"
+    with pytest.raises(RuntimeError), files.atomic_folder(final, replace=True) as tmp:
+        (tmp / "a").write_text("half")
+        raise RuntimeError("crash while filling")
+    assert (final / "a").read_text() == "third" and [p.name for p in tmp_path.iterdir()] == ["pair"]

@@ -26,9 +26,7 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -39,6 +37,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
+from specbench.common.files import atomic_folder
 from specbench.models.pairs import BUILDERS, Pair, build_hub
 from specbench.data.toy_task import Problem, answer_text, problems
 
@@ -175,19 +174,11 @@ def ensure_trained(cfg: dict) -> Path:
     final = root / config_hash(cfg)
     if (final / "toy.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     log.info("training the toy pair into %s (first use; later runs load it)", final)
-    try:
+    with atomic_folder(final) as tmp:  # another process's finished copy, if first, is kept
         train_pair(cfg, tmp)
-        try:
-            os.rename(tmp, final)  # atomic: readers see a complete folder or none
-        except OSError:
-            if not (final / "toy.json").exists():
-                raise
-            log.info("another process finished %s first; using its copy", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not (final / "toy.json").exists():
+        raise RuntimeError(f"{final} holds no toy.json (an incomplete toy pair folder); delete it to train again")
     return final
 
 

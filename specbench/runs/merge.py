@@ -30,14 +30,12 @@ import argparse
 import copy
 import json
 import logging
-import os
 import re
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -45,9 +43,8 @@ from specbench.data.dataset import parse_shard
 from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
 from specbench.common.configs import differing
-from specbench.common.files import atomic_path
 from specbench.runs.results import RESUMABLE_KEYS, without_keys
-from specbench.common.files import write_json_atomic
+from specbench.common.files import write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +198,7 @@ def _write_merged(group: list[Shard], out: Path) -> dict:
         if old_ids != [r["id"] for r in rows] or read_rows(out / ROWS) != rows:
             raise MergeError(f"{out / ROWS} already holds other rows ({len(old_ids)}); refusing to replace them")
     else:
-        with atomic_path(out / ROWS) as tmp, open(tmp, "w") as f:
-            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-            f.flush()
-            os.fsync(f.fileno())
+        write_text_atomic(out / ROWS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     for s in group:
         for t in sorted((s.dir / "traces").glob("*.parquet")):
             (out / "traces").mkdir(exist_ok=True)

@@ -45,8 +45,6 @@ import copy
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -61,7 +59,7 @@ from transformers import PreTrainedModel
 
 from specbench.runs import provenance
 from specbench.models.pairs import Pair, load_pair, resolve_device
-from specbench.common.files import write_json_atomic
+from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bars
 from specbench.runs.runner import TASKS, example_seed, output_dir
 from specbench.models.drafters import INFO, KINDS
@@ -197,28 +195,22 @@ def validation_kl(d: Distiller, val: list[tuple[list[int], int]], bs: int, pad: 
 
 
 def save_atomic(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file, then rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save via atomic_path (a crash mid-save leaves the previous checkpoint)."""
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def save_final(d: Distiller, pair: Pair, run_dir: Path, history: list[dict]) -> None:
     """drafter/ (save_pretrained + tokenizer), for sd2 steering.safetensors + steering.json, train_log.jsonl."""
-    tmp = run_dir / ".drafter.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    d.student.save_pretrained(tmp)
-    pair.tokenizer.save_pretrained(tmp)
-    shutil.rmtree(run_dir / "drafter", ignore_errors=True)
-    os.rename(tmp, run_dir / "drafter")
+    with atomic_folder(run_dir / "drafter", replace=True) as tmp:
+        d.student.save_pretrained(tmp)
+        pair.tokenizer.save_pretrained(tmp)
     if d.steered:
         s = d.steered.steering
-        save_file({k: v.contiguous() for k, v in s.state_dict().items()}, run_dir / "steering.safetensors.tmp")
-        os.replace(run_dir / "steering.safetensors.tmp", run_dir / "steering.safetensors")
+        with atomic_path(run_dir / "steering.safetensors") as tmp:
+            save_file({k: v.contiguous() for k, v in s.state_dict().items()}, tmp)
         write_json_atomic(run_dir / "steering.json", s.config())
-    with open(run_dir / (LOG + ".tmp"), "w") as f:
-        f.writelines(json.dumps(h) + "\n" for h in history)
-    os.replace(run_dir / (LOG + ".tmp"), run_dir / LOG)
+    write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
 
 
 def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
