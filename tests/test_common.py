@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from transformers.utils import logging as hf_logging
 
-from specbench.common import configs, files
+from specbench.common import configs, files, progress
 
 
 def test_flatten_nested_configs():
@@ -49,3 +50,15 @@ def test_atomic_folder_keeps_or_replaces_a_folder_written_meanwhile(tmp_path):
         (tmp / "a").write_text("half")
         raise RuntimeError("crash while filling")
     assert (final / "a").read_text() == "third" and [p.name for p in tmp_path.iterdir()] == ["pair"]
+
+
+def test_one_progress_switch():
+    assert progress.progress_bar([], progress=False).disable and not progress.progress_bar([], progress=True).disable
+    was_on = hf_logging.is_progress_bar_enabled()
+    try:
+        progress.switch_progress(False)  # a run with progress=false: transformers' bars and the toy's follow
+        assert progress.library_progress() is False and progress.progress_bar([], progress.library_progress()).disable
+        progress.switch_progress(True)
+        assert progress.library_progress() == "auto"
+    finally:
+        (hf_logging.enable_progress_bar if was_on else hf_logging.disable_progress_bar)()

@@ -37,14 +37,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from specbench.data.dataset import parse_shard
 from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
 from specbench.common.configs import differing
 from specbench.runs.results import RESUMABLE_KEYS, without_keys
 from specbench.common.files import write_json_atomic, write_text_atomic
+from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +223,7 @@ def find_shards(paths: list[Path]) -> tuple[list[Shard], bool]:
             shard = json.loads(cfg.read_text()).get("config", {}).get("dataset", {}).get("shard")
             if shard not in (None, ""):
                 dirs.append(cfg.parent)
-    return [load_shard(d) for d in tqdm(dirs, desc="reading shards", unit="run", disable=None)], explicit
+    return [load_shard(d) for d in progress_bar(dirs, desc="reading shards", unit="run")], explicit
 
 
 def main(argv: list[str] | None = None) -> int:

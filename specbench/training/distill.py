@@ -54,13 +54,12 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from specbench.runs import provenance
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
-from specbench.common.progress import progress_bars
+from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir
 from specbench.models.drafters import INFO, KINDS
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
@@ -270,8 +269,8 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     else:
         step, history, seconds = 0, [{"step": 0, "val_kl": validation_kl(d, val, bs, pad, seed)}], 0.0
     every, save_every = int(task["eval_every"]), int(task["save_every"])
-    bar = tqdm(range(step, steps), desc=f"distill {kind}", unit="step",
-               disable=progress_bars(cfg.get("progress", "auto")))
+    switch_progress(cfg.get("progress", "auto"))
+    bar = progress_bar(range(step, steps), cfg.get("progress", "auto"), desc=f"distill {kind}", unit="step")
     t0 = time.perf_counter()
     for step in bar:
         ids, mask, where, P = make_batch([train[i] for i in batch_indices(len(train), bs, step, seed)], pad)

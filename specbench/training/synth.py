@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 from transformers import GenerationConfig, PreTrainedModel
 
 from specbench.runs import provenance
@@ -49,7 +48,7 @@ from specbench.common.registry import Registry
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
-from specbench.common.progress import progress_bars
+from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir
 
 log = logging.getLogger(__name__)
@@ -177,7 +176,8 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     todo = [r for r in batches if any(examples[i].id not in writer.done for i in r)]
     log.info("synth %s: %d prompts from %s, %d batches to sample", run_dir, len(examples), task["prompts"], len(todo))
     t0 = time.perf_counter()
-    for r in tqdm(todo, desc="synth", unit="batch", disable=progress_bars(cfg.get("progress", "auto"))):
+    switch_progress(cfg.get("progress", "auto"))
+    for r in progress_bar(todo, cfg.get("progress", "auto"), desc="synth", unit="batch"):
         longest = max(len(prompts[i]) for i in r)
         new = max_new if ctx is None else min(max_new, ctx - longest)
         if new < 1:
