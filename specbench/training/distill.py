@@ -262,7 +262,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     d = Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))
-    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else pair.tokenizer.eos_token_id
+    pad = pair.pad_id([pair.target])
     if (run_dir / CHECKPOINT).exists():
         step, history, seconds = restore(run_dir / CHECKPOINT, d, opt, sched, len(train))
         log.info("%s: resuming at step %d of %d", run_dir, step, steps)

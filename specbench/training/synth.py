@@ -170,8 +170,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     record = task_record(cfg, device)
     check_task_resume(run_dir, record, resumable=("n",))
     writer = RowWriter(run_dir)
-    eos = sorted(pair.eos_ids([model]))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    eos, pad = sorted(pair.eos_ids([model])), pair.pad_id([model])
     batches = [range(b, min(b + bs, len(examples))) for b in range(0, len(examples), bs)]
     todo = [r for r in batches if any(examples[i].id not in writer.done for i in r)]
     log.info("synth %s: %d prompts from %s, %d batches to sample", run_dir, len(examples), task["prompts"], len(todo))
