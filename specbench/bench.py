@@ -22,9 +22,11 @@ import torch
 from omegaconf import OmegaConf
 from transformers import PreTrainedModel
 
+from specbench.common.aggregate import run_metrics, total
 from specbench.common.files import CONF_DIR
 from specbench.data.dataset import Example, build_dataset
 from specbench.decoding.engine import Engine, Generation, ModelState, sync
+from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.data.prompting import encode
 from specbench.runs.runner import build_method, make_engine, sampling_params
@@ -134,8 +136,9 @@ def cmd_engine(args: argparse.Namespace) -> int:
     print(f"model calls (median ms): target 1 token {call_ms(pair.target, p0, 1):.2f}, target {args.gamma + 1} tokens "
           f"{call_ms(pair.target, p0, args.gamma + 1):.2f}, draft 1 token {call_ms(pair.draft, p0, 1):.2f}")
 
-    ours_s = theirs_s = model_s = decode_s = 0.0
-    tokens = tokens_theirs = drafted = accepted = 0
+    ours_s = theirs_s = 0.0
+    tokens_theirs = 0
+    rows: list[dict] = []  # example_metrics of every measured generation
     bad: dict[int, str] = {}
     with assistant_settings(pair.draft, args.gamma):
         run_ours(engine, p0, args.max_new_tokens)  # warm-up, not measured
@@ -150,21 +153,20 @@ def cmd_engine(args: argparse.Namespace) -> int:
                     theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
                 if gen.token_ids != theirs:
                     bad.setdefault(i, mismatch(i, gen.token_ids, theirs))
-                ours_s, theirs_s = ours_s + t_ours, theirs_s + t_theirs
-                model_s += gen.target_model_s + gen.draft_model_s
-                decode_s += gen.decode_s
-                tokens, tokens_theirs = tokens + len(gen.token_ids), tokens_theirs + len(theirs)
-                drafted += sum(rec.drafted for rec in gen.records)
-                accepted += sum(rec.accepted for rec in gen.records)
+                ours_s, theirs_s, tokens_theirs = ours_s + t_ours, theirs_s + t_theirs, tokens_theirs + len(theirs)
+                rows.append(example_metrics(gen))
                 if r == 0:
                     print(f"  prompt {i}: {len(gen.token_ids)} tokens ({gen.stop_reason}); target/draft calls ours "
                           f"{gen.target_calls}/{gen.draft_calls}, transformers {calls[0]}/{calls[1]}; ours "
                           f"{1e3 * t_ours:.0f} ms, transformers {1e3 * t_theirs:.0f} ms; "
                           f"{'identical' if gen.token_ids == theirs else 'DIFFERENT'}")
 
-    print(f"acceptance rate (vanilla): {accepted / max(drafted, 1):.3f} ({accepted}/{drafted} drafts)")
-    print(f"(a) engine overhead: {1 - model_s / decode_s:.1%} (model calls {model_s:.2f} s of decode {decode_s:.2f} s)")
-    ours_tps, theirs_tps = tokens / ours_s, tokens_theirs / theirs_s
+    m = run_metrics(rows)
+    drafted, accepted, model_s = (total(rows, k) for k in ("drafted", "accepted", "model_s"))
+    print(f"acceptance rate (vanilla): {m['acceptance_rate'] or 0:.3f} ({accepted}/{drafted} drafts)")
+    print(f"(a) engine overhead: {m['engine_overhead']:.1%} (model calls {model_s:.2f} s of decode "
+          f"{m['total_decode_s']:.2f} s)")
+    ours_tps, theirs_tps = m["total_new_tokens"] / ours_s, tokens_theirs / theirs_s
     print(f"(b) throughput: ours {ours_tps:.1f} tok/s, transformers {theirs_tps:.1f} tok/s, "
           f"ratio ours/transformers {ours_tps / theirs_tps:.3f}")
     if bad:
@@ -176,7 +178,14 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 ALL_METHODS = ("ar,draft_only,vanilla,hf_assisted,heuristic,confidence,gammatune,gammatune_plus,adasd,"
                "adasd_gen_only,adasd_verify_only,adasd_variant_a,adasd_variant_b,adasd_variant_c")
+# summary.json's pooled numbers (specbench.common.aggregate.run_metrics), the same the report prints
 TABLE = ["tokens_per_s", "mean_drafted", "mean_accepted", "acceptance_rate", "block_efficiency", "mean_t_v", "score"]
+
+
+def table_row(name: str, summary: dict) -> dict:
+    """One line of the methods table from a run's summary: its TABLE numbers, example count, losslessness."""
+    return {"method": name, **{k: summary[k] for k in TABLE}, "n": summary["n_examples"],
+            "lossless": summary["lossless"]}
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
@@ -195,9 +204,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose("config", overrides=overrides, return_hydra_config=True)
         s = run(cfg, Path(args.out) / args.pair / args.dataset / args.decode / name)
-        rows.append({"method": name, **{k: s.get(k, s["example_means"].get(k)) for k in TABLE},
-                     "mean_t_v": s["example_means"]["mean_t_v"], "score": s["example_means"]["score"],
-                     "n": s["n_examples"], "lossless": s["lossless"]})
+        rows.append(table_row(name, s))
     df = pd.DataFrame(rows).set_index("method")
     if "vanilla" in df.index:
         df["speedup_vs_vanilla"] = df["tokens_per_s"] / df.loc["vanilla", "tokens_per_s"]

@@ -93,7 +93,7 @@ def write_run(root: Path, folder: str, method: str, rows: list[dict], *, pair: s
         k = r.get("k", 0)
         full.append({"id": r.get("id", f"ex-{i}"), "method": method, "new_tokens": r["new"], "decode_s": r["s"],
                      "tokens_per_s": r["new"] / r["s"], "target_calls": r.get("calls", r["new"]),
-                     "drafted": r.get("drafted", 0), "accepted": r.get("accepted", 0),
+                     "drafted": r.get("drafted", 0), "accepted": r.get("accepted", 0), "draft_iterations": k,
                      "mean_drafted": r["drafted"] / k if k else None, "mean_accepted": r["accepted"] / k if k else None,
                      "iterations": r.get("iterations", k or r["new"]), "mean_t_v": r.get("t_v"), "mean_t_g": None,
                      "score": r.get("score"), "lossless": method != "adasd", "category": r.get("category")})

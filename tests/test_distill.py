@@ -57,7 +57,8 @@ def test_synth_resumes_extends_and_refuses_other_settings(tmp_path, synth_dir):
     assert rows(out) == rows(synth_dir)  # batch 1 re-sampled with its own seed: the same tokens
     run(small(*SYNTH, "task.n=13"), out)
     assert rows(out)[:10] == rows(synth_dir) and len(rows(out)) == 13
-    with pytest.raises(ValueError, match="different configuration"):
+    with pytest.raises(ValueError, match=r"different configuration \(saved vs now: "
+                                         r"task\.temperature \(1\.0 vs 0\.5\)\)"):
         run(small(*SYNTH, "task.temperature=0.5"), out)
 
 

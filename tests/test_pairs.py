@@ -1,7 +1,9 @@
 """Pair loading: per-process reuse, freeing on change, dtype rules, shared vocabulary range."""
 
+import copy
 import gc
 import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -52,3 +54,16 @@ def test_paper_pairs_use_bf16_on_gpu_and_device_map_for_70b():
 def test_unknown_model_key_is_refused():
     with pytest.raises(ValueError, match="unknown model keys.*dtyp"):
         pairs.load_model({"path": "x", "dtyp": "bf16"}, torch.device("cpu"))
+
+
+def test_eos_ids_and_the_pad_id_come_from_one_collection(tiny_pair):
+    tok = copy.deepcopy(tiny_pair.tokenizer)
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[7, tok.eos_token_id]))
+    pair = pairs.Pair("p", tiny_pair.target, None, tok, tiny_pair.vocab_size)
+    assert pair.eos_ids([model]) == {7, tok.eos_token_id}
+    assert pair.pad_id([model]) == tok.pad_token_id  # the tokenizer's pad id first
+    tok.pad_token = None
+    assert tok.pad_token_id is None and pair.pad_id([model]) == 7  # else the smallest EOS id
+    tok.eos_token, model.generation_config.eos_token_id = None, None
+    with pytest.raises(ValueError, match="neither a pad token nor an EOS id"):
+        pair.pad_id([model])

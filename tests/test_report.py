@@ -14,8 +14,13 @@ from scipy import stats
 
 from specbench.analysis import load, report
 from specbench.analysis import tables
-from specbench.analysis.load import ReportError
 from helpers import small, write_run
+from specbench import bench
+from specbench.analysis.load import ReportError
+from specbench.common.aggregate import run_metrics
+from specbench.decoding.engine import Generation
+from specbench.decoding.method import IterationRecord
+from specbench.decoding.metrics import example_metrics, summarize
 
 
 def tps(n: float) -> list[dict]:
@@ -51,6 +56,71 @@ def test_run_numbers_by_hand(adasd_runs):
     assert bool(runs.loc["vanilla", "finished"]) and not bool(runs.loc["adasd", "lossless"])
     ex = load.load_examples(runs.reset_index())
     assert len(ex) == 6 and set(ex["method"]) == {"vanilla", "adasd", "ar"}
+
+
+def hand_rows() -> list[dict]:
+    """Two rows whose per-example means differ from the pooled numbers (#cand: (5 + 2) / 2 vs 56 / 13)."""
+    return [{"id": "a", "new_tokens": 40, "decode_s": 1.0, "target_calls": 10, "drafted": 50, "accepted": 30,
+             "draft_iterations": 10, "mean_drafted": 5.0, "mean_accepted": 3.0, "iterations": 12, "mean_t_v": 0.3,
+             "mean_t_g": None, "score": 1.0, "model_s": 0.5},
+            {"id": "b", "new_tokens": 20, "decode_s": 3.0, "target_calls": 5, "drafted": 6, "accepted": 3,
+             "draft_iterations": 3, "mean_drafted": 2.0, "mean_accepted": 1.0, "iterations": 4, "mean_t_v": 0.7,
+             "mean_t_g": None, "score": 0.0, "model_s": 1.5}]
+
+
+def test_one_aggregation_by_hand():
+    m = run_metrics(hand_rows())
+    assert m["total_new_tokens"] == 60 and m["total_decode_s"] == 4.0
+    assert m["tokens_per_s"] == pytest.approx(60 / 4)
+    assert m["mean_drafted"] == pytest.approx(56 / 13) and m["mean_accepted"] == pytest.approx(33 / 13)
+    assert m["acceptance_rate"] == pytest.approx(33 / 56) == pytest.approx(m["mean_accepted"] / m["mean_drafted"])
+    assert m["block_efficiency"] == pytest.approx(60 / 15)
+    assert m["mean_t_v"] == pytest.approx((0.3 * 12 + 0.7 * 4) / 16) and m["mean_t_g"] is None
+    assert m["score"] == pytest.approx(0.5) and m["engine_overhead"] == pytest.approx(1 - 2.0 / 4.0)
+    s = summarize(hand_rows())
+    assert {k: s[k] for k in m} == m and s["n_examples"] == 2
+    assert s["example_means"]["mean_drafted"] == pytest.approx(3.5)  # the plain mean over examples stays there
+
+
+def test_rows_without_the_drafting_iteration_count_leave_the_means_empty(caplog):
+    old = [{k: v for k, v in r.items() if k != "draft_iterations"} for r in hand_rows()]
+    m = run_metrics(old, "old/rows.jsonl")
+    assert m["mean_drafted"] is None and m["mean_accepted"] is None and m["acceptance_rate"] == pytest.approx(33 / 56)
+    assert "old/rows.jsonl: 2 of 2 rows that drafted have no 'draft_iterations'" in caplog.text
+    assert run_metrics([{"new_tokens": 5, "decode_s": 1.0, "drafted": 0}])["mean_drafted"] is None  # ar: no drafts
+
+
+def test_example_metrics_count_the_drafting_iterations():
+    recs = [IterationRecord(3, 2, "policy", 0.0, 0.0), IterationRecord(0, 0, "none", 0.0, 0.0),
+            IterationRecord(4, 4, "window", 0.0, 0.0)]
+    gen = Generation([1] * 9, "length", recs, 1.0, 0.1, 0.5, 0.2, 3, 7)
+    row = example_metrics(gen)
+    assert row["draft_iterations"] == 2 and row["iterations"] == 3
+    assert row["mean_drafted"] == pytest.approx(7 / 2) and row["mean_accepted"] == pytest.approx(6 / 2)
+
+
+def report_summary_bench(run_dir: Path, runs: pd.DataFrame) -> tuple[dict, dict, dict]:
+    """One run's TABLE numbers as the report loads them (NaN -> None), as summary.json holds them, and as
+    `bench methods` puts them in its table."""
+    summary = {"lossless": True, **json.loads((run_dir / "summary.json").read_text())}
+    run = runs.set_index("run_dir").loc[str(run_dir)]
+    shown = {k: None if pd.isna(run[k]) else run[k] for k in bench.TABLE}
+    return shown, {k: summary[k] for k in bench.TABLE}, {k: bench.table_row("m", summary)[k] for k in bench.TABLE}
+
+
+def test_report_summary_and_bench_print_the_same_numbers(tmp_path):
+    write_run(tmp_path, "r", "vanilla", [{"new": 40, "s": 1.0, "calls": 10, "drafted": 50, "accepted": 30, "k": 10,
+                                          "t_v": 0.3, "iterations": 12, "score": 1.0},
+                                         {"new": 20, "s": 3.0, "calls": 5, "drafted": 6, "accepted": 3, "k": 3,
+                                          "t_v": 0.7, "iterations": 4, "score": 0.0}])
+    write_run(tmp_path, "ar", "ar", [{"new": 40, "s": 4.0}])
+    runs = load.load_runs(tmp_path)
+    for folder in ("r", "ar"):
+        shown, saved, table = report_summary_bench(tmp_path / folder, runs)
+        assert shown == saved == table
+    shown, _, _ = report_summary_bench(tmp_path / "r", runs)
+    assert shown == {k: run_metrics(hand_rows())[k] for k in bench.TABLE}
+    assert shown["mean_drafted"] == pytest.approx(56 / 13)
 
 
 def test_adasd_tables_by_hand(adasd_runs):
@@ -197,6 +267,11 @@ def test_cli_on_real_runs(tmp_path):
         rows = [json.loads(line) for line in open(Path(r["run_dir"]) / "rows.jsonl")]
         assert r["tokens_per_s"] == pytest.approx(sum(x["new_tokens"] for x in rows) / sum(x["decode_s"] for x in rows))
         assert r["block_efficiency"] == pytest.approx(sum(x["new_tokens"] for x in rows) / sum(x["target_calls"] for x in rows))
+        shown, saved, table = report_summary_bench(Path(r["run_dir"]), runs)
+        assert shown == saved == table  # the report, summary.json and `bench methods` agree
+        drafting = sum(x["draft_iterations"] for x in rows)
+        if drafting:
+            assert r["mean_drafted"] == pytest.approx(sum(x["drafted"] for x in rows) / drafting)
     out = tmp_path / "report"
     assert report.main([str(tmp_path / "res"), "--out", str(out), "--format", "all", "--no-figures"]) == 0
     names = sorted(p.name for p in out.iterdir())

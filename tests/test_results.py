@@ -67,7 +67,7 @@ def test_extending_the_limit_appends_only_new_examples(tmp_path):
 
 def test_a_different_config_is_not_mixed_into_a_folder(tmp_path):
     runner.run(small("method=vanilla", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
-    with pytest.raises(ValueError, match="different configuration"):
+    with pytest.raises(ValueError, match=r"different configuration \(saved vs now: method\.gamma \(5 vs 3\)\)"):
         runner.run(small("method=vanilla", "method.gamma=3", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
     assert len(read_rows(tmp_path / ROWS)) == 2
 

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from specbench.analysis import load
 from specbench.analysis import tables
 from specbench.analysis.load import ReportError
+from specbench.common.files import atomic_path
 
 MAX_LINES = 10  # examples drawn in per-example line plots
 
@@ -42,9 +43,8 @@ def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png")
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 

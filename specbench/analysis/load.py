@@ -3,7 +3,8 @@
 `load_runs` reads every run folder (config.json + rows.jsonl) under the given paths into a DataFrame
 with one row per run; `load_examples` and `load_traces` give one row per example / per iteration.
 Run numbers are recomputed from rows.jsonl (the rows are the record; summary.json only says that the
-run finished), pooled over tokens and iterations (see `run_metrics`).
+run finished) by `specbench.common.aggregate.run_metrics`, pooled over tokens and iterations, the
+function that also writes summary.json's numbers and `bench methods`' table.
 
 A speedup divides a run's tokens_per_s by that of one baseline run (`MethodSpec`, e.g. `vanilla` or
 `vanilla:gamma=8`) with the same *setting*: the resolved config without the method node and the keys a
@@ -27,6 +28,8 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
+from specbench.common.aggregate import run_metrics
+from specbench.common.configs import differences, flatten
 from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_rows, without_keys
 from specbench.runs.traces import read_traces
 
@@ -79,24 +82,6 @@ def select(runs: pd.DataFrame, keep: Iterable[bool]) -> pd.DataFrame:
     return runs[pd.Series(list(keep), index=runs.index, dtype=bool)]
 
 
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def differences(a: dict, b: dict) -> list[str]:
-    """'key (a-value vs b-value)' for every flattened key where two settings differ."""
-    fa, fb = flatten(a), flatten(b)
-    return [f"{k} ({fa.get(k, '<missing>')!r} vs {fb.get(k, '<missing>')!r})"
-            for k in sorted(set(fa) | set(fb)) if fa.get(k, "<missing>") != fb.get(k, "<missing>")]
-
-
 def setting_of(record: dict) -> dict:
     """What two runs must share to be compared: config minus method and resumable keys, plus the device.
 
@@ -119,32 +104,11 @@ def _num(x: Any) -> float:
     return float("nan") if x is None else float(x)
 
 
-def _ratio(a: float, b: float) -> float:
-    return a / b if b else float("nan")
-
-
-def run_metrics(rows: list[dict]) -> dict[str, float]:
-    """Run numbers pooled over the run's tokens and iterations, so that #match / #cand = AccRate:
-
-    tokens_per_s = Σ new_tokens / Σ decode_s;  acceptance_rate = Σ accepted / Σ drafted;
-    mean_drafted (#cand) = Σ drafted / Σ k, mean_accepted (#match) = Σ accepted / Σ k, where a row's k
-      (iterations that drafted anything) = drafted / mean_drafted, the divisor of metrics.example_metrics;
-    block_efficiency τ = Σ new_tokens / Σ target_calls;
-    mean_t_v, mean_t_g = Σ mean·iterations / Σ iterations over rows reporting them (per-iteration means);
-    score = mean over scored rows.
-    """
-    s = {k: sum(r.get(k) or 0 for r in rows) for k in ("new_tokens", "decode_s", "drafted", "accepted", "target_calls")}
-    k = sum(round(r["drafted"] / r["mean_drafted"]) for r in rows if r.get("drafted") and r.get("mean_drafted"))
-    out = {"tokens_per_s": _ratio(s["new_tokens"], s["decode_s"]), "mean_drafted": _ratio(s["drafted"], k),
-           "mean_accepted": _ratio(s["accepted"], k), "acceptance_rate": _ratio(s["accepted"], s["drafted"]),
-           "block_efficiency": _ratio(s["new_tokens"], s["target_calls"]),
-           "new_tokens": float(s["new_tokens"]), "decode_s": float(s["decode_s"])}
-    for key in ("mean_t_v", "mean_t_g"):
-        have = [r for r in rows if r.get(key) is not None]
-        out[key] = _ratio(sum(r[key] * r["iterations"] for r in have), sum(r["iterations"] for r in have))
-    scored = [r["score"] for r in rows if r.get("score") is not None]
-    out["score"] = sum(scored) / len(scored) if scored else float("nan")
-    return out
+def numbers(rows: list[dict], source: str) -> dict[str, float]:
+    """`run_metrics` of the rows (specbench.common.aggregate: pooled over tokens and iterations), NaN where
+    undefined, plus the totals as `new_tokens` and `decode_s`."""
+    out = {k: _num(v) for k, v in run_metrics(rows, source).items()}
+    return {**out, "new_tokens": out["total_new_tokens"], "decode_s": out["total_decode_s"]}
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
@@ -159,7 +123,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
-    """One run folder (with at least one row) as a flat record: identity, setting, provenance and `run_metrics`."""
+    """One run folder (with at least one row) as a flat record: identity, setting, provenance and `numbers`."""
     record = json.loads((run_dir / CONFIG).read_text())
     cfg, rows = record["config"], read_rows(run_dir / ROWS)
     summary = json.loads((run_dir / SUMMARY).read_text()) if (run_dir / SUMMARY).exists() else None
@@ -176,7 +140,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
         # finished: summary.json was written after the last row (a crashed or running job has none or an older one)
         "finished": summary is not None and summary.get("n_examples") == len(rows),
-        **run_metrics(rows),
+        **numbers(rows, str(run_dir / ROWS)),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
         "config": cfg, "flat": {**flatten(cfg), **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Iterable
@@ -19,17 +18,9 @@ import pandas as pd
 
 from specbench.analysis import figures, tables
 from specbench.analysis.load import SUMMARY_COLUMNS, ReportError, load_runs, where
+from specbench.common.files import write_text_atomic
 
 log = logging.getLogger(__name__)
-
-
-def write_text(path: Path, text: str) -> Path:
-    """Write text via a temporary file and os.replace (never a half-written report file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> list:
@@ -45,7 +36,8 @@ def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
     if fmt != "all" and fmt not in FORMATS:
         raise ReportError(f"format {fmt!r}: valid formats are {', '.join(FORMATS)}, all")
     exts = list(FORMATS) if fmt == "all" else [fmt]
-    return [write_text(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])()) for t in tables for ext in exts]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return [write_text_atomic(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])()) for t in tables for ext in exts]
 
 
 def main(argv: list[str] | None = None) -> int:

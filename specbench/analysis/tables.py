@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specbench.analysis.load import MethodSpec, ReportError, differences, find_baseline, select, speedup
+from specbench.analysis.load import MethodSpec, ReportError, find_baseline, select, speedup
+from specbench.common.configs import differences
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,13 @@
-"""The `progress` config key (auto | true | false) as tqdm's `disable`, in one place for every bar.
+"""The `progress` config key (auto | true | false): every progress bar, and the switch for transformers' own.
 
-Kept free of torch and transformers imports so that the sweep callback (specbench.runs.slurm) can use it
-in Hydra's launching process cheaply.
+Kept free of torch and transformers imports at import time so that the sweep callback
+(specbench.runs.slurm) can use it in Hydra's launching process cheaply.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -15,9 +16,16 @@ def bar_disabled(progress: Any) -> bool | None:
     return None if progress in (None, "auto") else not bool(progress)
 
 
-def progress_bars(progress: Any) -> bool | None:
-    """bar_disabled(progress), and transformers' own bars (loading and saving weights) and the toy pair's
-    training bar switched to follow it."""
+def progress_bar(iterable: Iterable | None = None, progress: Any = "auto", **kwargs: Any) -> Any:
+    """A tqdm bar over `iterable` (or of kwargs' `total`) shown as `progress` says (bar_disabled)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, disable=bar_disabled(progress), **kwargs)
+
+
+def switch_progress(progress: Any) -> None:
+    """Make transformers' own bars (loading and saving weights) follow `progress`; code that gets no
+    config (the toy pair's training) follows them through library_progress."""
     from transformers.utils import logging as hf_logging
 
     disable = bar_disabled(progress)
@@ -25,4 +33,11 @@ def progress_bars(progress: Any) -> bool | None:
         hf_logging.disable_progress_bar()
     else:
         hf_logging.enable_progress_bar()
-    return disable
+
+
+def library_progress() -> str | bool:
+    """The `progress` value last set by switch_progress, read back from transformers: auto while its
+    bars are on (a bar on a terminal only), else False."""
+    from transformers.utils import logging as hf_logging
+
+    return "auto" if hf_logging.is_progress_bar_enabled() else False

@@ -1,15 +1,16 @@
-"""The metric vocabulary of design.md section 5: per-example fields and per-run aggregates."""
+"""The metric vocabulary of design.md section 5: per-example fields and per-run aggregates.
+
+A run's numbers are `specbench.common.aggregate.run_metrics` (pooled over tokens and iterations), the
+same function the report and `bench methods` use.
+"""
 
 from __future__ import annotations
 
 from statistics import fmean
 from typing import Any
 
+from specbench.common.aggregate import ratio as _ratio, run_metrics
 from specbench.decoding.engine import Generation
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
 
 
 def _mean_state(gen: Generation, key: str) -> float | None:
@@ -34,6 +35,7 @@ def example_metrics(gen: Generation) -> dict[str, Any]:
         "iterations": len(gen.records),
         "drafted": drafted,
         "accepted": accepted,
+        "draft_iterations": len(drafting),  # k: the divisor of mean_drafted / mean_accepted
         "mean_drafted": _ratio(drafted, len(drafting)),  # #cand: over iterations that drafted
         "mean_accepted": _ratio(accepted, len(drafting)),  # #match
         "acceptance_rate": _ratio(accepted, drafted),
@@ -51,19 +53,10 @@ MEAN_FIELDS = ["new_tokens", "decode_s", "prefill_s", "tokens_per_s", "target_ca
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-run aggregates: `example_means` (plain means over examples) and token-weighted totals."""
+    """summary.json's numbers: n_examples, `example_means` (plain means over examples of MEAN_FIELDS) and
+    the run's pooled numbers `run_metrics` (tokens_per_s, mean_drafted, ..., engine_overhead) at the top."""
     means = {}
     for f in MEAN_FIELDS:
         vals = [r[f] for r in rows if r.get(f) is not None]
         means[f] = fmean(vals) if vals else None
-    out: dict[str, Any] = {"n_examples": len(rows), "example_means": means}
-    tot = {k: sum(r.get(k) or 0 for r in rows) for k in ("new_tokens", "decode_s", "target_calls", "drafted", "accepted", "model_s")}
-    out.update({
-        "total_new_tokens": tot["new_tokens"],
-        "total_decode_s": tot["decode_s"],
-        "tokens_per_s": _ratio(tot["new_tokens"], tot["decode_s"]),  # token-weighted throughput
-        "acceptance_rate": _ratio(tot["accepted"], tot["drafted"]),
-        "block_efficiency": _ratio(tot["new_tokens"], tot["target_calls"]),
-        "engine_overhead": 1 - tot["model_s"] / tot["decode_s"] if tot["decode_s"] else None,
-    })
-    return out
+    return {"n_examples": len(rows), "example_means": means, **run_metrics(rows)}

@@ -55,6 +55,15 @@ class Pair:
             ids |= set(e if isinstance(e, list) else [e])
         return ids - {None}
 
+    def pad_id(self, models: list[PreTrainedModel]) -> int:
+        """The id to pad batches with: the tokenizer's pad id, else the smallest of eos_ids(models)."""
+        if self.tokenizer.pad_token_id is not None:
+            return self.tokenizer.pad_token_id
+        eos = self.eos_ids(models)
+        if not eos:
+            raise ValueError(f"pair {self.name!r}: its tokenizer has neither a pad token nor an EOS id to pad with")
+        return min(eos)
+
     def context_length(self, models: list[PreTrainedModel]) -> int | None:
         """The smallest max_position_embeddings among `models` (None if none declares one)."""
         lens = [getattr(m.config.get_text_config(), "max_position_embeddings", None) for m in models]

@@ -26,19 +26,17 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-from transformers.utils import logging as hf_logging
 
+from specbench.common.files import atomic_folder
+from specbench.common.progress import library_progress, progress_bar
 from specbench.models.pairs import BUILDERS, Pair, build_hub
 from specbench.data.toy_task import Problem, answer_text, problems
 
@@ -130,9 +128,7 @@ def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict
     opt = torch.optim.AdamW(model.parameters(), lr=float(train["lr"]), betas=(0.9, 0.98),
                             weight_decay=float(train["weight_decay"]))
     stream, losses = problems(seed, "train"), []
-    # a bar on a terminal only, and none when the run turned progress bars off (specbench.common.progress.progress_bars)
-    bar = tqdm(range(steps), desc=f"training toy {role}", unit="step",
-               disable=None if hf_logging.is_progress_bar_enabled() else True)
+    bar = progress_bar(range(steps), library_progress(), desc=f"training toy {role}", unit="step")
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, float(train["lr"]), int(train["warmup_steps"]))
@@ -175,19 +171,11 @@ def ensure_trained(cfg: dict) -> Path:
     final = root / config_hash(cfg)
     if (final / "toy.json").exists():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     log.info("training the toy pair into %s (first use; later runs load it)", final)
-    try:
+    with atomic_folder(final) as tmp:  # another process's finished copy, if first, is kept
         train_pair(cfg, tmp)
-        try:
-            os.rename(tmp, final)  # atomic: readers see a complete folder or none
-        except OSError:
-            if not (final / "toy.json").exists():
-                raise
-            log.info("another process finished %s first; using its copy", final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not (final / "toy.json").exists():
+        raise RuntimeError(f"{final} holds no toy.json (an incomplete toy pair folder); delete it to train again")
     return final
 
 

@@ -30,23 +30,20 @@ import argparse
 import copy
 import json
 import logging
-import os
 import re
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from tqdm.auto import tqdm
 
 from specbench.data.dataset import parse_shard
 from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
-from specbench.common.files import atomic_path
+from specbench.common.configs import differing
 from specbench.runs.results import RESUMABLE_KEYS, without_keys
-from specbench.common.files import write_json_atomic
+from specbench.common.files import write_json_atomic, write_text_atomic
+from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +90,9 @@ def identity(config: dict) -> dict:
     return without_keys(config, IGNORED)
 
 
-def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts -> {"a.b": value}."""
-    if not isinstance(d, dict):
-        return {prefix[:-1]: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(flat(v, f"{prefix}{k}."))
-    return out
-
-
 def config_diff(a: dict, b: dict) -> list[str]:
-    """'key: a vs b' for every key where two configs differ."""
-    fa, fb = flat(a), flat(b)
-    return [f"{k}: {fa.get(k, '<absent>')!r} vs {fb.get(k, '<absent>')!r}"
-            for k in sorted(set(fa) | set(fb)) if fa.get(k, "<absent>") != fb.get(k, "<absent>")]
+    """'key: a vs b' for every flattened key where two configs differ (specbench.common.configs.differing)."""
+    return [f"{k}: {x!r} vs {y!r}" for k, (x, y) in differing(a, b).items()]
 
 
 def group_shards(shards: list[Shard]) -> list[list[Shard]]:
@@ -212,10 +197,7 @@ def _write_merged(group: list[Shard], out: Path) -> dict:
         if old_ids != [r["id"] for r in rows] or read_rows(out / ROWS) != rows:
             raise MergeError(f"{out / ROWS} already holds other rows ({len(old_ids)}); refusing to replace them")
     else:
-        with atomic_path(out / ROWS) as tmp, open(tmp, "w") as f:
-            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-            f.flush()
-            os.fsync(f.fileno())
+        write_text_atomic(out / ROWS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     for s in group:
         for t in sorted((s.dir / "traces").glob("*.parquet")):
             (out / "traces").mkdir(exist_ok=True)
@@ -241,7 +223,7 @@ def find_shards(paths: list[Path]) -> tuple[list[Shard], bool]:
             shard = json.loads(cfg.read_text()).get("config", {}).get("dataset", {}).get("shard")
             if shard not in (None, ""):
                 dirs.append(cfg.parent)
-    return [load_shard(d) for d in tqdm(dirs, desc="reading shards", unit="run", disable=None)], explicit
+    return [load_shard(d) for d in progress_bar(dirs, desc="reading shards", unit="run")], explicit
 
 
 def main(argv: list[str] | None = None) -> int:

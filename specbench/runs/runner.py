@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from specbench.runs import provenance
 from specbench.runs import wandb_log
@@ -23,10 +22,11 @@ from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.common.options import check_options, check_run_settings, integer, real
 from specbench.models.pairs import Pair, load_pair, resolve_device
-from specbench.common.progress import progress_bars
+from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.runs.results import CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys
+from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import SamplingParams
 from specbench.runs.traces import write_trace
@@ -81,10 +81,12 @@ def check_resume(run_dir: Path, record: dict) -> dict:
     path = run_dir / CONFIG
     if path.exists():
         old = json.loads(path.read_text())
-        if _identity(old["config"]) != _identity(record["config"]):
+        saved, now = _identity(old["config"]), _identity(record["config"])
+        if saved != now:
             raise ValueError(
-                f"{run_dir} holds results of a different configuration; refusing to mix them. "
-                f"Use another output folder (hydra.run.dir=...) or delete it. Saved: {path}"
+                f"{run_dir} holds results of a different configuration (saved vs now: "
+                f"{'; '.join(differences(saved, now))}); refusing to mix them. Use another output folder "
+                f"(hydra.run.dir=...) or delete it. Saved: {path}"
             )
         return old
     write_json_atomic(path, record)
@@ -255,7 +257,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
 def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """The benchmark run of one config into run_dir (whose lock the caller holds); returns the summary
     (also written to run_dir/summary.json)."""
-    no_bar = progress_bars(cfg.get("progress", "auto"))
+    switch_progress(cfg.get("progress", "auto"))
     choices = _choices(cfg)
     c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
          for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
@@ -288,7 +290,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         saved = check_version(run_dir, saved, record, any_version)
         restore_carried(method, writer.rows, run_dir)
     warm_up(job, todo[: int(c.get("warmup", 0))])
-    for ex in tqdm(todo, desc=method.name, unit="ex", disable=no_bar):
+    for ex in progress_bar(todo, cfg.get("progress", "auto"), desc=method.name, unit="ex"):
         g, info = decode_example(job, ex, job.trace)
         if job.trace:
             write_trace(run_dir, ex.id, g.records)

@@ -33,7 +33,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.common.progress import bar_disabled
+from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +92,11 @@ class SweepProgress(Callback):
             self._bar = None
 
     def _start(self, config: DictConfig) -> None:
-        from tqdm.auto import tqdm
-
         if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER or config.hydra.sweeper.get("max_batch_size"):
             return
         total = len(sweep_jobs(config))
-        self._bar = tqdm(total=total, desc="sweep", unit="job", disable=bar_disabled(config.get("progress", "auto")),
-                         dynamic_ncols=True)
+        self._bar = progress_bar(total=total, progress=config.get("progress", "auto"), desc="sweep", unit="job",
+                                 dynamic_ncols=True)
         if self._bar.disable:
             self._bar = None
             return

@@ -15,6 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from specbench.common import configs
+
 log = logging.getLogger(__name__)
 
 LOGGERS = ("none", "wandb")
@@ -22,16 +24,9 @@ ROW_SKIP = ("token_ids", "turn_outputs")  # long lists: they stay in rows.jsonl
 PROVENANCE = ("config", "choices", "seed", "git_hash", "git_dirty", "versions", "device_info")
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict[str, Any]) -> dict[str, Any]:
     """Nested dict -> {"a/b": scalar}; lists and other non-scalars are left out."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "/"))
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            out[key] = v
-    return out
+    return {k: v for k, v in configs.flatten(d, sep="/").items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
 def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:

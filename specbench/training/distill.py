@@ -45,8 +45,6 @@ import copy
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -56,13 +54,12 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from specbench.runs import provenance
 from specbench.models.pairs import Pair, load_pair, resolve_device
-from specbench.common.files import write_json_atomic
-from specbench.common.progress import progress_bars
+from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
+from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir
 from specbench.models.drafters import INFO, KINDS
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
@@ -197,28 +194,22 @@ def validation_kl(d: Distiller, val: list[tuple[list[int], int]], bs: int, pad: 
 
 
 def save_atomic(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file, then rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save via atomic_path (a crash mid-save leaves the previous checkpoint)."""
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def save_final(d: Distiller, pair: Pair, run_dir: Path, history: list[dict]) -> None:
     """drafter/ (save_pretrained + tokenizer), for sd2 steering.safetensors + steering.json, train_log.jsonl."""
-    tmp = run_dir / ".drafter.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    d.student.save_pretrained(tmp)
-    pair.tokenizer.save_pretrained(tmp)
-    shutil.rmtree(run_dir / "drafter", ignore_errors=True)
-    os.rename(tmp, run_dir / "drafter")
+    with atomic_folder(run_dir / "drafter", replace=True) as tmp:
+        d.student.save_pretrained(tmp)
+        pair.tokenizer.save_pretrained(tmp)
     if d.steered:
         s = d.steered.steering
-        save_file({k: v.contiguous() for k, v in s.state_dict().items()}, run_dir / "steering.safetensors.tmp")
-        os.replace(run_dir / "steering.safetensors.tmp", run_dir / "steering.safetensors")
+        with atomic_path(run_dir / "steering.safetensors") as tmp:
+            save_file({k: v.contiguous() for k, v in s.state_dict().items()}, tmp)
         write_json_atomic(run_dir / "steering.json", s.config())
-    with open(run_dir / (LOG + ".tmp"), "w") as f:
-        f.writelines(json.dumps(h) + "\n" for h in history)
-    os.replace(run_dir / (LOG + ".tmp"), run_dir / LOG)
+    write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
 
 
 def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
@@ -271,15 +262,15 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     d = Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))
-    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else pair.tokenizer.eos_token_id
+    pad = pair.pad_id([pair.target])
     if (run_dir / CHECKPOINT).exists():
         step, history, seconds = restore(run_dir / CHECKPOINT, d, opt, sched, len(train))
         log.info("%s: resuming at step %d of %d", run_dir, step, steps)
     else:
         step, history, seconds = 0, [{"step": 0, "val_kl": validation_kl(d, val, bs, pad, seed)}], 0.0
     every, save_every = int(task["eval_every"]), int(task["save_every"])
-    bar = tqdm(range(step, steps), desc=f"distill {kind}", unit="step",
-               disable=progress_bars(cfg.get("progress", "auto")))
+    switch_progress(cfg.get("progress", "auto"))
+    bar = progress_bar(range(step, steps), cfg.get("progress", "auto"), desc=f"distill {kind}", unit="step")
     t0 = time.perf_counter()
     for step in bar:
         ids, mask, where, P = make_batch([train[i] for i in batch_indices(len(train), bs, step, seed)], pad)

@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 from transformers import GenerationConfig, PreTrainedModel
 
 from specbench.runs import provenance
@@ -47,8 +46,9 @@ from specbench.models.pairs import load_pair, resolve_device
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
+from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
-from specbench.common.progress import progress_bars
+from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,11 @@ def check_task_resume(run_dir: Path, record: dict, resumable: tuple[str, ...]) -
     path = run_dir / CONFIG
     if path.exists():
         old = json.loads(path.read_text())["config"]
-        if identity(old) != identity(record["config"]):
-            raise ValueError(f"{run_dir} holds a {old['task']['name']} run of a different configuration; refusing "
-                             f"to mix them. Use another folder (hydra.run.dir=...) or delete it. Saved: {path}")
+        saved, now = identity(old), identity(record["config"])
+        if saved != now:
+            raise ValueError(f"{run_dir} holds a {old['task']['name']} run of a different configuration (saved vs "
+                             f"now: {'; '.join(differences(saved, now))}); refusing to mix them. Use another folder "
+                             f"(hydra.run.dir=...) or delete it. Saved: {path}")
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, record)
@@ -168,13 +170,13 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     record = task_record(cfg, device)
     check_task_resume(run_dir, record, resumable=("n",))
     writer = RowWriter(run_dir)
-    eos = sorted(pair.eos_ids([model]))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    eos, pad = sorted(pair.eos_ids([model])), pair.pad_id([model])
     batches = [range(b, min(b + bs, len(examples))) for b in range(0, len(examples), bs)]
     todo = [r for r in batches if any(examples[i].id not in writer.done for i in r)]
     log.info("synth %s: %d prompts from %s, %d batches to sample", run_dir, len(examples), task["prompts"], len(todo))
     t0 = time.perf_counter()
-    for r in tqdm(todo, desc="synth", unit="batch", disable=progress_bars(cfg.get("progress", "auto"))):
+    switch_progress(cfg.get("progress", "auto"))
+    for r in progress_bar(todo, cfg.get("progress", "auto"), desc="synth", unit="batch"):
         longest = max(len(prompts[i]) for i in r)
         new = max_new if ctx is None else min(max_new, ctx - longest)
         if new < 1:

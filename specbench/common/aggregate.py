@@ -1,0 +1,71 @@
+"""A run's numbers from its rows: the one aggregation behind summary.json, `bench methods` and the report.
+
+Every number is pooled over the run's tokens and iterations (a ratio of sums over the rows), never a
+mean of per-example ratios, so that #match / #cand = AccRate holds for the run. The plain per-example
+means stay in summary.json under `example_means` (specbench.decoding.metrics.summarize).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+COUNT = "draft_iterations"  # the row field: iterations that drafted anything (the divisor of #cand, #match)
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b, or None where b is 0 (no data)."""
+    return a / b if b else None
+
+
+def total(rows: list[dict[str, Any]], key: str) -> float:
+    """Σ rows[key] (a missing or null value counts 0)."""
+    return sum(r.get(key) or 0 for r in rows)
+
+
+def draft_iterations(rows: list[dict[str, Any]], source: str = "rows") -> int | None:
+    """Σ draft_iterations; None (with a warning) if a row that drafted lacks it (rows of an older version)."""
+    lacking = [r for r in rows if r.get("drafted") and r.get(COUNT) is None]
+    if lacking:
+        log.warning("%s: %d of %d rows that drafted have no %r (written by an older version); mean_drafted and "
+                    "mean_accepted are left empty: rerun into a new folder to fill them", source, len(lacking),
+                    sum(bool(r.get("drafted")) for r in rows), COUNT)
+        return None
+    return int(total(rows, COUNT))
+
+
+def iteration_mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Σ row mean · iterations / Σ iterations over the rows that report `key` (a per-iteration mean)."""
+    have = [r for r in rows if r.get(key) is not None]
+    return ratio(sum(r[key] * r["iterations"] for r in have), sum(r["iterations"] for r in have))
+
+
+def run_metrics(rows: list[dict[str, Any]], source: str = "rows") -> dict[str, Any]:
+    """A run's numbers from its rows (None where undefined), with k = Σ draft_iterations:
+
+    total_new_tokens = Σ new_tokens;  total_decode_s = Σ decode_s;
+    tokens_per_s = Σ new_tokens / Σ decode_s (token-weighted throughput);
+    mean_drafted (#cand) = Σ drafted / k;  mean_accepted (#match) = Σ accepted / k;
+    acceptance_rate = Σ accepted / Σ drafted;  block_efficiency τ = Σ new_tokens / Σ target_calls;
+    mean_t_v, mean_t_g = Σ mean·iterations / Σ iterations over the rows reporting them;
+    score = mean over the scored rows;  engine_overhead = 1 - Σ model_s / Σ decode_s.
+    `source` names the rows in warnings (e.g. a rows.jsonl path).
+    """
+    new, seconds, drafted, accepted = (total(rows, k) for k in ("new_tokens", "decode_s", "drafted", "accepted"))
+    k = draft_iterations(rows, source)
+    scored = [r["score"] for r in rows if r.get("score") is not None]
+    return {
+        "total_new_tokens": new,
+        "total_decode_s": seconds,
+        "tokens_per_s": ratio(new, seconds),
+        "mean_drafted": None if k is None else ratio(drafted, k),
+        "mean_accepted": None if k is None else ratio(accepted, k),
+        "acceptance_rate": ratio(accepted, drafted),
+        "block_efficiency": ratio(new, total(rows, "target_calls")),
+        "mean_t_v": iteration_mean(rows, "mean_t_v"),
+        "mean_t_g": iteration_mean(rows, "mean_t_g"),
+        "score": ratio(sum(scored), len(scored)),
+        "engine_overhead": 1 - total(rows, "model_s") / seconds if seconds else None,
+    }

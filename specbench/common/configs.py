@@ -1,0 +1,26 @@
+"""Nested configs as flat key -> value maps, and the keys where two configs differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+MISSING = "<missing>"  # the value shown for a key one config lacks
+
+
+def flatten(config: dict, sep: str = ".") -> dict[str, Any]:
+    """{'a': {'b': 1}, 'c': [2]} -> {'a.b': 1, 'c': [2]} (pandas.json_normalize; an empty dict adds no key)."""
+    return pd.json_normalize(config, sep=sep).to_dict(orient="records")[0] if config else {}
+
+
+def differing(a: dict, b: dict) -> dict[str, tuple[Any, Any]]:
+    """{flattened key: (a's value, b's value)} for every key where two configs differ, sorted; MISSING where absent."""
+    fa, fb = flatten(a), flatten(b)
+    pairs = {k: (fa.get(k, MISSING), fb.get(k, MISSING)) for k in sorted(set(fa) | set(fb))}
+    return {k: (x, y) for k, (x, y) in pairs.items() if x != y}
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """'key (a-value vs b-value)' for every flattened key where two configs differ."""
+    return [f"{k} ({x!r} vs {y!r})" for k, (x, y) in differing(a, b).items()]
