@@ -23,7 +23,7 @@ EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table
 ADASD_ROWS = ["draft_only", "ar", "vanilla", "hf_assisted", "adasd_gen_only", "adasd_verify_only", "adasd"]
 GAMMA_GRID = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24]  # GammaTune section 5
 GAMMATUNE_ROWS = ["vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus"]
-GAMMA_KEY = {"vanilla": "gamma", "heuristic": "gamma0", "confidence": "window", "gammatune": "gamma",
+GAMMA_KEY = {"vanilla": "gamma", "heuristic": "gamma", "confidence": "gamma", "gammatune": "gamma",
              "gammatune_plus": "gamma"}
 SD2_DATASETS = ["ultrachat", "humaneval", "xsum", "alpaca_eval", "gsm8k"]
 # The papers' settings per experiment: rows x datasets x seeds (x initial gamma), decode, new tokens.
@@ -79,7 +79,7 @@ def test_gammatune_jobs_start_every_method_at_the_initial_gamma():
 def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
     (job,) = [j for j in sweep_jobs(compose_cfg("+experiment=adasd_table1")) if {"method=adasd", "dataset=mmlu"} <= set(j)]
     c = compose_cfg(*job)
-    assert (c.method.name, c.method.window, c.method.rule) == ("adasd", 20, "sample_match")
+    assert (c.method.name, c.method.gamma, c.method.rule) == ("adasd", 20, "sample_match")
     assert (c.decode.temperature, c.decode.top_k, c.decode.top_p) == (1.0, None, None) and c.dataset.split == "validation"
     assert c.hydra.job.override_dirname == "decode.max_new_tokens=512,decode.seed=48763"
     paths = ["drafters.distilled=/d/distilled", "drafters.sd2=/d/sd2"]

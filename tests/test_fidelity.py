@@ -18,7 +18,7 @@ from specbench.decoding.sampling import Sampler, SamplingParams
 SAME_VOCAB = ("pair=tiny_random", "pair.target.vocab_size=259", "pair.draft.vocab_size=259")
 PAIR = SAME_VOCAB + ("pair.target.initializer_range=1.0",)
 MAX_NEW = 40
-HF_HEURISTIC = {"name": "hf_assisted", "num_assistant_tokens": 5, "num_assistant_tokens_schedule": "heuristic",
+HF_HEURISTIC = {"name": "hf_assisted", "gamma": 5, "num_assistant_tokens_schedule": "heuristic",
                 "assistant_confidence_threshold": 0.0}
 
 
@@ -55,7 +55,7 @@ def assert_same_run(native: list[Generation], hf: list[Generation]) -> None:
 
 
 def test_heuristic_equals_transformers_heuristic_schedule(pair, prompts):
-    native = decode(pair, {"name": "heuristic", "gamma0": 5}, prompts)
+    native = decode(pair, {"name": "heuristic", "gamma": 5}, prompts)
     hf = decode(pair, HF_HEURISTIC, prompts)
     assert_same_run(native, hf)
     for a, b in zip(native, hf):  # transformers' own final num_assistant_tokens (written back to the draft)
@@ -67,8 +67,8 @@ def test_heuristic_equals_transformers_heuristic_schedule(pair, prompts):
 
 def test_heuristic_kept_across_examples_equals_transformers(pair, prompts):
     saved = pair.draft.generation_config.to_dict()
-    native = decode(pair, {"name": "heuristic", "gamma0": 5, "persist": True}, prompts[:4])
-    hf = decode(pair, {**HF_HEURISTIC, "reset_per_example": False}, prompts[:4])
+    native = decode(pair, {"name": "heuristic", "gamma": 5, "persist": True}, prompts[:4])
+    hf = decode(pair, {**HF_HEURISTIC, "persist": True}, prompts[:4])
     assert_same_run(native, hf)
     assert hf[1].records[0].drafted != 5  # the second example started from the first one's final γ
     assert pair.draft.generation_config.to_dict() == saved  # the shared draft's config is restored

@@ -38,7 +38,7 @@ LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 # resume check, the report's run identity, specbench.runs.merge). `task` is always `bench` for a benchmark
 # run (folders written before the task group existed lack it); logger / slurm: where results are sent
 # and where jobs run; drafters, init_gamma: an experiment's values that reach the rows only through the
-# method's own option, which stays in the identity (method.drafter, and method.gamma / gamma0 / window:
+# method's own option, which stays in the identity (method.drafter, and method.gamma:
 # conf/experiment/sd2_drafter/, initial_gamma/); wait_for_lock, resume_any_version: how a run treats a
 # busy folder or rows of another code version.
 RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
