@@ -18,7 +18,7 @@ from specbench.decoding.method import METHODS, Binding, IterationRecord, Method,
 from specbench.decoding.sampling import entropy_bits
 
 BASE_RULES = ("sample_match", "rejection")
-# what persist_thresholds carries across examples: thresholds, counters and the lists as [sum, count]
+# what `persist` carries across examples: thresholds, counters and the lists as [sum, count]
 CARRIED = ("t_g", "t_v", "c_a", "c_r", "rej_entropy", "rej_js", "acc_js")
 
 
@@ -62,8 +62,8 @@ class AdaSD(Method):
     Strict inequalities as in the paper: drafting stops when T_G < H(q_i) (line 6, the token is
     kept), a mismatch is accepted when d_JS <= T_V (line 11; JSRelaxed does `js <= threshold`).
 
-    Options: `window` (W), `rule` (base rule: sample_match as in the paper, or rejection),
-    `persist_thresholds` (false: state per generation call as in Algorithm 1; true: thresholds,
+    Options: `gamma` (the window W), `rule` (base rule: sample_match as in the paper, or rejection),
+    `persist` (false: state per generation call as in Algorithm 1; true: thresholds,
     lists and counters carry across the run's examples: reset() then does nothing, each row saves
     them (carried_state) so a resumed run continues exactly, and the warm-up leaves them unchanged),
     `fixed_t_v` (a number forces T_V and disables its update, for tests and ablations; the lists are
@@ -75,13 +75,13 @@ class AdaSD(Method):
     entropy_stop = True  # draft policy: stop once H(q_i) > T_G
     relaxed = True  # rule: js_relaxed(base) with threshold T_V
 
-    def __init__(self, window: int = 20, rule: str = "sample_match", persist_thresholds: bool = False,
+    def __init__(self, gamma: int = 20, rule: str = "sample_match", persist: bool = False,
                  fixed_t_v: float | None = None, **options) -> None:
         if rule not in BASE_RULES:
             raise ValueError(f"method {self.name!r}: rule must be one of {', '.join(BASE_RULES)}, got {rule!r}")
         super().__init__(rule=f"js_relaxed({rule})" if self.relaxed else rule, **options)
-        self.max_window = check_gamma(self.name, window, "window")
-        self.persist = bool(persist_thresholds)
+        self.max_window = check_gamma(self.name, gamma)
+        self.persist = bool(persist)
         if fixed_t_v is not None and not self.relaxed:
             raise ValueError(f"method {self.name!r} has no verification threshold; fixed_t_v must be null")
         if fixed_t_v is not None and not 0.0 <= float(fixed_t_v) <= 1.0:
@@ -111,7 +111,7 @@ class AdaSD(Method):
         self.set_t_v(self.t_v)
 
     def reset(self) -> None:
-        """New generation call: fresh state unless persist_thresholds."""
+        """New generation call: fresh state unless `persist`."""
         if not self.persist:
             self.clear()
 
@@ -180,11 +180,9 @@ class AdaSDVerifyOnly(AdaSD):
     name = "adasd_verify_only"
     entropy_stop = False
 
-    def __init__(self, gamma: int = 5, rule: str = "sample_match", persist_thresholds: bool = False,
+    def __init__(self, gamma: int = 5, rule: str = "sample_match", persist: bool = False,
                  fixed_t_v: float | None = None, **options) -> None:
-        if "window" in options:  # the window is gamma here
-            raise ValueError(f"method {self.name!r} got unknown options ['window']; its window is gamma")
-        super().__init__(check_gamma(self.name, gamma), rule, persist_thresholds, fixed_t_v, **options)
+        super().__init__(gamma, rule, persist, fixed_t_v, **options)
 
 
 @METHODS.register("adasd_variant_a")

@@ -43,10 +43,10 @@ def roc_threshold(probs: list[float], labels: list[int]) -> float | None:
 
 @METHODS.register("confidence")
 class Confidence(Method):
-    """Draft up to `window` tokens; stop after a token whose draft probability q_i(x_i) < threshold.
+    """Draft up to `gamma` tokens; stop after a token whose draft probability q_i(x_i) < threshold.
 
     Matches transformers 5.23 (generation/candidate_generator.py, AssistedCandidateGenerator, and
-    stopping_criteria.py, ConfidenceCriteria) with num_assistant_tokens=window, schedule "constant":
+    stopping_criteria.py, ConfidenceCriteria) with num_assistant_tokens=gamma, schedule "constant":
       - the probability compared is q_i(x_i), the softmax of the draft's processed scores at the
         drafted token (temperature/top-k/top-p applied; softmax at T=1 when greedy): our engine's q_i;
       - the stop test is strict (p < threshold); the token just drafted is kept and verified;
@@ -71,10 +71,10 @@ class Confidence(Method):
 
     name = "confidence"
 
-    def __init__(self, window: int = 20, threshold: float = 0.4, roc: bool = True, rule: str = "rejection",
+    def __init__(self, gamma: int = 20, threshold: float = 0.4, roc: bool = True, rule: str = "rejection",
                  **options) -> None:
         super().__init__(rule=rule, **options)
-        self.max_window = check_gamma(self.name, window, "window")
+        self.max_window = check_gamma(self.name, gamma)
         if not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"method {self.name!r}: threshold must be in [0, 1], got {threshold!r}")
         self.threshold0 = float(threshold)

@@ -34,19 +34,20 @@ class Heuristic(Method):
         cap) also counts as all accepted (γ += 2), and an accepted drafted EOS does not (see
         `transformers_matches`); both only matter when γ is kept across examples;
       - γ has no upper bound (the engine caps each draft at max_new_tokens and the context).
-    γ0 defaults to 5: transformers' num_assistant_tokens default while "heuristic" was its default
-    schedule (up to 4.4x); since then the default is 20 with a constant schedule (set gamma0=20 to match).
-    `persist=false` (default) restarts from γ0 at every example, like transformers' "heuristic_transient";
-    `persist=true` keeps γ across the run's examples, like "heuristic" on one assistant model, where
-    transformers writes num_assistant_tokens back to the assistant's generation_config after each call.
+    The initial γ0 (option `gamma`) defaults to 5: transformers' num_assistant_tokens default while
+    "heuristic" was its default schedule (up to 4.4x); since then the default is 20 with a constant schedule
+    (set gamma=20 to match). `persist=false` (default) restarts from γ0 at every example, like
+    transformers' "heuristic_transient"; `persist=true` keeps γ across the run's examples, like
+    "heuristic" on one assistant model, where transformers writes num_assistant_tokens back to the
+    assistant's generation_config after each call.
     Rule `rejection` (built as `greedy` at temperature 0).
     """
 
     name = "heuristic"
 
-    def __init__(self, gamma0: int = 5, persist: bool = False, rule: str = "rejection", **options) -> None:
+    def __init__(self, gamma: int = 5, persist: bool = False, rule: str = "rejection", **options) -> None:
         super().__init__(rule=rule, **options)
-        self.gamma0 = check_gamma(self.name, gamma0, "gamma0")
+        self.gamma0 = check_gamma(self.name, gamma)  # γ0; self.gamma is the current γ
         self.persist = bool(persist)
         self.gamma = self.gamma0
 

@@ -117,14 +117,14 @@ class HFAssisted(Method):
     """transformers' assisted generation run as is, observed through hooks (AdaSD's "AssistedGen").
 
     Settings: the three assistant keys of the draft's generation_config, with transformers' defaults
-    num_assistant_tokens=20, num_assistant_tokens_schedule="constant" ("heuristic",
+    num_assistant_tokens=20 (option `gamma`), num_assistant_tokens_schedule="constant" ("heuristic",
     "heuristic_transient"), assistant_confidence_threshold=0.4 (0 disables the confidence stop and its
     ROC update; the update runs only when scikit-learn is installed, a dependency here).
     Persistence: transformers reads these from `draft.generation_config` at every call and, with the
     "heuristic" schedule, writes the final num_assistant_tokens back to it (5.23 fits the confidence
     threshold on a per-call copy, so the threshold itself does not carry over despite its docs).
-    `reset_per_example: true` (default) starts every example from the configured values;
-    `false` carries whatever transformers left in the config into the next example, as one long-lived
+    `persist: false` (default) starts every example from the configured values;
+    `true` carries whatever transformers left in the config into the next example, as one long-lived
     assistant model would (each row saves it, carried_state, so a resumed run continues from it). Either
     way the shared draft's config is restored after each call.
     Everything about the pair comes from the binding (Method.bind): the two models, the decode settings,
@@ -155,8 +155,8 @@ class HFAssisted(Method):
     name = "hf_assisted"
     external = True
 
-    def __init__(self, num_assistant_tokens: int = 20, num_assistant_tokens_schedule: str = "constant",
-                 assistant_confidence_threshold: float = 0.4, reset_per_example: bool = True,
+    def __init__(self, gamma: int = 20, num_assistant_tokens_schedule: str = "constant",
+                 assistant_confidence_threshold: float = 0.4, persist: bool = False,
                  suppress_padding: bool = True, **options) -> None:
         super().__init__(rule="rejection", **options)
         if num_assistant_tokens_schedule not in SCHEDULES:
@@ -165,10 +165,10 @@ class HFAssisted(Method):
         if not 0.0 <= float(assistant_confidence_threshold) <= 1.0:
             raise ValueError(f"method {self.name!r}: assistant_confidence_threshold must be in [0, 1], "
                              f"got {assistant_confidence_threshold!r}")
-        self.settings = {"num_assistant_tokens": check_gamma(self.name, num_assistant_tokens, "num_assistant_tokens"),
+        self.settings = {"num_assistant_tokens": check_gamma(self.name, gamma),
                          "num_assistant_tokens_schedule": num_assistant_tokens_schedule,
                          "assistant_confidence_threshold": float(assistant_confidence_threshold)}
-        self.reset_per_example = bool(reset_per_example)
+        self.persist = bool(persist)
         self.suppress_padding = bool(suppress_padding)
         self.carried: dict[str, Any] | None = None  # what transformers left in the draft's config
         if assistant_confidence_threshold and not is_sklearn_available():
@@ -179,7 +179,7 @@ class HFAssisted(Method):
         return True  # greedy matching at T=0, speculative sampling at T>0
 
     def carried_state(self) -> dict[str, Any] | None:
-        return None if self.reset_per_example else dict(self.carried or self.settings)
+        return dict(self.carried or self.settings) if self.persist else None
 
     def restore_state(self, state: dict[str, Any]) -> None:
         self.carried = dict(zip(ASSISTANT_KEYS, state_values(self.name, state, ASSISTANT_KEYS)))
@@ -194,7 +194,7 @@ class HFAssisted(Method):
         if P >= ctx:
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         max_new = min(max_new_tokens, ctx - P)  # the engine stops at the context too
-        settings = self.settings if self.reset_per_example or self.carried is None else self.carried
+        settings = self.carried if self.persist and self.carried is not None else self.settings
         rec = Recorder(stop, P, max_new_tokens, ctx - P, int(settings["num_assistant_tokens"]),
                        settings["num_assistant_tokens_schedule"])
         x = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)

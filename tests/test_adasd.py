@@ -145,7 +145,7 @@ def test_empty_lists_keep_thresholds_at_zero(name):
 
 def test_reset_clears_state_unless_persisted():
     for persist in (False, True):
-        m = method("adasd", persist_thresholds=persist)
+        m = method("adasd", persist=persist)
         for r in SEQ:
             m.update(r)
         m.reset()
@@ -171,7 +171,7 @@ def test_bad_options_fail():
     with pytest.raises(ValueError, match="unknown options"):
         build_method({"name": "adasd_verify_only", "window": 20})
     with pytest.raises(ValueError, match="integer >= 1"):
-        build_method({"name": "adasd", "window": 0})
+        build_method({"name": "adasd", "gamma": 0})
 
 
 # --- the draft policy --------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_entropy_stop(name):
     assert m.t_g == 2.0
     assert m.keep_drafting(3, Q_1_75, 0)
     assert not m.keep_drafting(3, Q_2_5, 0)
-    assert m.window() == 20 and method(name, window=7).window() == 7
+    assert m.window() == 20 and method(name, gamma=7).window() == 7
 
 
 def test_verify_only_drafts_gamma_tokens():
@@ -205,12 +205,12 @@ def engine(m, temperature: float = 1.0) -> Engine:
 
 
 def test_window_cap_is_20():
-    m = method("adasd", persist_thresholds=True)  # reset() keeps the T_G set here
+    m = method("adasd", persist=True)  # reset() keeps the T_G set here
     m.t_g = 100.0  # above any entropy of a vocabulary of 8 (<= 3 bits): only the window stops drafting
     gen = engine(m).generate(PROMPT, 60, generator=torch.Generator().manual_seed(0))
     assert gen.records[0].drafted == 20 and gen.records[0].stop == "window"
     assert all(r.drafted <= 20 for r in gen.records)
-    m = method("adasd", window=7, persist_thresholds=True)
+    m = method("adasd", gamma=7, persist=True)
     m.t_g = 100.0
     gen = engine(m).generate(PROMPT, 60, generator=torch.Generator().manual_seed(0))
     assert gen.records[0].drafted == 7 and all(r.drafted <= 7 for r in gen.records)
@@ -323,7 +323,7 @@ def joint_counts(cfg: dict, n: int) -> tuple[np.ndarray, list[int]]:
 def test_gen_only_sampling_follows_the_target(persist):
     """Chi-square of the joint of the first two tokens against the exact target joint.
     persist=True carries T_G across calls, so windows grow past one token."""
-    cfg = {"name": "adasd_gen_only", "rule": "sample_match", "persist_thresholds": persist}
+    cfg = {"name": "adasd_gen_only", "rule": "sample_match", "persist": persist}
     counts, windows = joint_counts(cfg, 3000)
     assert counts.sum() == 3000
     assert chi2_pvalue(counts, target_joint(TableLM(V, 11))) > 1e-3

@@ -97,23 +97,24 @@ def test_a_bad_value_names_its_key_and_what_is_valid(tmp_path, no_model, overrid
 
 
 @pytest.mark.parametrize("method,override,key", [
-    ("adasd", "method.window=0", "method.window"),  # said 'gamma'
-    ("adasd", "method.window=true", "method.window"),
+    ("adasd", "method.gamma=0", "method.gamma"),
+    ("adasd", "method.gamma=true", "method.gamma"),
     ("adasd", "method.fixed_t_v=inf", "method.fixed_t_v"),
-    ("adasd", "method.persist_thresholds=1", "method.persist_thresholds"),
+    ("adasd", "method.persist=1", "method.persist"),
     ("adasd_verify_only", "method.gamma=true", "method.gamma"),
     ("gammatune", "method.eta=nan", "method.eta"),
     ("gammatune", "method.delta=true", "method.delta"),
     ("gammatune", "method.gamma_min=0", "method.gamma_min"),  # said 'gamma'
     ("gammatune", "method.gamma_max=1.5", "method.gamma_max"),
     ("gammatune_plus", "method.tau=abc", "method.tau"),
-    ("heuristic", "method.gamma0=false", "method.gamma0"),  # said 'gamma'
+    ("heuristic", "method.gamma=false", "method.gamma"),
     ("heuristic", "method.persist=yes", "method.persist"),
-    ("confidence", "method.window=0", "method.window"),
+    ("confidence", "method.gamma=0", "method.gamma"),
     ("confidence", "method.threshold=true", "method.threshold"),
     ("confidence", "method.roc=no", "method.roc"),
-    ("hf_assisted", "method.num_assistant_tokens=true", "method.num_assistant_tokens"),
-    ("hf_assisted", "method.num_assistant_tokens=0", "method.num_assistant_tokens"),
+    ("hf_assisted", "method.gamma=true", "method.gamma"),
+    ("hf_assisted", "method.gamma=0", "method.gamma"),
+    ("hf_assisted", "method.persist=no", "method.persist"),
     ("hf_assisted", "method.assistant_confidence_threshold=nan", "method.assistant_confidence_threshold"),
     ("distilled", "method.drafter=3", "method.drafter"),
 ])

@@ -20,10 +20,10 @@ PERSISTING = {
     "heuristic": ("method=heuristic", "method.persist=true"),
     "gammatune": ("method=gammatune", "method.persist=true"),
     "gammatune_plus": ("method=gammatune_plus", "method.persist=true", "decode=t1"),
-    "adasd": ("method=adasd", "method.persist_thresholds=true"),
-    "adasd_variant_c": ("method=adasd_variant_c", "method.persist_thresholds=true", "decode=t1"),
-    "adasd_verify_only": ("method=adasd_verify_only", "method.persist_thresholds=true"),
-    "hf_assisted": ("method=hf_assisted", "method.reset_per_example=false", "method.num_assistant_tokens=3",
+    "adasd": ("method=adasd", "method.persist=true"),
+    "adasd_variant_c": ("method=adasd_variant_c", "method.persist=true", "decode=t1"),
+    "adasd_verify_only": ("method=adasd_verify_only", "method.persist=true"),
+    "hf_assisted": ("method=hf_assisted", "method.persist=true", "method.gamma=3",
                     "method.num_assistant_tokens_schedule=heuristic", *HF_SAME_VOCAB),
 }
 
@@ -103,7 +103,7 @@ def test_rows_without_the_state_are_not_resumed(tmp_path):
 @pytest.mark.parametrize("cfg,bad", [
     ({"name": "heuristic", "persist": True}, {"gama": 3}),
     ({"name": "gammatune", "persist": True}, {"gamma": 3}),
-    ({"name": "adasd", "persist_thresholds": True}, {"t_g": 1.0, "t_v": 0.1}),
+    ({"name": "adasd", "persist": True}, {"t_g": 1.0, "t_v": 0.1}),
 ])
 def test_a_malformed_state_names_the_keys(cfg, bad):
     m = build_method(cfg)

@@ -1,15 +1,23 @@
 """Every config composes, and bad input fails early with a message naming what is valid."""
 
 
+import re
+from typing import Any
+
 import pytest
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import MissingConfigException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from helpers import CONF, compose_cfg, small
+from specbench.common.configs import differences, flatten
+from specbench.common.options import OptionError
 from specbench.data.dataset import DATASETS, build_dataset, select
 from specbench.decoding.method import METHODS
 from specbench.models.pairs import check_vocab, load_model
 from specbench.common.registry import UnknownNameError
+from specbench.runs import runner
+from specbench.runs.results import RESUMABLE_KEYS, without_keys
 from specbench.runs.runner import build_method, run
 from specbench.models.tiny import byte_tokenizer
 
@@ -107,3 +115,121 @@ def test_shard_and_limit_are_deterministic():
     parts = [select(ex, 10, f"{i}/3") for i in range(3)]
     assert sorted(e.id for p in parts for e in p) == sorted(e.id for e in ex[:10])
     assert [e.id for e in parts[1]] == [ex[i].id for i in (1, 4, 7)]
+
+
+# ---- run identity: a run folder holds one configuration ------------------------------------------------
+
+IN_PATH = {"pair", "method", "dataset", "decode", "experiment"}  # named by the folder's path (experiment: its sweep values)
+EVERY_KEY = ("logger=wandb", "local=example")  # the composition that holds every logger and slurm key
+
+
+def folder(cfg: DictConfig) -> tuple[str, ...]:
+    """The run folder a composed config writes to: the group choices of its path, then its override name."""
+    choices = cfg.hydra.runtime.choices
+    return choices.pair, choices.dataset, choices.method, choices.decode, cfg.hydra.job.override_dirname
+
+
+def identity(cfg: DictConfig) -> dict:
+    """What the resume check compares: the resolved config without the resumable keys."""
+    return without_keys(runner.resolved(cfg))
+
+
+def other(value: Any) -> str:
+    """A command-line value unlike `value`."""
+    if isinstance(value, bool):
+        return str(not value).lower()
+    if isinstance(value, (int, float)):
+        return str(value + 1)
+    if isinstance(value, list):
+        return "[]" if value else "[x]"
+    if isinstance(value, dict):
+        return "null"  # an empty mapping (a struct: no new keys)
+    return "1" if value is None else "other"
+
+
+def exclude_keys(*overrides: str) -> list[str]:
+    return list(compose_cfg(*overrides).hydra.job.config.override_dirname.exclude_keys)
+
+
+def test_a_key_changes_the_run_folder_exactly_when_it_changes_the_run_identity():
+    """Every key of the composed config, overridden alone: a new folder if and only if the resume check
+    sees another configuration (a resumable key such as threads, trace or logger.project keeps the folder)."""
+    base = compose_cfg(*EVERY_KEY)
+    keys = flatten({k: v for k, v in OmegaConf.to_container(base).items() if k != "hydra"})
+    assert {"threads", "trace", "logger.project", "slurm.partition", "paths.results", "method.gamma"} <= set(keys)
+    wrong = []
+    for key, value in keys.items():
+        cfg = compose_cfg(*EVERY_KEY, f"{key}={other(value)}")
+        new_folder, new_identity = folder(cfg) != folder(base), identity(cfg) != identity(base)
+        if new_folder != new_identity:
+            wrong.append(f"{key}: new folder {new_folder}, new identity {new_identity}")
+    assert not wrong, wrong
+
+
+def test_only_resumable_keys_and_the_paths_names_stay_out_of_the_folder_name():
+    excluded = exclude_keys()
+    resumable = {".".join(p) for p in RESUMABLE_KEYS}
+    assert resumable <= set(excluded)
+    assert [k for k in excluded if k not in IN_PATH and not any(k == r or k.startswith(f"{r}.") for r in resumable)] == []
+    # one list for every task: no other config file sets its own
+    assert [p.relative_to(CONF) for p in CONF.rglob("*.yaml") if "exclude_keys:" in p.read_text()] == \
+        [CONF.relative_to(CONF) / "config.yaml"]
+    assert exclude_keys("task=synth") == exclude_keys("task=distill") == excluded
+
+
+def test_a_drafter_folder_stays_out_of_the_folder_name_and_in_the_identity():
+    """paths are resumable (a long path makes no folder name), but the folder a method loads is its
+    method.drafter: resuming with another drafter is refused, not mixed."""
+    a = compose_cfg("method=distilled")
+    b = compose_cfg("method=distilled", "paths.drafters.distilled=/elsewhere")
+    assert folder(a) == folder(b)
+    assert differences(identity(a), identity(b)) == ["method.drafter ('results/distill/toy/distilled' vs '/elsewhere')"]
+
+
+# ---- config hygiene ----------------------------------------------------------------------------------
+
+def test_experiments_are_a_config_group():
+    names = options("experiment")
+    assert names == ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5"]
+    assert compose_cfg().hydra.runtime.choices.experiment is None
+    for name in names:
+        cfg = compose_cfg(f"experiment={name}")
+        assert cfg.hydra.runtime.choices.experiment == name and "method" in cfg.hydra.sweeper.params
+    with pytest.raises(MissingConfigException) as err:
+        compose_cfg("experiment=no_such_thing")
+    assert all(n in str(err.value) for n in names)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (("method.gamma=???",), "method.gamma"),
+    (("method=distilled", "paths.drafters.distilled=???"), "paths.drafters.distilled"),  # reached through method.drafter
+    (("task=distill", "task.data=???"), "task.data"),
+])
+def test_a_mandatory_value_left_unset_fails_naming_its_key(tmp_path, monkeypatch, overrides, key):
+    def no_load(*args):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(runner, "load_pair", no_load)
+    with pytest.raises(OptionError, match=rf"mandatory config values are not set: {re.escape(key)}; .* {key}=<value>"):
+        run(small(*overrides), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_paths_name_every_results_and_drafter_folder():
+    for line in (line.split("#")[0] for p in CONF.rglob("*.yaml") if p != CONF / "paths/default.yaml"
+                 for line in p.read_text().splitlines()):
+        assert not re.search(r"(?<!paths\.)results", line), line
+    folders = {}
+    try:
+        for task in ("bench", "synth", "distill"):
+            cfg = compose_cfg(f"task={task}", "paths.results=/r")
+            HydraConfig.instance().set_config(cfg)  # resolves ${hydra:...} as Hydra does
+            folders[task] = (cfg.hydra.run.dir, cfg.hydra.sweep.dir, cfg.hydra.sweep.subdir)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert folders == {"bench": ("/r/toy/toy_arith/vanilla/greedy/", "/r", "toy/toy_arith/vanilla/greedy/"),
+                       "synth": ("/r/synth/toy/toy_train/", "/r/synth", "toy/toy_train/"),
+                       "distill": ("/r/distill/toy/distilled/", "/r/distill", "toy/distilled/")}
+    assert compose_cfg("task=distill", "paths.results=/r").task.data == "/r/synth/toy/toy_train"
+    for kind in ("distilled", "sd2"):
+        assert compose_cfg(f"method={kind}", "paths.results=/r").method.drafter == f"/r/distill/toy/{kind}"

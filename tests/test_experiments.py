@@ -21,8 +21,6 @@ EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table
 ADASD_ROWS = ["draft_only", "ar", "vanilla", "hf_assisted", "adasd_gen_only", "adasd_verify_only", "adasd"]
 GAMMA_GRID = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24]  # GammaTune section 5
 GAMMATUNE_ROWS = ["vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus"]
-GAMMA_KEY = {"vanilla": "gamma", "heuristic": "gamma0", "confidence": "window", "gammatune": "gamma",
-             "gammatune_plus": "gamma"}
 SD2_DATASETS = ["ultrachat", "humaneval", "xsum", "alpaca_eval", "gsm8k"]
 # The papers' settings per experiment: rows x datasets x seeds (x initial gamma), decode, new tokens.
 GRIDS = {
@@ -37,53 +35,54 @@ GRIDS = {
 
 
 def job_settings(job: list[str]) -> tuple:
-    """(row, dataset, seed, initial gamma, decode, max new tokens, limit, gamma) of one job's overrides."""
-    o = dict(x.lstrip("+").split("=", 1) for x in job)
-    row = o.get("method") or o.get("experiment/initial_gamma") or o.get("experiment/sd2_drafter")
+    """(row, dataset, seed, initial gamma, decode, max new tokens, limit, gamma) of one job's overrides
+    (the GammaTune grid's method.gamma is its initial gamma, SD²'s fixed one its gamma)."""
+    o = dict(x.split("=", 1) for x in job)
     seed = int(o["decode.seed"]) if "decode.seed" in o else None
-    gamma0 = int(o["init_gamma"]) if "init_gamma" in o else None
-    return (row, o["dataset"], seed, gamma0, o["decode"], int(o["decode.max_new_tokens"]), o.get("dataset.limit"),
-            o.get("method.gamma"))
+    grid = o["experiment"] == "gammatune_table2"
+    gamma0 = int(o["method.gamma"]) if grid else None
+    return (o["method"], o["dataset"], seed, gamma0, o["decode"], int(o["decode.max_new_tokens"]), o.get("dataset.limit"),
+            None if grid else o.get("method.gamma"))
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_jobs_are_the_papers_grid(name):
     g = GRIDS[name]
-    jobs = sweep_jobs(compose_cfg(f"+experiment={name}", "pair=llama70b_8b"))
+    jobs = sweep_jobs(compose_cfg(f"experiment={name}", "pair=llama70b_8b"))
     sd2 = name.startswith("sd2")
     expected = {(r, d, s, gamma, g["decode"], g["max_new"], "96" if sd2 else None, "8" if sd2 else None)
                 for r, d, s, gamma in product(g["rows"], g["datasets"], g["seeds"], g.get("gammas", [None]))}
     got = [job_settings(j) for j in jobs]
     assert len(got) == len(set(got)) == len(expected) and set(got) == expected
-    assert all(f"+experiment={name}" in j and "pair=llama70b_8b" in j for j in jobs)
+    assert all(f"experiment={name}" in j and "pair=llama70b_8b" in j for j in jobs)
     # a command-line override replaces the experiment's parameter of the same key (BasicSweeper order)
-    narrowed = sweep_jobs(compose_cfg(f"+experiment={name}", f"dataset={g['datasets'][-1]}"))
+    narrowed = sweep_jobs(compose_cfg(f"experiment={name}", f"dataset={g['datasets'][-1]}"))
     assert len(narrowed) == len(expected) // len(g["datasets"])
 
 
 def test_gammatune_jobs_start_every_method_at_the_initial_gamma():
-    jobs = [j for j in sweep_jobs(compose_cfg("+experiment=gammatune_table2")) if "init_gamma=12" in j]
+    jobs = [j for j in sweep_jobs(compose_cfg("experiment=gammatune_table2")) if "method.gamma=12" in j]
     assert len(jobs) == len(GAMMATUNE_ROWS)
     for job in jobs:
         c = compose_cfg(*job)
-        row = c.hydra.runtime.choices["experiment/initial_gamma"]
-        assert c.hydra.runtime.choices.method == row and c.method.name == row
-        assert c.method[GAMMA_KEY[row]] == 12 and c.decode.temperature == 0.0 and c.decode.max_new_tokens == 1024
+        row = c.hydra.runtime.choices.method
+        assert c.hydra.runtime.choices.experiment == "gammatune_table2" and c.method.name == row
+        assert c.method.gamma == 12 and c.decode.temperature == 0.0 and c.decode.max_new_tokens == 1024
         assert sum(v == 12 for k, v in c.method.items() if k != "name") == 1  # only the initial γ is moved
-        # the run folder names the initial γ; the experiment's own choices stay out of it
-        assert c.hydra.job.override_dirname == "decode.max_new_tokens=1024,init_gamma=12"
+        # the run folder names the initial γ; the experiment's own choice stays out of it
+        assert c.hydra.job.override_dirname == "decode.max_new_tokens=1024,method.gamma=12"
 
 
 def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
-    (job,) = [j for j in sweep_jobs(compose_cfg("+experiment=adasd_table1")) if {"method=adasd", "dataset=mmlu"} <= set(j)]
+    (job,) = [j for j in sweep_jobs(compose_cfg("experiment=adasd_table1")) if {"method=adasd", "dataset=mmlu"} <= set(j)]
     c = compose_cfg(*job)
-    assert (c.method.name, c.method.window, c.method.rule) == ("adasd", 20, "sample_match")
+    assert (c.method.name, c.method.gamma, c.method.rule) == ("adasd", 20, "sample_match")
     assert (c.decode.temperature, c.decode.top_k, c.decode.top_p) == (1.0, None, None) and c.dataset.split == "validation"
     assert c.hydra.job.override_dirname == "decode.max_new_tokens=512,decode.seed=48763"
-    paths = ["drafters.distilled=/d/distilled", "drafters.sd2=/d/sd2"]
+    paths = ["paths.drafters.distilled=/d/distilled", "paths.drafters.sd2=/d/sd2"]
     for table, row in product(["sd2_table1", "sd2_table5"], ["vanilla", "distilled", "sd2"]):
-        (job,) = [j for j in sweep_jobs(compose_cfg(f"+experiment={table}", *paths))
-                  if {"dataset=gsm8k", f"+experiment/sd2_drafter={row}", "decode.seed=0"} <= set(j)]
+        (job,) = [j for j in sweep_jobs(compose_cfg(f"experiment={table}", *paths))
+                  if {"dataset=gsm8k", f"method={row}", "decode.seed=0"} <= set(j)]
         c = compose_cfg(*job)
         temp = "t1" if table == "sd2_table1" else "greedy"
         assert (c.method.name, c.method.gamma, c.method.rule) == (row, 8, "rejection")
@@ -108,23 +107,23 @@ def short_folder_names(overrides: list[str]) -> str:
 
 
 def test_gammatune_experiment_from_the_command_line_on_the_toy_pair(tmp_path):
-    """CI's reduced case: `python run.py -m +experiment=gammatune_table2` on the shrunk toy pair, γ in {1, 24}."""
+    """CI's reduced case: `python run.py -m experiment=gammatune_table2` on the shrunk toy pair, γ in {1, 24}."""
     require_data("spec_bench")
     sweep = tmp_path / "sweep"
     toy = toy_overrides(tmp_path)
-    p = subprocess.run([sys.executable, "run.py", "-m", "+experiment=gammatune_table2", *toy, short_folder_names(toy),
-                        "init_gamma=1,24", f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "run.py", "-m", "experiment=gammatune_table2", *toy, short_folder_names(toy),
+                        "method.gamma=1,24", f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "SPECBENCH_DATA_DIR": str(DATA)})
     assert p.returncode == 0, p.stderr[-3000:]
     seen = set()
     for f in sweep.rglob("summary.json"):
         s = json.loads(f.read_text())
-        row, g0 = s["choices"]["method"], s["config"]["init_gamma"]
+        row, g0 = s["choices"]["method"], s["config"]["method"]["gamma"]
         seen.add((row, g0))
-        assert s["config"]["method"][GAMMA_KEY[row]] == g0 and s["n_examples"] == 1
+        assert s["config"]["method"]["name"] == row and s["n_examples"] == 1
         assert s["config"]["decode"]["temperature"] == 0.0 and s["config"]["decode"]["max_new_tokens"] == 4
         assert f.parent.relative_to(sweep).parts[:4] == ("toy", "spec_bench", row, "greedy")
-        assert f.parent.name == f"decode.max_new_tokens=4,init_gamma={g0}"
+        assert f.parent.name == f"decode.max_new_tokens=4,method.gamma={g0}"
     assert seen == set(product(GAMMATUNE_ROWS, [1, 24]))
     # output to a pipe (not a terminal) carries no progress bar: no bar redraws, no rates
     for text in (p.stdout, p.stderr):
@@ -141,7 +140,7 @@ def run_experiment(name: str, tmp: Path, sweep: Path, *extra: str) -> list[dict]
     """Every offline-runnable job of `name` on the shrunk toy pair, each into the folder Hydra's sweep would use."""
     toy = toy_overrides(tmp)
     short = short_folder_names(toy)  # a hydra override: Hydra applies it to every job of the sweep
-    jobs = sweep_jobs(compose_cfg(f"+experiment={name}", *toy, *extra))
+    jobs = sweep_jobs(compose_cfg(f"experiment={name}", *toy, *extra))
     summaries = []
     try:
         for job in jobs:
@@ -173,14 +172,14 @@ def filled(table, column: str | None = None) -> bool:
 @pytest.mark.slow
 def test_every_job_of_every_experiment_composes():
     for name in EXPERIMENTS:
-        paths = ["drafters.distilled=/a", "drafters.sd2=/b"] if name.startswith("sd2") else []
-        for job in sweep_jobs(compose_cfg(f"+experiment={name}", "pair=qwen3_8b_0p6b", *paths)):
+        paths = ["paths.drafters.distilled=/a", "paths.drafters.sd2=/b"] if name.startswith("sd2") else []
+        for job in sweep_jobs(compose_cfg(f"experiment={name}", "pair=qwen3_8b_0p6b", *paths)):
             row, dataset, seed, gamma0, decode, max_new, limit, gamma = job_settings(job)
             c = compose_cfg(*job)
             assert (c.method.name, c.dataset.name, c.decode.max_new_tokens) == (row, dataset, max_new)
             assert c.decode.temperature == {"t1": 1.0, "greedy": 0.0}[decode]
             if gamma0 is not None:
-                assert c.method[GAMMA_KEY[row]] == gamma0
+                assert c.method.gamma == gamma0
             if gamma is not None:
                 assert c.method.gamma == 8 and c.dataset.limit == 96
                 assert c.method.get("drafter") == {"vanilla": None, "distilled": "/a", "sd2": "/b"}[row]
@@ -210,7 +209,7 @@ def test_experiment_runs_end_to_end_on_the_toy_pair(tmp_path, monkeypatch, name)
         assert filled(t["adasd_table3"], "tk/sec") and filled(t["adasd_table5"], "tk/sec")
     else:
         done = run_experiment(name, tmp_path, sweep)
-        assert len(done) == 60 and {(s["method"], s["config"]["init_gamma"]) for s in done} == \
+        assert len(done) == 60 and {(s["method"], s["config"]["method"]["gamma"]) for s in done} == \
             set(product(GAMMATUNE_ROWS, GAMMA_GRID))
         t = rebuilt(sweep, "gammatune_table2")["gammatune_table2"]
         assert [r for _, r in t.values.index] == ["SpecDecode", "HFHeuristic", "AssistantThreshold", "GammaTune",
@@ -227,7 +226,7 @@ def test_sd2_experiments_run_end_to_end_on_the_toy_pair(tmp_path, monkeypatch):
     for kind in ("distilled", "sd2"):
         run(compose_cfg(*toy, "task=distill", f"task.kind={kind}", f"task.data={tmp_path / 'synth'}", "task.val_n=4",
                         "task.max_steps=4", "task.batch_size=4"), tmp_path / kind)
-    drafters = [f"drafters.distilled={tmp_path / 'distilled'}", f"drafters.sd2={tmp_path / 'sd2'}"]
+    drafters = [f"paths.drafters.distilled={tmp_path / 'distilled'}", f"paths.drafters.sd2={tmp_path / 'sd2'}"]
     sweep = tmp_path / "sweep"
     t1 = run_experiment("sd2_table1", tmp_path, sweep, *drafters)
     t5 = run_experiment("sd2_table5", tmp_path, sweep, *drafters)

@@ -16,7 +16,7 @@ from specbench.runs.runner import build_method, make_engine, sampling_params
 # stop both fires and lets full windows through, and the ROC refits move the threshold.
 PAIR = SAME_VOCAB + ("pair.target.initializer_range=1.0",)
 MAX_NEW = 40
-HF_HEURISTIC = {"name": "hf_assisted", "num_assistant_tokens": 5, "num_assistant_tokens_schedule": "heuristic",
+HF_HEURISTIC = {"name": "hf_assisted", "gamma": 5, "num_assistant_tokens_schedule": "heuristic",
                 "assistant_confidence_threshold": 0.0}
 
 
@@ -53,7 +53,7 @@ def assert_same_run(native: list[Generation], hf: list[Generation]) -> None:
 
 
 def test_heuristic_equals_transformers_heuristic_schedule(pair, prompts):
-    native = decode(pair, {"name": "heuristic", "gamma0": 5}, prompts)
+    native = decode(pair, {"name": "heuristic", "gamma": 5}, prompts)
     hf = decode(pair, HF_HEURISTIC, prompts)
     assert_same_run(native, hf)
     for a, b in zip(native, hf):  # transformers' own final num_assistant_tokens (written back to the draft)
@@ -65,8 +65,8 @@ def test_heuristic_equals_transformers_heuristic_schedule(pair, prompts):
 
 def test_heuristic_kept_across_examples_equals_transformers(pair, prompts):
     saved = pair.draft.generation_config.to_dict()
-    native = decode(pair, {"name": "heuristic", "gamma0": 5, "persist": True}, prompts[:4])
-    hf = decode(pair, {**HF_HEURISTIC, "reset_per_example": False}, prompts[:4])
+    native = decode(pair, {"name": "heuristic", "gamma": 5, "persist": True}, prompts[:4])
+    hf = decode(pair, {**HF_HEURISTIC, "persist": True}, prompts[:4])
     assert_same_run(native, hf)
     assert hf[1].records[0].drafted != 5  # the second example started from the first one's final γ
     assert pair.draft.generation_config.to_dict() == saved  # the shared draft's config is restored

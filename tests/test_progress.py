@@ -77,7 +77,7 @@ def test_toy_training_bar_on_a_terminal_only(terminal):
 
 
 def test_sweep_bar_counts_jobs_on_a_terminal_only(terminal, tmp_path):
-    cfg = compose_cfg("+experiment=adasd_table1")
+    cfg = compose_cfg("experiment=adasd_table1")
     n = len(sweep_jobs(cfg))
     term = terminal()
     cb = SweepProgress()
@@ -98,7 +98,7 @@ def test_sweep_bar_counts_jobs_on_a_terminal_only(terminal, tmp_path):
 
 def test_sweep_bar_follows_submitit_result_files(terminal, tmp_path):
     """With a submitit launcher jobs end elsewhere: the bar counts the result files they leave."""
-    cfg = compose_cfg("+experiment=sd2_table5", "hydra/launcher=local", f"hydra.sweep.dir={tmp_path}")
+    cfg = compose_cfg("experiment=sd2_table5", "hydra/launcher=local", f"hydra.sweep.dir={tmp_path}")
     term = terminal()
     cb = SweepProgress(poll_s=0.02)
     cb.on_multirun_start(cfg)

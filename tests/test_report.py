@@ -223,7 +223,7 @@ def test_gammatune_table_by_hand(tmp_path):
     paired = tables.gammatune_speedups(runs, normalize="paired")
     p = paired[(paired["pair"] == "p") & (paired["row"] == "GammaTune")]
     assert p["speedup"].mean() == pytest.approx((22 / 10 + 24 / 20 + 26 / 30) / 3)
-    write_run(tmp_path, "p/heuristic1", "heuristic", tps(15), gamma0=1)  # only γ0 = 1 of the grid 1, 2, 4
+    write_run(tmp_path, "p/heuristic1", "heuristic", tps(15), gamma=1)  # only γ0 = 1 of the grid 1, 2, 4
     with pytest.raises(ReportError, match=r"ran initial γ \[1\.0\], the baseline vanilla γ \[1\.0, 2\.0, 4\.0\]"):
         tables.gammatune_table2(load.load_runs(tmp_path))
 

@@ -22,7 +22,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def test_heuristic_gamma_sequence_by_hand():
-    m = build_method({"name": "heuristic", "gamma0": 3})
+    m = build_method({"name": "heuristic", "gamma": 3})
     m.reset()
     # (drafted, accepted, stop) -> γ after the update, worked by hand with
     # γ += 2 if accepted == drafted else max(1, γ - 1):
@@ -48,7 +48,7 @@ def test_heuristic_gamma_sequence_by_hand():
 
 @pytest.mark.parametrize("persist", [False, True])
 def test_heuristic_reset_and_persist(persist):
-    m = build_method({"name": "heuristic", "gamma0": 5, "persist": persist})
+    m = build_method({"name": "heuristic", "gamma": 5, "persist": persist})
     m.reset()
     m.update(rec(5, 5))
     assert m.window() == 7

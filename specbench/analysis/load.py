@@ -35,9 +35,8 @@ from specbench.runs.traces import read_traces
 
 log = logging.getLogger(__name__)
 
-# The method option that holds the initial speculation length γ0 (GammaTune's sweep axis).
-INITIAL_GAMMA = {"heuristic": "gamma0", "confidence": "window", "hf_assisted": "num_assistant_tokens"}
-SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", "gamma0", "n_examples",
+# gamma: the method option `gamma`, the fixed or initial speculation length (GammaTune's sweep axis).
+SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", "gamma", "n_examples",
                    "tokens_per_s", "mean_drafted", "mean_accepted", "acceptance_rate", "block_efficiency",
                    "mean_t_v", "score", "lossless", "finished"]
 
@@ -136,7 +135,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "decode": record.get("choices", {}).get("decode"), "temperature": float(decode["temperature"]),
         "top_k": decode.get("top_k"), "top_p": decode.get("top_p"), "max_new_tokens": decode["max_new_tokens"],
         "seed": int(decode["seed"]), "device": record.get("device_info", {}).get("device"),
-        "gamma0": _num(options.get(INITIAL_GAMMA.get(method["name"], "gamma"))),
+        "gamma": _num(options.get("gamma")),
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
         # finished: summary.json was written after the last row (a crashed or running job has none or an older one)
         "finished": summary is not None and summary.get("n_examples") == len(rows),
@@ -177,8 +176,8 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
 
 
 def load_examples(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per example of every run: the run's run_dir/label/pair/dataset/method/seed/gamma0 + its row fields."""
-    keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma0"]
+    """One row per example of every run: the run's run_dir/label/pair/dataset/method/seed/gamma + its row fields."""
+    keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma"]
     frames = []
     for _, run in runs.iterrows():
         rows = pd.DataFrame(read_rows(Path(run["run_dir"]) / ROWS)).drop(columns=["token_ids", "carried_state"],

@@ -12,9 +12,8 @@ of one method) is refused with the runs' names; select runs first (`load.where`,
   throughput of `vanilla` over the grid (normalize="grid", the default). normalize="paired" divides
   by `vanilla` at the same γ instead (SpecDecode is then 1.00 ± 0.00). The std is over the fixed grid
   (numpy's ddof=0). "Average" = mean over pairs of the means ± mean of the stds (how the paper's
-  Average column adds up, e.g. HFHeuristic 1.11 = mean(1.14, 1.04, 1.12, 1.12)). Initial γ is the
-  option load.INITIAL_GAMMA names: `gamma` (vanilla, gammatune, gammatune_plus), `gamma0`
-  (heuristic = HFHeuristic), `window` (confidence = AssistantThreshold).
+  Average column adds up, e.g. HFHeuristic 1.11 = mean(1.14, 1.04, 1.12, 1.12)). Initial γ is every
+  method's option `gamma` (the runs' column `gamma`).
 - SD² Table 1 (T=1) / Table 5 (T=0): τ = block efficiency, mean ± sample std (ddof=1) over seeds;
   α = throughput over the pretrained drafter's run with the same seed (the paper: "the increase in
   tokens generated per second"), mean over seeds; "Mean" = mean over datasets (std: mean of the stds,
@@ -243,10 +242,10 @@ def _same_setting(cands: pd.DataFrame, table: str, what: str, ignore: tuple[str,
 
 
 def _grid(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, spec: MethodSpec) -> dict[float, pd.Series]:
-    """gamma0 -> the one run of spec at that initial γ on pair and dataset."""
+    """gamma -> the one run of spec at that initial γ on pair and dataset."""
     c = _of(runs[(runs["pair"] == pair) & (runs["dataset"] == dataset)], spec)
     out: dict[float, pd.Series] = {}
-    for g, block in c.groupby("gamma0", dropna=False):
+    for g, block in c.groupby("gamma", dropna=False):
         if math.isnan(g):
             raise ReportError(f"{table}: {label} ({spec}) runs on {pair}/{dataset} have no initial γ option")
         if len(block) > 1:
@@ -256,7 +255,7 @@ def _grid(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, s
 
 
 def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normalize: str = "grid") -> pd.DataFrame:
-    """One row per (pair, dataset, method row, gamma0): tokens_per_s and speedup over fixed-γ `vanilla`.
+    """One row per (pair, dataset, method row, gamma): tokens_per_s and speedup over fixed-γ `vanilla`.
 
     normalize="grid": T(method, γ0) / mean over the grid of T(vanilla, γ) (the paper's table);
     normalize="paired": T(method, γ0) / T(vanilla, γ0). Every method must cover the baseline's γ grid.
@@ -278,9 +277,9 @@ def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normaliz
                                   f"{base} γ {sorted(grid)}: the mean over γ needs the same grid")
             for g, r in sorted(runs_by_g.items()):
                 den = norm if normalize == "grid" else grid[g]["tokens_per_s"]
-                recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "gamma0": g,
+                recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "gamma": g,
                              "tokens_per_s": r["tokens_per_s"], "speedup": r["tokens_per_s"] / den})
-    out = pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "gamma0", "tokens_per_s", "speedup"])
+    out = pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "gamma", "tokens_per_s", "speedup"])
     for label, spec in rows[1:]:
         for (pair, d), _ in _of(runs, spec).groupby(["pair", "dataset"]):
             if not ((out["pair"] == pair) & (out["dataset"] == d)).any():
@@ -324,9 +323,9 @@ def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | 
             for g, run in _grid(runs, "gammatune_figure1", pair, d, label, spec).items():
                 ex = examples[examples["run_dir"] == run["run_dir"]]
                 for task, e in ex.groupby(by):
-                    recs.append({"pair": pair, "dataset": d, "row": label, "task": task, "gamma0": g,
+                    recs.append({"pair": pair, "dataset": d, "row": label, "task": task, "gamma": g,
                                  "tokens_per_s": e["new_tokens"].sum() / e["decode_s"].sum()})
-    long = pd.DataFrame(recs, columns=["pair", "dataset", "row", "task", "gamma0", "tokens_per_s"])
+    long = pd.DataFrame(recs, columns=["pair", "dataset", "row", "task", "gamma", "tokens_per_s"])
     return (long.groupby(["pair", "dataset", "row", "task"], sort=False)["tokens_per_s"]
             .agg(mean="mean", std=lambda s: s.std(ddof=0), n="count").reset_index())
 

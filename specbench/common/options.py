@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 NoneType = type(None)
 ON_LONG_PROMPT = ("error", "truncate")  # the values of the top-level key on_long_prompt
+MISSING = "???"  # a mandatory config value not set yet (omegaconf.MISSING)
 
 
 class OptionError(ValueError):
@@ -166,6 +167,24 @@ def check_options(cls: type, options: dict[str, Any], prefix: str, what: str) ->
                 raise
             raise OptionError(f"{err}; {what} has {k}={as_override(default)} by default") from None
     return checked
+
+
+def unset_keys(value: Any, key: str = "") -> list[str]:
+    """The dotted keys of a plain, unresolved config (OmegaConf.to_container(cfg)) that hold the mark of a
+    mandatory value, ??? (Hydra's MISSING)."""
+    if isinstance(value, dict):
+        return [k for name, v in value.items() for k in unset_keys(v, f"{key}.{name}" if key else str(name))]
+    if isinstance(value, list):
+        return [k for i, v in enumerate(value) for k in unset_keys(v, f"{key}[{i}]")]
+    return [key] if value == MISSING else []
+
+
+def check_mandatory(cfg: dict[str, Any]) -> None:
+    """Fail naming every mandatory value (???) the plain, unresolved config leaves unset."""
+    unset = unset_keys(cfg)
+    if unset:
+        raise OptionError(f"mandatory config values are not set: {', '.join(unset)}; give each a value on the "
+                          f"command line (e.g. {unset[0]}=<value>) or in a config file (conf/local/default.yaml)")
 
 
 def check_run_settings(cfg: dict[str, Any]) -> None:

@@ -34,16 +34,16 @@ ROWS = "rows.jsonl"
 LOCK = ".lock"
 LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 
-# Config keys that may change between a run and its resumption without changing any row (the runner's
-# resume check, the report's run identity, specbench.runs.merge). `task` is always `bench` for a benchmark
-# run (folders written before the task group existed lack it); logger / slurm: where results are sent
-# and where jobs run; drafters, init_gamma: an experiment's values that reach the rows only through the
-# method's own option, which stays in the identity (method.drafter, and method.gamma / gamma0 / window:
-# conf/experiment/sd2_drafter/, initial_gamma/); wait_for_lock, resume_any_version: how a run treats a
-# busy folder or rows of another code version.
+# Config keys that may change between a run and its resumption without changing any row: the run identity
+# (the runner's resume check, the report's run setting, specbench.runs.merge) is the config without them,
+# and a run folder's name leaves out exactly these keys and those the path names (conf/config.yaml's
+# hydra.job.config.override_dirname.exclude_keys; tests/test_config.py checks that the two agree).
+# `task` is always `bench` for a benchmark run (folders written before the task group existed lack it);
+# logger / slurm / paths: where results are sent, where jobs run and where folders lie (a drafter folder
+# reaches the rows through method.drafter, which stays in the identity); wait_for_lock,
+# resume_any_version: how a run treats a busy folder or rows of another code version.
 RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
-                  ("logger",), ("slurm",), ("drafters",), ("init_gamma",), ("wait_for_lock",),
-                  ("resume_any_version",)}
+                  ("logger",), ("slurm",), ("paths",), ("wait_for_lock",), ("resume_any_version",)}
 
 
 def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
@@ -55,6 +55,8 @@ def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> 
             node = node.get(k) or {}
         node.pop(path[-1], None)
     return out
+
+
 SUMMARY = "summary.json"
 CONFIG = "config.json"
 

@@ -20,7 +20,7 @@ from specbench.data.dataset import Evaluator, Example, build_dataset, select
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
-from specbench.common.options import check_options, check_run_settings, integer, real
+from specbench.common.options import check_mandatory, check_options, check_run_settings, integer, real
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
@@ -68,6 +68,13 @@ def sampling_params(decode: dict) -> SamplingParams:
 def example_seed(seed: int, example_id: str) -> int:
     """Per-example RNG seed: the same for an example whether or not the run was resumed."""
     return zlib.crc32(f"{seed}:{example_id}".encode())
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The config as plain values with interpolations resolved, without the hydra node (which only resolves
+    inside a Hydra app): what config.json records."""
+    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in cfg.items() if k != "hydra"}
 
 
 def _identity(cfg: dict) -> dict:
@@ -243,9 +250,11 @@ def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Run one job of the config (its `task`) holding its output folder's lock; returns the summary.
 
-    One writer per folder: a second process on a busy folder fails at once naming the holder, or
-    waits for it with `wait_for_lock` (true, or a number of seconds).
+    A mandatory value left unset (???) fails first, naming its key. One writer per folder: a second
+    process on a busy folder fails at once naming the holder, or waits for it with `wait_for_lock`
+    (true, or a number of seconds).
     """
+    check_mandatory({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "hydra"})
     task = cfg.task.name if "task" in cfg else "bench"
     fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
     run_dir = output_dir(out_dir)
@@ -259,8 +268,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     (also written to run_dir/summary.json)."""
     switch_progress(cfg.get("progress", "auto"))
     choices = _choices(cfg)
-    c = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-         for k, v in cfg.items() if k != "hydra"}  # the hydra node only resolves inside a Hydra app
+    c = resolved(cfg)
     # validate everything cheap before loading models
     check_run_settings(c)
     params = sampling_params(c["decode"])
