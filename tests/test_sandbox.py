@@ -198,13 +198,15 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_each_run_gets_a_fresh_folder_that_is_removed(mode):
-    before = set(Path(tempfile.gettempdir()).glob("specbench-sandbox-*"))
+def test_each_run_gets_a_fresh_folder_that_is_removed(mode, tmp_path, monkeypatch):
+    """Run folders go to a private temporary root here, so other processes' sandboxes cannot disturb the check."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = set(tmp_path.glob("specbench-sandbox-*"))
     body = ("here = os.listdir('.')\nopen('mine.txt', 'w').write('x')\n"
             "return [here, os.path.samefile('.', os.environ['HOME']), os.environ['HOME'] == os.environ['TMPDIR']]")
     for _ in range(2):
         assert probe("import os\n" + body, "assert candidate() == [[], True, True]", LIMITS, mode).passed
-    assert set(Path(tempfile.gettempdir()).glob("specbench-sandbox-*")) <= before
+    assert before == set() and set(tmp_path.glob("specbench-sandbox-*")) == set()
 
 
 # ---------------------------------------------------------------- isolation of the namespace mode
