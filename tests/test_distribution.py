@@ -1,11 +1,15 @@
-"""Speculative sampling preserves the target distribution: chi-square over 20,000 decodes.
+"""Speculative sampling preserves the target distribution: chi-square tests against the exact target.
 
-A tiny target and an unrelated tiny draft (vocabulary 8) decode 3 new tokens from a fixed prompt
+Rule level (CI): one vectorised call of a rule over M one-draft positions, x_i ~ q, emits x_i when
+accepted and the rule's fallback otherwise; the emitted tokens must follow p exactly. Engine level:
+a tiny target and an unrelated tiny draft (vocabulary 8) decode 3 new tokens from a fixed prompt
 with vanilla gamma=2, so the first iteration drafts two tokens and the first two generated tokens
 go through acceptance, correction and bonus. Their joint frequency is compared with the exact
 target joint p(t1) p(t2 | t1) computed by plain forwards. In CI the models are table LMs
 (tests/table_lm.py: microsecond forwards through a real DynamicCache); the same test on random
-tiny Llamas runs with `-m slow` (about 3 minutes per rule on 2 CPU cores).
+tiny Llamas runs with `-m slow` (about 3 minutes per rule on 2 CPU cores). CI runs one engine-level
+chi-square test (tests/test_gammatune.py: gammatune from γ = 2 with `rejection`, whose first block is
+this vanilla γ = 2 block) plus the rule-level tests here; the engine-level vanilla tests run with `-m slow`.
 """
 
 import pytest
@@ -41,6 +45,38 @@ def test_draft_differs_from_target(models):
     assert 0.5 * (p - q).abs().sum() > 0.3
 
 
+M = 200_000  # one-draft positions per rule-level test
+
+
+def emitted_tokens(rule, p: torch.Tensor, q: torch.Tensor, m: int = M, seed: int = 7) -> torch.Tensor:
+    """Tokens [m] of m independent one-draft blocks in one rule call: x_i ~ q, then x_i if accepted, else the
+    rule's fallback (correction) at i; p, q [V] are the target and draft distributions at every position."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.multinomial(q, m, replacement=True, generator=g)  # [m]
+    ok, fallback = rule(x, q.expand(m, -1), p.expand(m + 1, -1), g)  # [m], [m+1]
+    return torch.where(ok, x, fallback[:m])
+
+
+@pytest.mark.parametrize("name", ["rejection", "sample_match"])
+def test_a_rules_emitted_tokens_follow_the_target(models, name):
+    from scipy.stats import chisquare
+
+    from specbench.decoding.acceptance import make_rule
+
+    p, q = next_probs(models[0], PROMPT).float(), next_probs(models[1], PROMPT).float()
+    counts = torch.bincount(emitted_tokens(make_rule(name), p, q), minlength=V).double()
+    assert chisquare(counts.numpy(), (p.double() * M).numpy()).pvalue > 1e-3
+
+
+def test_a_rule_that_leaks_the_draft_is_detected_at_rule_level(models):
+    from scipy.stats import chisquare
+
+    p, q = next_probs(models[0], PROMPT).float(), next_probs(models[1], PROMPT).float()
+    counts = torch.bincount(emitted_tokens(AcceptAll(), p, q), minlength=V).double()
+    assert chisquare(counts.numpy(), (p.double() * M).numpy()).pvalue < 1e-6
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", ["rejection", "sample_match"])
 def test_vanilla_sampling_follows_the_target(models, rule):
     from specbench.decoding.acceptance import make_rule
