@@ -198,7 +198,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = []
     for name in args.methods.split(","):
-        overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"dataset.limit={args.limit}",
+        overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"limit={args.limit}",
                      f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
                      f"device={args.device}", *args.overrides]
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -81,7 +81,7 @@ def write_run(root: Path, folder: str, method: str, rows: list[dict], *, pair: s
     dicts of new, s (decode seconds), calls (target calls), drafted, accepted, k (drafting iterations), ..."""
     run_dir = root / folder
     run_dir.mkdir(parents=True)
-    cfg = {"pair": {"name": pair, "builder": "tiny_random"}, "dataset": {"name": dataset, "limit": None},
+    cfg = {"pair": {"name": pair, "builder": "tiny_random"}, "dataset": {"name": dataset}, "limit": None,
            "method": {"name": method, **options}, "device": "auto", "warmup": 0, "progress": False, "trace": False,
            "threads": 1, "stop_strings": [], "on_long_prompt": "error",
            "decode": {"temperature": temperature, "top_k": None, "top_p": None, "max_new_tokens": 128, "seed": seed}}

@@ -284,7 +284,7 @@ def test_adasd_rows_are_lossy_and_report_t_v(tmp_path):
 
 @pytest.mark.parametrize("name", ["adasd_verify_only", "adasd_variant_a", "adasd_variant_b", "adasd_variant_c"])
 def test_lossy_variants_rows(tmp_path, name):
-    summary = run(small(f"method={name}", "dataset.limit=2", "decode.max_new_tokens=16"), tmp_path)
+    summary = run(small(f"method={name}", "limit=2", "decode.max_new_tokens=16"), tmp_path)
     got = rows(tmp_path)
     assert len(got) == 2 and summary["lossless"] is False and all(r["lossless"] is False for r in got)
     assert all(r["mean_t_v"] is not None for r in got)
@@ -293,7 +293,7 @@ def test_lossy_variants_rows(tmp_path, name):
 
 
 def test_verify_only_with_t_v_0_equals_vanilla_sample_match_at_t1(tmp_path):
-    common = ("decode=t1", "decode.seed=7", "decode.max_new_tokens=32", "dataset.limit=8")
+    common = ("decode=t1", "decode.seed=7", "decode.max_new_tokens=32", "limit=8")
     run(small("method=vanilla", "method.gamma=5", "method.rule=sample_match", *common), tmp_path / "v")
     summary = run(small("method=adasd_verify_only", "method.fixed_t_v=0", *common), tmp_path / "a")
     v, a = rows(tmp_path / "v"), rows(tmp_path / "a")

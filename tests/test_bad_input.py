@@ -67,12 +67,12 @@ BAD_VALUES = [  # override (as typed on the command line), the key the error mus
     ("decode.seed=true", "decode.seed", "must be an integer"),  # ran as seed 1
     ("decode.seed=1.5", "decode.seed", "must be an integer"),
     ("decode.seed=-1", "decode.seed", "must be an integer"),
-    ("dataset.limit=abc", "dataset.limit", "must be an integer >= 1 or null"),
-    ("dataset.limit=true", "dataset.limit", "must be an integer >= 1 or null"),  # ran one example
-    ("dataset.limit=2.5", "dataset.limit", "must be an integer >= 1 or null"),
-    ("dataset.limit=0", "dataset.limit", "must be an integer >= 1 or null"),
-    ("dataset.shard=true", "dataset.shard", "must look like 'i/n'"),
-    ("dataset.shard=3/2", "dataset.shard", "need 0 <= i < n"),
+    ("limit=abc", "limit", "must be an integer >= 1 or null"),
+    ("limit=true", "limit", "must be an integer >= 1 or null"),  # ran one example
+    ("limit=2.5", "limit", "must be an integer >= 1 or null"),
+    ("limit=0", "limit", "must be an integer >= 1 or null"),
+    ("shard=true", "shard", "must look like 'i/n'"),
+    ("shard=3/2", "shard", "need 0 <= i < n"),
     ("dataset.chat_template=yes", "dataset.chat_template", "must be one of auto, true, false"),
     ("dataset.system_prompt=3", "dataset.system_prompt", "must be a string or null"),
     ("warmup=true", "warmup", "must be an integer >= 0"),
@@ -86,6 +86,8 @@ BAD_VALUES = [  # override (as typed on the command line), the key the error mus
     ("stop_strings=abc", "stop_strings", "must be a list of strings"),  # stopped at 'a', 'b' or 'c'
     ("on_long_prompt=drop", "on_long_prompt", "must be one of error, truncate"),
     ("progress=maybe", "progress", "must be one of auto, true, false"),
+    ("+dataset.limit=3", "dataset.limit", "is not a dataset option: examples are selected by the top-level key `limit`"),
+    ("+dataset.shard=0/2", "dataset.shard", "is not a dataset option: examples are selected by the top-level key `shard`"),
 ]
 
 
@@ -194,8 +196,8 @@ def test_good_values_still_pass():
 
 
 def test_a_shard_with_no_examples_is_refused(tmp_path, no_model):
-    message = refused(tmp_path, "dataset.limit=2", "dataset.shard=3/4")  # exited 0 with an empty summary
-    assert "dataset.shard=3/4 selects no examples" in message and "only 2" in message
+    message = refused(tmp_path, "limit=2", "shard=3/4")  # exited 0 with an empty summary
+    assert "shard=3/4 selects no examples" in message and "only 2" in message
 
 
 # ---------------------------------------------------------------- data files
@@ -324,7 +326,7 @@ def test_a_bad_data_file_through_the_runner(tmp_path, no_model):
 
 def run_py(*args: str, multirun: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "run.py", *(["-m"] if multirun else []), "pair=tiny_random",
-                           "dataset=smoke", "dataset.limit=1", "decode.max_new_tokens=4", "warmup=0", "threads=1", *args],
+                           "dataset=smoke", "limit=1", "decode.max_new_tokens=4", "warmup=0", "threads=1", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -348,7 +350,7 @@ def test_cli_sweep_keeps_good_jobs_and_removes_refused_ones(tmp_path):
 
 def test_cli_refused_rerun_keeps_a_folder_with_results(tmp_path):
     out = tmp_path / "run"
-    run(small("dataset.limit=1", "decode.max_new_tokens=4"), out)
+    run(small("limit=1", "decode.max_new_tokens=4"), out)
     rows = (out / "rows.jsonl").read_text()
     p = run_py(f"hydra.run.dir={out}", "decode.temperature=abc")
     assert p.returncode != 0 and "decode.temperature must be a finite number >= 0, got 'abc'" in p.stderr, p.stderr

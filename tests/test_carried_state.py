@@ -12,7 +12,7 @@ from specbench.runs.runner import build_method
 from specbench.runs.traces import read_traces
 
 TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s", "draft_s", "verify_s"}
-COMMON = ("dataset.limit=6", "decode.max_new_tokens=32", "trace=true")
+COMMON = ("limit=6", "decode.max_new_tokens=32", "trace=true")
 HF_SAME_VOCAB = ("pair.target.vocab_size=259", "pair.draft.vocab_size=259")  # hf_assisted needs equal sizes
 
 # every method option that keeps state from one example to the next
@@ -81,8 +81,8 @@ def test_resumed_and_warmed_up_runs_give_the_uninterrupted_rows(tmp_path, monkey
 @pytest.mark.parametrize("job", [("method=confidence",), ("method=heuristic",), ("method=adasd",)])
 def test_methods_that_restart_every_example_save_no_state(tmp_path, job):
     """confidence refits its threshold per call (as transformers 5.23 does); persist=false restarts too."""
-    runner.run(small(*job, "dataset.limit=3", "decode.max_new_tokens=16", "warmup=1"), tmp_path / "warm")
-    runner.run(small(*job, "dataset.limit=3", "decode.max_new_tokens=16"), tmp_path / "cold")
+    runner.run(small(*job, "limit=3", "decode.max_new_tokens=16", "warmup=1"), tmp_path / "warm")
+    runner.run(small(*job, "limit=3", "decode.max_new_tokens=16"), tmp_path / "cold")
     warm, cold = read_rows(tmp_path / "warm" / ROWS), read_rows(tmp_path / "cold" / ROWS)
     assert untimed(warm) == untimed(cold) and not any("carried_state" in r for r in warm)
 
@@ -90,14 +90,14 @@ def test_methods_that_restart_every_example_save_no_state(tmp_path, job):
 def test_rows_without_the_state_are_not_resumed(tmp_path):
     """A persisting run whose rows an older version wrote (no carried_state) is refused, not resumed afresh."""
     job = (*PERSISTING["heuristic"], "decode.max_new_tokens=16")
-    runner.run(small(*job, "dataset.limit=2"), tmp_path)
+    runner.run(small(*job, "limit=2"), tmp_path)
     rows = read_rows(tmp_path / ROWS)
     (tmp_path / ROWS).write_text("".join(json.dumps({k: v for k, v in r.items() if k != "carried_state"}) + "\n"
                                          for r in rows))
     with pytest.raises(ValueError, match=r"'heuristic' carries state .* 'smoke-01' has no 'carried_state'"):
-        runner.run(small(*job, "dataset.limit=4"), tmp_path)
+        runner.run(small(*job, "limit=4"), tmp_path)
     assert len(read_rows(tmp_path / ROWS)) == 2
-    runner.run(small(*job, "dataset.limit=2"), tmp_path)  # nothing left to decode: nothing to continue
+    runner.run(small(*job, "limit=2"), tmp_path)  # nothing left to decode: nothing to continue
 
 
 @pytest.mark.parametrize("cfg,bad", [

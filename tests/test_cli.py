@@ -14,7 +14,7 @@ def run_py(*args: str) -> subprocess.CompletedProcess:
 def test_default_run(tmp_path):
     """The default run (toy pair, toy_arith, vanilla) with the toy pair shrunk and trained into tmp_path."""
     out = tmp_path / "run"
-    p = run_py(f"hydra.run.dir={out}", "dataset.limit=2", "decode.max_new_tokens=8",
+    p = run_py(f"hydra.run.dir={out}", "limit=2", "decode.max_new_tokens=8",
                f"pair.cache_dir={tmp_path / 'toy'}", *TINY)
     assert p.returncode == 0, p.stderr
     s = json.loads((out / "summary.json").read_text())
@@ -26,7 +26,7 @@ def test_default_run(tmp_path):
 def test_sweep_writes_one_folder_per_job(tmp_path):
     p = run_py("-m", "pair=tiny_random", "dataset=smoke", "method=ar,vanilla", "decode=greedy,t1",
                f"hydra.sweep.dir={tmp_path}",
-               "dataset.limit=2", "decode.max_new_tokens=8", "warmup=0")
+               "limit=2", "decode.max_new_tokens=8", "warmup=0")
     assert p.returncode == 0, p.stderr
     summaries = sorted(tmp_path.rglob("summary.json"))
     assert len(summaries) == 4

@@ -95,21 +95,21 @@ def test_busy_folder_names_its_holder_and_a_killed_holder_leaves_no_lock(tmp_pat
 def test_two_runs_on_one_folder(tmp_path, caplog):
     """A second run fails at once naming the first; a waiting one resumes after it and the rows are those of
     one uninterrupted run."""
-    run(small(*JOB, "dataset.limit=6"), tmp_path / "reference")
+    run(small(*JOB, "limit=6"), tmp_path / "reference")
     out, gate = tmp_path / "run", tmp_path / "gate"
     first = subprocess.Popen([sys.executable, "-c", GATED_RUN, str(ROOT / "tests"), str(out), str(gate), *JOB,
-                              "dataset.limit=3"], cwd=ROOT, stderr=open(tmp_path / "first.err", "w"))
+                              "limit=3"], cwd=ROOT, stderr=open(tmp_path / "first.err", "w"))
     try:
         until(lambda: len(read_rows(out / ROWS)) == 2, "two rows", first)
         with pytest.raises(FolderLocked, match=rf"{out} is in use by another run: pid {first.pid} on host"):
-            run(small(*JOB, "dataset.limit=6"), out)
+            run(small(*JOB, "limit=6"), out)
         assert len(read_rows(out / ROWS)) == 2
 
         result: dict = {}
 
         def waiting_run():
             try:
-                result["summary"] = run(small(*JOB, "dataset.limit=6", "wait_for_lock=true"), out)
+                result["summary"] = run(small(*JOB, "limit=6", "wait_for_lock=true"), out)
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 result["error"] = e
 
@@ -140,7 +140,7 @@ def test_every_task_holds_its_folder(tmp_path, task):
 
 def test_duplicated_rows_read_once_everywhere(tmp_path):
     """rows.jsonl with ids repeated (two writers before the lock existed): every reader sees unique rows."""
-    run(small("method=ar", "dataset.limit=4", "decode.max_new_tokens=8"), tmp_path)
+    run(small("method=ar", "limit=4", "decode.max_new_tokens=8"), tmp_path)
     lines = (tmp_path / ROWS).read_text().splitlines(keepends=True)
     noise = [json.dumps({**json.loads(x), "output": "a second decode"}) + "\n" for x in lines[1:3]]
     (tmp_path / ROWS).write_text("".join(lines[:3] + noise + lines[3:] + lines[:2]))  # 9 lines, 4 ids
@@ -148,20 +148,20 @@ def test_duplicated_rows_read_once_everywhere(tmp_path):
     rows = read_rows(tmp_path / ROWS)
     assert [r["id"] for r in rows] == [f"smoke-0{i}" for i in range(4)]
     assert [r["output"] for r in rows] == [json.loads(x)["output"] for x in lines]  # each id's first row
-    s = run(small("method=ar", "dataset.limit=4", "decode.max_new_tokens=8"), tmp_path)
+    s = run(small("method=ar", "limit=4", "decode.max_new_tokens=8"), tmp_path)
     assert s["n_examples"] == 4 and s["total_new_tokens"] == sum(r["new_tokens"] for r in rows)
     runs = load.load_runs(tmp_path)
     assert runs.loc[0, "n_examples"] == 4 and runs.loc[0, "finished"]
     assert len(load.load_examples(runs)) == 4
-    s = run(small("method=ar", "dataset.limit=5", "decode.max_new_tokens=8"), tmp_path)
+    s = run(small("method=ar", "limit=5", "decode.max_new_tokens=8"), tmp_path)
     assert s["n_examples"] == 5 and [r["id"] for r in read_rows(tmp_path / ROWS)][-1] == "smoke-04"
 
 
 def test_merge_refuses_a_busy_output_folder(tmp_path):
     shards = []
     for i in range(2):
-        shards.append(tmp_path / f"dataset.shard={i}/2")
-        run(small("method=ar", "dataset.limit=3", "decode.max_new_tokens=8", f"dataset.shard={i}/2"), shards[-1])
+        shards.append(tmp_path / f"shard={i}/2")
+        run(small("method=ar", "limit=3", "decode.max_new_tokens=8", f"shard={i}/2"), shards[-1])
     out = tmp_path / "merged"
     group = merge.group_shards([merge.load_shard(d) for d in shards])[0]
     with folder_lock(out):  # a run (or another merge) writing the folder

@@ -74,8 +74,8 @@ def test_unknown_method_and_dataset_names_list_valid_ones():
     ("decode.max_new_tokens=-3", "decode.max_new_tokens must be an integer >= 1"),
     ("decode.temperature=-0.5", "decode.temperature must be a finite number >= 0"),
     ("method.gamma=0", "method.gamma must be an integer >= 1"),
-    ("dataset.shard=3/2", "shard"),
-    ("dataset.limit=0", "limit"),
+    ("shard=3/2", "shard"),
+    ("limit=0", "limit"),
     ("on_long_prompt=drop", "on_long_prompt"),
 ])
 def test_bad_settings_fail_before_anything_is_written(tmp_path, override, match):
@@ -100,7 +100,7 @@ def test_missing_local_model_names_it_and_how_to_get_it(tmp_path, monkeypatch):
 
 
 def test_prompt_longer_than_context(tmp_path):
-    short_ctx = ("pair.target.max_position_embeddings=24", "dataset.limit=3", "decode.max_new_tokens=4")
+    short_ctx = ("pair.target.max_position_embeddings=24", "limit=3", "decode.max_new_tokens=4")
     with pytest.raises(ValueError, match="prompt has .* tokens but the model context is 24"):
         run(small("method=vanilla", *short_ctx), tmp_path / "a")
     assert not (tmp_path / "a" / "rows.jsonl").exists() or not (tmp_path / "a" / "rows.jsonl").read_text()

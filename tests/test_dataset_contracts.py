@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 import helpers
 from helpers import CONF, ROOT, compose_cfg, require_data
-from specbench.data.dataset import DATASETS, RUNNER_KEYS, NoLocalCopyError, build_dataset, select
+from specbench.data.dataset import DATASETS, MOVED, PROMPT_KEYS, NoLocalCopyError, build_dataset, select
 
 LIMIT = 3
 LOCAL_SPLITS = {"mmlu": ["dataset.split=test"], "xsum": ["dataset.split=test_1000"]}  # default splits: hub only
@@ -36,22 +36,22 @@ def test_every_registered_dataset_has_a_config(evaluator):
 
 
 @pytest.mark.parametrize("evaluator,file", CASES, ids=[file for _, file in CASES])
-def test_every_dataset_config_has_the_runner_keys(evaluator, file):
-    cfg = compose_cfg(f"dataset={file}", "dataset.limit=2", "dataset.shard=1/2", "dataset.system_prompt=Be brief.")
-    assert set(RUNNER_KEYS) <= set(cfg.dataset)
-    assert (cfg.dataset.limit, cfg.dataset.shard, cfg.dataset.system_prompt) == (2, "1/2", "Be brief.")
+def test_every_dataset_config_has_the_prompt_keys_and_no_selection_keys(evaluator, file):
+    cfg = compose_cfg(f"dataset={file}", "limit=2", "shard=1/2", "dataset.system_prompt=Be brief.")
+    assert set(PROMPT_KEYS) <= set(cfg.dataset) and not set(MOVED) & set(cfg.dataset)
+    assert (cfg.limit, cfg.shard, cfg.dataset.system_prompt) == (2, "1/2", "Be brief.")
 
 
 @pytest.mark.parametrize("evaluator,file", CASES, ids=[file for _, file in CASES])
 def test_examples_load_and_reference_answers_score_full_marks(monkeypatch, evaluator, file):
     monkeypatch.chdir(ROOT)  # a dataset file named by a relative path
-    cfg = compose_cfg(f"dataset={file}", f"dataset.limit={LIMIT}", *LOCAL_SPLITS.get(evaluator, []))
+    cfg = compose_cfg(f"dataset={file}", f"limit={LIMIT}", *LOCAL_SPLITS.get(evaluator, []))
     node = OmegaConf.to_container(cfg.dataset, resolve=True)
     if "data_dir" in node:
         node["data_dir"] = str(require_data())
     ev = build_dataset(node)
     try:
-        examples = select(ev.examples(), node["limit"], node["shard"])
+        examples = select(ev.examples(), cfg.limit, cfg.shard)
     except NoLocalCopyError as err:  # a set that exists only online (tests run offline)
         pytest.skip(str(err))
     assert len(examples) == LIMIT and all(isinstance(e.id, str) and e.prompt for e in examples)

@@ -289,7 +289,7 @@ def test_data_dir_defaults_to_the_environment_variable(monkeypatch):
     ("mt_bench", [], {"category", "turn_outputs"}),
 ])
 def test_runs_write_the_dataset_fields(tmp_path, name, extra, fields):
-    summary = run(small("method=vanilla", f"dataset={name}", "dataset.limit=2", "decode.max_new_tokens=8",
+    summary = run(small("method=vanilla", f"dataset={name}", "limit=2", "decode.max_new_tokens=8",
                         f"dataset.data_dir={DATA}", *extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert summary["n_examples"] == 2 and all(fields <= set(r) and r["dataset"] == name for r in rows)

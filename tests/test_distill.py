@@ -159,7 +159,7 @@ def test_training_resumes_from_a_checkpoint_to_the_same_state(tmp_path, synth_di
 
 def test_distilled_greedy_equals_ar(tmp_path, synth_dir):
     run(small(*DISTILL, "task.kind=distilled", f"task.data={synth_dir}"), tmp_path / "d")
-    common = ("decode.max_new_tokens=32", "dataset.limit=8")
+    common = ("decode.max_new_tokens=32", "limit=8")
     run(small("method=ar", *common), tmp_path / "ar")
     s = run(small("method=distilled", f"method.drafter={tmp_path / 'd'}", *common), tmp_path / "run")
     for a, b in zip(rows(tmp_path / "ar"), rows(tmp_path / "run")):

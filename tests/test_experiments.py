@@ -41,7 +41,7 @@ def job_settings(job: list[str]) -> tuple:
     seed = int(o["decode.seed"]) if "decode.seed" in o else None
     grid = o["experiment"] == "gammatune_table2"
     gamma0 = int(o["method.gamma"]) if grid else None
-    return (o["method"], o["dataset"], seed, gamma0, o["decode"], int(o["decode.max_new_tokens"]), o.get("dataset.limit"),
+    return (o["method"], o["dataset"], seed, gamma0, o["decode"], int(o["decode.max_new_tokens"]), o.get("limit"),
             None if grid else o.get("method.gamma"))
 
 
@@ -96,13 +96,13 @@ def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
 def toy_overrides(tmp: Path) -> list[str]:
     """The toy pair shrunk as in test_toy, trained into tmp; small, quick, offline runs."""
     return ["pair=toy", f"pair.cache_dir={tmp / 'toy'}", *TINY, "device=cpu", "warmup=0", "threads=1",
-            "dataset.limit=1", "decode.max_new_tokens=4", "on_long_prompt=truncate"]
+            "limit=1", "decode.max_new_tokens=4", "on_long_prompt=truncate"]
 
 
 def short_folder_names(overrides: list[str]) -> str:
     """Keep these test-only overrides out of the run folders' names (else they exceed the OS limit)."""
     keys = list(compose_cfg().hydra.job.config.override_dirname.exclude_keys)
-    keys += [o.split("=", 1)[0] for o in overrides if not o.startswith(("dataset.limit", "decode.max_new_tokens"))]
+    keys += [o.split("=", 1)[0] for o in overrides if not o.startswith(("limit", "decode.max_new_tokens"))]
     return f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"
 
 

@@ -166,7 +166,7 @@ def test_a_file_that_cannot_be_read_is_named(tmp_path, name, words):
 
 def test_a_run_records_the_dataset_name_and_its_scores(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the YAML's relative path
-    summary = run(small("method=vanilla", "dataset=local_prompts", "dataset.limit=2", "decode.max_new_tokens=4",
+    summary = run(small("method=vanilla", "dataset=local_prompts", "limit=2", "decode.max_new_tokens=4",
                         "dataset.scoring=exact_match", "dataset.stop_strings=[STOP]"), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert summary["dataset"] == "local_prompts" and summary["n_examples"] == 2
@@ -186,8 +186,8 @@ def test_a_copied_yaml_is_a_new_dataset(tmp_path):
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("config", overrides=["dataset=my_prompts", f"dataset.path={tmp_path / 'mine.parquet'}",
                                            "dataset.prompt_field=question", "dataset.reference_field=target",
-                                           "dataset.id_field=null", "dataset.limit=5"])
+                                           "dataset.id_field=null", "limit=5"])
     ev = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True))
-    [ex] = data.select(ev.examples(), cfg.dataset.limit, cfg.dataset.shard)
+    [ex] = data.select(ev.examples(), cfg.limit, cfg.shard)
     assert (ev.name, ex.id, ex.prompt) == ("my_prompts", "my_prompts-00000", "Say yes.")
     assert ev.score(ex, "Well, yes.") == {"score": 1.0}

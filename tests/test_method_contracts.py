@@ -38,7 +38,7 @@ from specbench.runs.results import ROWS, read_rows
 from specbench.runs.traces import read_traces
 
 MAX_NEW, EXAMPLES = 24, 8  # a window of 20 meets the length cap inside a generation
-SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"dataset.limit={EXAMPLES}", "threads=1",
+SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"limit={EXAMPLES}", "threads=1",
             "trace=true")
 NAMES = METHODS.names()
 

@@ -16,7 +16,7 @@ from specbench.runs.runner import run
 def test_analysis_notebook(tmp_path, monkeypatch):
     res, out = tmp_path / "results", tmp_path / "report"
     for m in ("vanilla", "adasd"):
-        run(small(f"method={m}", "dataset.limit=2", "decode.max_new_tokens=16", "trace=true", "threads=1"), res / m)
+        run(small(f"method={m}", "limit=2", "decode.max_new_tokens=16", "trace=true", "threads=1"), res / m)
     monkeypatch.setenv("SPECBENCH_RESULTS", str(res))
     monkeypatch.setenv("SPECBENCH_REPORT_OUT", str(out))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

@@ -45,7 +45,7 @@ def bar_lines(text: str) -> list[str]:
 
 
 def test_examples_bar_on_a_terminal_only(tmp_path, terminal):
-    job = ["dataset.limit=3", "decode.max_new_tokens=4", "progress=auto"]
+    job = ["limit=3", "decode.max_new_tokens=4", "progress=auto"]
     term = terminal()
     run(small(*job), tmp_path / "tty")
     last = bar_lines(term.getvalue())[-1]

@@ -261,7 +261,7 @@ def test_cli_on_real_runs(tmp_path):
     from specbench.runs.runner import run
 
     for m in ("ar", "vanilla", "adasd"):
-        run(small(f"method={m}", "dataset.limit=2", "decode.max_new_tokens=16", "threads=1"), tmp_path / "res" / m)
+        run(small(f"method={m}", "limit=2", "decode.max_new_tokens=16", "threads=1"), tmp_path / "res" / m)
     runs = load.load_runs(tmp_path / "res")
     for _, r in runs.iterrows():  # run numbers recomputed with plain Python from rows.jsonl
         rows = [json.loads(line) for line in open(Path(r["run_dir"]) / "rows.jsonl")]
@@ -285,6 +285,6 @@ def test_cli_on_real_runs(tmp_path):
 
 
 def test_setting_ignores_the_runner_resumable_keys():
-    record = {"config": {"method": {"name": "m"}, "dataset": {"name": "d", "limit": 5}, "threads": 1, "decode": {"seed": 0}},
+    record = {"config": {"method": {"name": "m"}, "dataset": {"name": "d"}, "limit": 5, "threads": 1, "decode": {"seed": 0}},
               "device_info": {"device": "cpu"}}
     assert load.setting_of(record) == {"dataset": {"name": "d"}, "decode": {"seed": 0}, "device_info": {"device": "cpu"}}

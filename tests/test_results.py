@@ -22,7 +22,7 @@ class Crash(RuntimeError):
 
 @pytest.mark.parametrize("decode", ["greedy", "t1"])
 def test_resume_after_a_crash_gives_the_uninterrupted_rows(tmp_path, monkeypatch, decode):
-    overrides = ("method=vanilla", f"decode={decode}", "dataset.limit=8", "decode.max_new_tokens=24")
+    overrides = ("method=vanilla", f"decode={decode}", "limit=8", "decode.max_new_tokens=24")
     runner.run(small(*overrides), tmp_path / "whole")
     whole = read_rows(tmp_path / "whole" / ROWS)
     assert len(whole) == 8
@@ -52,7 +52,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_rows(tmp_path, monkeypatch
 
 
 def test_rerun_of_a_finished_run_adds_nothing(tmp_path):
-    overrides = ("method=ar", "dataset.limit=3", "decode.max_new_tokens=8")
+    overrides = ("method=ar", "limit=3", "decode.max_new_tokens=8")
     runner.run(small(*overrides), tmp_path)
     before = (tmp_path / ROWS).read_text()
     runner.run(small(*overrides), tmp_path)
@@ -60,20 +60,20 @@ def test_rerun_of_a_finished_run_adds_nothing(tmp_path):
 
 
 def test_extending_the_limit_appends_only_new_examples(tmp_path):
-    runner.run(small("method=ar", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
-    runner.run(small("method=ar", "dataset.limit=5", "decode.max_new_tokens=8"), tmp_path)
+    runner.run(small("method=ar", "limit=2", "decode.max_new_tokens=8"), tmp_path)
+    runner.run(small("method=ar", "limit=5", "decode.max_new_tokens=8"), tmp_path)
     assert [r["id"] for r in read_rows(tmp_path / ROWS)] == [f"smoke-0{i}" for i in range(5)]
 
 
 def test_a_different_config_is_not_mixed_into_a_folder(tmp_path):
-    runner.run(small("method=vanilla", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+    runner.run(small("method=vanilla", "limit=2", "decode.max_new_tokens=8"), tmp_path)
     with pytest.raises(ValueError, match=r"different configuration \(saved vs now: method\.gamma \(5 vs 3\)\)"):
-        runner.run(small("method=vanilla", "method.gamma=3", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+        runner.run(small("method=vanilla", "method.gamma=3", "limit=2", "decode.max_new_tokens=8"), tmp_path)
     assert len(read_rows(tmp_path / ROWS)) == 2
 
 
 def test_summary_records_provenance(tmp_path):
-    s = runner.run(small("method=vanilla", "dataset.limit=2", "decode.max_new_tokens=8"), tmp_path)
+    s = runner.run(small("method=vanilla", "limit=2", "decode.max_new_tokens=8"), tmp_path)
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["n_examples"] == 2 and saved["seed"] == 0
     for key in ("git_hash", "versions", "device_info", "config", "choices", "peak_rss_mb"):
@@ -104,20 +104,20 @@ def test_resume_refuses_rows_of_another_code_version(tmp_path):
     resumes only with resume_any_version=true. The recorded version is faked: tests never depend on
     the checkout's own hash."""
     job = ("method=ar", "decode.max_new_tokens=8")
-    runner.run(small(*job, "dataset.limit=2"), tmp_path)
+    runner.run(small(*job, "limit=2"), tmp_path)
     record = json.loads((tmp_path / "config.json").read_text())
     now = runner.code_version(record)
     old = {"git_hash": "0123456789abcdef" * 2 + "01234567", "git_dirty": False}
     (tmp_path / "config.json").write_text(json.dumps({**record, **old}))
     with pytest.raises(ValueError) as refused:
-        runner.run(small(*job, "dataset.limit=3"), tmp_path)
+        runner.run(small(*job, "limit=3"), tmp_path)
     msg = str(refused.value)
     assert f"holds rows of git {old['git_hash']}, but this is {runner.describe_version(now)}" in msg
     assert "resume_any_version=true" in msg
     assert len(read_rows(tmp_path / ROWS)) == 2
-    s = runner.run(small(*job, "dataset.limit=2"), tmp_path)  # nothing left to decode: nothing is mixed
+    s = runner.run(small(*job, "limit=2"), tmp_path)  # nothing left to decode: nothing is mixed
     assert s["git_hash"] == old["git_hash"] and "resumed_versions" not in s
-    s = runner.run(small(*job, "dataset.limit=3", "resume_any_version=true"), tmp_path)
+    s = runner.run(small(*job, "limit=3", "resume_any_version=true"), tmp_path)
     assert len(read_rows(tmp_path / ROWS)) == 3
     assert json.loads((tmp_path / "config.json").read_text())["resumed_versions"] == [now]
     assert s["git_hash"] == old["git_hash"] and s["resumed_versions"] == [now]

@@ -116,13 +116,13 @@ def test_confidence_restarts_every_call():
 @pytest.fixture(scope="module")
 def ar_rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("ar")
-    run(small("method=ar", "decode.max_new_tokens=40", "dataset.limit=12"), out)
+    run(small("method=ar", "decode.max_new_tokens=40", "limit=12"), out)
     return rows(out)
 
 
 @pytest.mark.parametrize("method", ["heuristic", "confidence"])
 def test_greedy_equals_ar_through_the_runner(tmp_path, ar_rows, method):
-    summary = run(small(f"method={method}", "decode.max_new_tokens=40", "dataset.limit=12"), tmp_path)
+    summary = run(small(f"method={method}", "decode.max_new_tokens=40", "limit=12"), tmp_path)
     got = rows(tmp_path)
     assert [r["id"] for r in got] == [r["id"] for r in ar_rows]
     for a, r in zip(ar_rows, got):
@@ -133,7 +133,7 @@ def test_greedy_equals_ar_through_the_runner(tmp_path, ar_rows, method):
 
 def test_hf_assisted_rows_are_lossless(tmp_path):
     cfg = small("method=hf_assisted", "pair.target.vocab_size=259", "pair.draft.vocab_size=259",
-                "decode.max_new_tokens=24", "dataset.limit=3")
+                "decode.max_new_tokens=24", "limit=3")
     summary = run(cfg, tmp_path)
     got = rows(tmp_path)
     assert summary["lossless"] is True and all(r["lossless"] is True for r in got)

@@ -159,7 +159,7 @@ def sd2_folders(tmp_path_factory):
 
 
 def test_sd2_greedy_equals_ar_and_steering_changes_the_drafts(tmp_path, sd2_folders):
-    common = ("decode.max_new_tokens=32", "dataset.limit=12")
+    common = ("decode.max_new_tokens=32", "limit=12")
     run(small("method=ar", *common), tmp_path / "ar")
     s = run(small("method=sd2", f"method.drafter={sd2_folders['random']}", *common), tmp_path / "sd2")
     z = run(small("method=sd2", f"method.drafter={sd2_folders['zero']}", *common), tmp_path / "zero")
@@ -171,11 +171,11 @@ def test_sd2_greedy_equals_ar_and_steering_changes_the_drafts(tmp_path, sd2_fold
 
 def test_sd2_refuses_a_missing_or_foreign_drafter(tmp_path, sd2_folders):
     with pytest.raises(FileNotFoundError, match="nowhere is not a finished distill run.*task=distill task.kind=sd2"):
-        run(small("method=sd2", f"method.drafter={tmp_path / 'nowhere'}", "dataset.limit=1"), tmp_path / "a")
+        run(small("method=sd2", f"method.drafter={tmp_path / 'nowhere'}", "limit=1"), tmp_path / "a")
     with pytest.raises(ValueError, match="needs method.drafter"):
-        run(small("method=sd2", "method.drafter=null", "dataset.limit=1"), tmp_path / "a")
+        run(small("method=sd2", "method.drafter=null", "limit=1"), tmp_path / "a")
     with pytest.raises(ValueError, match="trained for pair 'tiny_random' .*seed=0.*seed=1"):
-        run(small("method=sd2", f"method.drafter={sd2_folders['zero']}", "pair.seed=1", "dataset.limit=1"),
+        run(small("method=sd2", f"method.drafter={sd2_folders['zero']}", "pair.seed=1", "limit=1"),
             tmp_path / "b")
     with pytest.raises(ValueError, match="holds a 'sd2' drafter; method 'distilled'"):
-        run(small("method=distilled", f"method.drafter={sd2_folders['zero']}", "dataset.limit=1"), tmp_path / "c")
+        run(small("method=distilled", f"method.drafter={sd2_folders['zero']}", "limit=1"), tmp_path / "c")

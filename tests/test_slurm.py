@@ -24,7 +24,7 @@ from specbench.runs.slurm import slurm_unavailable
 
 TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s"}
 BASE = ["pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", "threads=1"]
-JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "dataset.limit=12"]
+JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "limit=12"]
 
 
 def untimed(rows: list[dict]) -> list[dict]:
@@ -112,16 +112,16 @@ def test_local_launcher_requeue_resumes_the_same_folder(tmp_path):
 
 
 def shard_runs(root: Path, n: int, *job: str) -> list[Path]:
-    """Shards i/n of `job`, in the folders Hydra's sweep would use (dataset.shard=i/n in the path)."""
+    """Shards i/n of `job`, in the folders Hydra's sweep would use (shard=i/n in the path)."""
     dirs = []
     for i in range(n):
-        d = root / "tiny_random/smoke/vanilla/t1" / f"dataset.shard={i}/{n},decode.max_new_tokens=48"
-        run(small("threads=1", *job, f"dataset.shard={i}/{n}"), d)
+        d = root / "tiny_random/smoke/vanilla/t1" / f"shard={i}/{n},decode.max_new_tokens=48"
+        run(small("threads=1", *job, f"shard={i}/{n}"), d)
         dirs.append(d)
     return dirs
 
 
-SHARD_JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "dataset.limit=7"]
+SHARD_JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "limit=7"]
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def shard_tree(tmp_path_factory):
 def shards(shard_tree, tmp_path):
     """A private copy of shard_tree: (folder, shard folders, reference rows, job overrides)."""
     shutil.copytree(shard_tree, tmp_path, dirs_exist_ok=True)
-    dirs = [tmp_path / "results/tiny_random/smoke/vanilla/t1" / f"dataset.shard={i}/3,decode.max_new_tokens=48"
+    dirs = [tmp_path / "results/tiny_random/smoke/vanilla/t1" / f"shard={i}/3,decode.max_new_tokens=48"
             for i in range(3)]
     return tmp_path, dirs, read(tmp_path / "reference" / "rows.jsonl"), SHARD_JOB
 
@@ -155,8 +155,8 @@ def test_shards_merge_into_the_unsharded_run(shards, capsys):
     assert s["block_efficiency"] == sum(r["new_tokens"] for r in ref) / sum(r["target_calls"] for r in ref)
     assert s["tokens_per_s"] == pytest.approx(sum(r["new_tokens"] for r in rows) / sum(r["decode_s"] for r in rows))
     assert [m["shard"] for m in s["merged_from"]] == ["0/3", "1/3", "2/3"]
-    assert s["config"]["dataset"]["shard"] is None
-    assert json.loads((out / "config.json").read_text())["config"]["dataset"]["shard"] is None
+    assert s["config"]["shard"] is None
+    assert json.loads((out / "config.json").read_text())["config"]["shard"] is None
     # the unsharded run of the same config resumes the merged folder with nothing left to do
     again = run(small("threads=1", *job), out)
     assert again["n_examples"] == 7 and read(out / "rows.jsonl") == rows
@@ -178,7 +178,7 @@ def test_merge_refuses_incomplete_overlapping_or_mixed_shards(shards, capsys):
     shutil.copytree(dirs[1], twin)
     refused([*dirs, twin], "shard 1/3 appears twice")
     other = tmp_path / "other"
-    run(small("threads=1", *job, "method.gamma=3", "dataset.shard=2/3"), other)
+    run(small("threads=1", *job, "method.gamma=3", "shard=2/3"), other)
     refused([dirs[0], dirs[1], other], "differ in config beyond the shard")
     assert "method.gamma: 5 vs 3" in "".join(merge.config_diff(
         json.loads((dirs[2] / "config.json").read_text())["config"],
@@ -227,14 +227,14 @@ def test_sweep_on_a_slurm_cluster(tmp_path, slurm_cluster):
 
     sweep = tmp_path / "sweep"
     p = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm", *BASE, "method=ar,vanilla",
-                        "dataset.limit=2", "decode.max_new_tokens=8", "hydra.launcher.timeout_min=10",
+                        "limit=2", "decode.max_new_tokens=8", "hydra.launcher.timeout_min=10",
                         f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     for method in ("ar", "vanilla"):
         (d,) = [f.parent for f in sweep.glob(f"tiny_random/smoke/{method}/greedy/*/summary.json")]
         s = json.loads((d / "summary.json").read_text())
         assert s["n_examples"] == 2 and len(read(d / "rows.jsonl")) == 2 and s["method"] == method
-        ref = run(small("threads=1", f"method={method}", "dataset.limit=2", "decode.max_new_tokens=8"),
+        ref = run(small("threads=1", f"method={method}", "limit=2", "decode.max_new_tokens=8"),
                   tmp_path / f"ref-{method}")
         assert untimed(read(d / "rows.jsonl")) == untimed(read(tmp_path / f"ref-{method}" / "rows.jsonl"))
         assert ref["n_examples"] == 2

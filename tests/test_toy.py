@@ -82,7 +82,7 @@ def test_tiny_training_loads_through_load_pair_and_decodes(tmp_path):
     assert pair.target.config.num_hidden_layers == 2 and pair.draft.config.hidden_size == 16
     assert pair.vocab_size == len(pair.tokenizer) and pair.target.name_or_path == str(folder / "target")
     out = tmp_path / "run"
-    overrides = ["dataset=toy_arith", "dataset.limit=2", "decode.max_new_tokens=6", "device=cpu", "warmup=0",
+    overrides = ["dataset=toy_arith", "limit=2", "decode.max_new_tokens=6", "device=cpu", "warmup=0",
                  "progress=false", "pair=toy", f"pair.cache_dir={tmp_path}", *TINY]
     s = run(compose_cfg(*overrides), out)
     rows = [json.loads(r) for r in (out / "rows.jsonl").read_text().splitlines()]

@@ -15,7 +15,7 @@ from helpers import small
 from specbench.runs import wandb_log
 from specbench.runs.runner import run
 
-JOB = ["dataset.limit=3", "decode.max_new_tokens=8", "decode=t1"]
+JOB = ["limit=3", "decode.max_new_tokens=8", "decode=t1"]
 
 
 def wandb_records(run_file: Path) -> list:

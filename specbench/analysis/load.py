@@ -84,7 +84,7 @@ def select(runs: pd.DataFrame, keep: Iterable[bool]) -> pd.DataFrame:
 def setting_of(record: dict) -> dict:
     """What two runs must share to be compared: config minus method and resumable keys, plus the device.
 
-    (dataset.limit is resumable: the runs' example ids are compared instead.)
+    (limit is resumable: the runs' example ids are compared instead.)
     """
     out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
     out["device_info"] = record.get("device_info", {})

@@ -1,8 +1,7 @@
 """Datasets: the registry of evaluators, examples, the limit / shard selection, and the data sources.
 
-A dataset config (conf/dataset/*.yaml) is a `name`, the runner's keys (RUNNER_KEYS: limit and shard
-select the examples, system_prompt and chat_template shape the prompts; conf/dataset_base/) and the
-options of its evaluator: the one registered under its `evaluator` key, else under its name. The
+A dataset config (conf/dataset/*.yaml) is a `name`, the prompt keys (PROMPT_KEYS: system_prompt and
+chat_template; conf/dataset_base/) and the options of its evaluator: the one registered under its `evaluator` key, else under its name. The
 generic `files` evaluator (evaluators/files.py) makes a set of prompts in a file a dataset with a YAML alone.
 
 A benchmark's rows come either from the Hugging Face hub (what users do) or, when a local data
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.common.options import check_options, choice, integer, shown, text
+from specbench.common.options import OptionError, check_options, choice, integer, shown, text
 from specbench.common.registry import Registry, UnknownNameError
 
 log = logging.getLogger(__name__)
@@ -82,15 +81,15 @@ def parse_shard(shard: str | None) -> tuple[int, int] | None:
     try:
         i, n = (int(s) for s in str(shard).split("/"))
     except ValueError:
-        raise ValueError(f"dataset.shard must look like 'i/n' (e.g. 0/4), got {shown(shard)}") from None
+        raise ValueError(f"shard must look like 'i/n' (e.g. 0/4), got {shown(shard)}") from None
     if not 0 <= i < n:
-        raise ValueError(f"dataset.shard {shard!r}: need 0 <= i < n")
+        raise ValueError(f"shard {shard!r}: need 0 <= i < n")
     return i, n
 
 
 def check_selection(limit: Any, shard: Any) -> tuple[int | None, tuple[int, int] | None]:
-    """dataset.limit (an integer >= 1 or null) and dataset.shard ('i/n' or null), checked."""
-    return integer(limit, "dataset.limit", low=1, null=True), parse_shard(shard)
+    """limit (an integer >= 1 or null) and shard ('i/n' or null), checked."""
+    return integer(limit, "limit", low=1, null=True), parse_shard(shard)
 
 
 def select(examples: list[Example], limit: int | None, shard: str | None) -> list[Example]:
@@ -102,8 +101,8 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
         examples = examples[:limit]
     if s:
         if s[0] >= len(examples):
-            raise ValueError(f"dataset.shard={shard} selects no examples: there are only {len(examples)} to "
-                             f"share (after dataset.limit); use at most {len(examples)} shards")
+            raise ValueError(f"shard={shard} selects no examples: there are only {len(examples)} to "
+                             f"share (after limit); use at most {len(examples)} shards")
         examples = examples[s[0] :: s[1]]
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
@@ -334,15 +333,18 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
     return as_rows(rows, f"{source.label} ({source.hub_name()})")
 
 
-# The runner's keys of the dataset node (conf/dataset_base/default.yaml): limit and shard select the examples,
-# system_prompt and chat_template shape the prompts; they are never options of the evaluator.
-RUNNER_KEYS = ("limit", "shard", "system_prompt", "chat_template")
+# The prompt keys of every dataset node (conf/dataset_base/default.yaml): never options of the evaluator.
+PROMPT_KEYS = ("system_prompt", "chat_template")
+MOVED = {"limit": "limit", "shard": "shard"}  # dataset-node keys of earlier versions -> the top-level key now
 NAME_KEYS = ("name", "evaluator")  # the dataset's name, and the registered evaluator it runs (default: the name)
 
 
-def check_runner_keys(cfg: dict) -> None:
-    """dataset.limit, shard, system_prompt and chat_template, checked."""
-    check_selection(cfg.get("limit"), cfg.get("shard"))
+def check_prompt_keys(cfg: dict) -> None:
+    """system_prompt and chat_template checked; a selection key in the dataset node is refused naming its place."""
+    for key, top in MOVED.items():
+        if key in cfg:
+            raise OptionError(f"dataset.{key} is not a dataset option: examples are selected by the top-level key "
+                              f"`{top}` (e.g. {top}=8 on the command line)")
     text(cfg.get("system_prompt"), "dataset.system_prompt", null=True)
     choice(cfg.get("chat_template", "auto"), "dataset.chat_template", ("auto", True, False))
 
@@ -363,8 +365,8 @@ def build_dataset(cfg: dict) -> Evaluator:
     every key is checked (its type against the evaluator's constructor) before any data is loaded. The
     evaluator takes the dataset's name, which rows and summaries record."""
     cls = evaluator_class(cfg)
-    check_runner_keys(cfg)
-    options = {k: v for k, v in cfg.items() if k not in RUNNER_KEYS + NAME_KEYS}
+    check_prompt_keys(cfg)
+    options = {k: v for k, v in cfg.items() if k not in PROMPT_KEYS + NAME_KEYS}
     evaluator = cls(**check_options(cls, options, "dataset", f"dataset {cfg['name']!r}"))
     evaluator.name = cfg["name"]
     return evaluator

@@ -1,23 +1,23 @@
 """Merge the shard runs of one configuration into one run folder, with a recomputed summary.
 
-A large dataset is split across SLURM array jobs with `dataset.shard=i/n` (specbench.data.dataset.select:
+A large dataset is split across SLURM array jobs with `shard=i/n` (specbench.data.dataset.select:
 shard i holds examples i, i+n, i+2n, ... of the dataset's fixed order), e.g.
 
-    python run.py -m hydra/launcher=slurm dataset=gsm8k dataset.shard=$(seq -s, -f '%g/8' 0 7)
+    python run.py -m hydra/launcher=slurm dataset=gsm8k shard=$(seq -s, -f '%g/8' 0 7)
     python -m specbench.runs.merge results/<pair>/gsm8k            # every shard group found below
     python -m specbench.runs.merge SHARD_DIR ... [--out DIR]       # exactly these shards
 
-A shard group is the finished run folders whose configs are equal except for `dataset.shard` and
-the keys a resumed run may change (specbench.runs.results.RESUMABLE_KEYS; `dataset.limit` must be
+A shard group is the finished run folders whose configs are equal except for `shard` and
+the keys a resumed run may change (specbench.runs.results.RESUMABLE_KEYS; `limit` must be
 equal). A group is merged only when it is complete: every shard 0..n-1 present exactly once, each
 finished (its summary counts all its rows), no example id in two shards, and shard sizes those of
 a round-robin split. Anything else is refused with the reason, and nothing is written for it.
 
 The merged folder is what the unsharded run writes: rows.jsonl in the dataset's order, config.json
-(the shards' record with `dataset.shard: null`), summary.json (specbench.decoding.metrics.summarize over all
+(the shards' record with `shard: null`), summary.json (specbench.decoding.metrics.summarize over all
 rows, peak memory the maximum over shards, each shard's folder and provenance under
 `merged_from`) and the shards' traces/. By default it is the shard folder with its
-`dataset.shard=i/n` override removed from the path, i.e. the folder `python run.py` uses for the
+`shard=i/n` override removed from the path, i.e. the folder `python run.py` uses for the
 same config without the shard, so rerunning that command resumes it with nothing left to do.
 Merging again is safe: identical rows are kept and the summary rewritten; different rows refuse.
 The merged folder is written holding its lock (specbench.runs.results.folder_lock): while a run or another
@@ -47,8 +47,8 @@ from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
-SHARD_IN_PATH = re.compile(r",?dataset\.shard=\d+/\d+,?")
-IGNORED = {k for k in RESUMABLE_KEYS if k != ("dataset", "limit")} | {("dataset", "shard")}
+SHARD_IN_PATH = re.compile(r",?(?<![\w.])shard=\d+/\d+,?")
+IGNORED = {k for k in RESUMABLE_KEYS if k != ("limit",)} | {("shard",)}
 
 
 class MergeError(ValueError):
@@ -73,9 +73,9 @@ def load_shard(run_dir: Path) -> Shard:
     if not (run_dir / CONFIG).exists():
         raise MergeError(f"{run_dir}: no {CONFIG} (not a run folder)")
     record = json.loads((run_dir / CONFIG).read_text())
-    shard = parse_shard(record["config"].get("dataset", {}).get("shard"))
+    shard = parse_shard(record["config"].get("shard"))
     if shard is None:
-        raise MergeError(f"{run_dir}: not a shard run (its dataset.shard is null)")
+        raise MergeError(f"{run_dir}: not a shard run (its shard is null)")
     rows = read_rows(run_dir / ROWS)
     summary = json.loads((run_dir / SUMMARY).read_text()) if (run_dir / SUMMARY).exists() else {}
     problem = None
@@ -86,7 +86,7 @@ def load_shard(run_dir: Path) -> Shard:
 
 
 def identity(config: dict) -> dict:
-    """The config without the shard and the keys that do not change rows (dataset.limit kept)."""
+    """The config without the shard and the keys that do not change rows (limit kept)."""
     return without_keys(config, IGNORED)
 
 
@@ -143,13 +143,13 @@ def merged_rows(group: list[Shard]) -> list[dict]:
 
 
 def default_out(group: list[Shard]) -> Path:
-    """The folder of the same config without the shard: each shard's path minus its dataset.shard=i/n."""
+    """The folder of the same config without the shard: each shard's path minus its shard=i/n."""
     outs = set()
     for s in group:
         path, hits = SHARD_IN_PATH.subn(lambda m: "," if m.group(0).startswith(",") and m.group(0).endswith(",")
                                         else "", str(s.dir))
         if hits != 1:
-            raise MergeError(f"{s.dir}: the path does not hold one 'dataset.shard=i/n'; pass --out")
+            raise MergeError(f"{s.dir}: the path does not hold one 'shard=i/n'; pass --out")
         outs.add(path.rstrip("/"))
     if len(outs) != 1:
         raise MergeError(f"the shards' paths give different merged folders {sorted(outs)}; pass --out")
@@ -186,7 +186,7 @@ def _write_merged(group: list[Shard], out: Path) -> dict:
             log.warning("%s: the shards differ in %s (each shard's is under merged_from)", out, key)
     rows = merged_rows(group)
     record = copy.deepcopy(group[0].record)
-    record["config"]["dataset"]["shard"] = None
+    record["config"]["shard"] = None
     if (out / CONFIG).exists():
         old = json.loads((out / CONFIG).read_text())["config"]
         if identity(old) != identity(record["config"]):
@@ -220,7 +220,7 @@ def find_shards(paths: list[Path]) -> tuple[list[Shard], bool]:
             raise MergeError(f"{p}: no such folder")
         explicit = False
         for cfg in sorted(p.rglob(CONFIG)):
-            shard = json.loads(cfg.read_text()).get("config", {}).get("dataset", {}).get("shard")
+            shard = json.loads(cfg.read_text()).get("config", {}).get("shard")
             if shard not in (None, ""):
                 dirs.append(cfg.parent)
     return [load_shard(d) for d in progress_bar(dirs, desc="reading shards", unit="run")], explicit
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shards, explicit = find_shards(args.paths)
         if not shards:
-            raise MergeError(f"no shard runs (dataset.shard set) in {', '.join(map(str, args.paths))}")
+            raise MergeError(f"no shard runs (shard set) in {', '.join(map(str, args.paths))}")
         groups = group_shards(shards)
         if len(groups) > 1 and (explicit or args.out):
             a, b = groups[0][0], groups[1][0]

@@ -42,12 +42,12 @@ LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 # logger / slurm / paths: where results are sent, where jobs run and where folders lie (a drafter folder
 # reaches the rows through method.drafter, which stays in the identity); wait_for_lock,
 # resume_any_version: how a run treats a busy folder or rows of another code version.
-RESUMABLE_KEYS = {("dataset", "limit"), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
+RESUMABLE_KEYS = {("limit",), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
                   ("logger",), ("slurm",), ("paths",), ("wait_for_lock",), ("resume_any_version",)}
 
 
 def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
-    """A deep copy of the config with the keys at `paths` (e.g. ("dataset", "limit")) removed."""
+    """A deep copy of the config with the keys at `paths` (e.g. ("limit",)) removed."""
     out = json.loads(json.dumps(config, default=str))
     for path in paths:
         node = out

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from specbench.runs import provenance
 from specbench.runs import wandb_log
-from specbench.data.dataset import Evaluator, Example, build_dataset, select
+from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
@@ -271,12 +271,13 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     c = resolved(cfg)
     # validate everything cheap before loading models
     check_run_settings(c)
+    check_selection(c.get("limit"), c.get("shard"))
     params = sampling_params(c["decode"])
     max_new, seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
     method = build_method(c["method"])
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
-    examples = select(evaluator.examples(), c["dataset"].get("limit"), c["dataset"].get("shard"))
+    examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))
     device = resolve_device(c.get("device", "auto"))
     if c.get("threads"):  # CPU threads; 1 keeps timings stable on a busy shared machine
         torch.set_num_threads(int(c["threads"]))
