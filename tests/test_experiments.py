@@ -88,7 +88,7 @@ def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
         assert (c.method.name, c.method.gamma, c.method.rule) == (row, 8, "rejection")
         assert c.method.get("drafter") == {"vanilla": None, "distilled": "/d/distilled", "sd2": "/d/sd2"}[row]
         assert c.decode.temperature == (1.0 if temp == "t1" else 0.0)
-        assert c.dataset.limit == 96 and c.decode.max_new_tokens == 128
+        assert c.limit == 96 and c.decode.max_new_tokens == 128
         # no drafter paths in folder names
         assert c.hydra.job.override_dirname == "decode.max_new_tokens=128,decode.seed=0,method.gamma=8"
 
@@ -181,7 +181,7 @@ def test_every_job_of_every_experiment_composes():
             if gamma0 is not None:
                 assert c.method.gamma == gamma0
             if gamma is not None:
-                assert c.method.gamma == 8 and c.dataset.limit == 96
+                assert c.method.gamma == 8 and c.limit == 96
                 assert c.method.get("drafter") == {"vanilla": None, "distilled": "/a", "sd2": "/b"}[row]
 
 
