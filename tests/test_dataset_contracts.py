@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 import helpers
 from helpers import CONF, ROOT, compose_cfg, require_data
-from specbench.data.dataset import DATASETS, MOVED, PROMPT_KEYS, NoLocalCopyError, build_dataset, select
+from specbench.data.dataset import DATASETS, PROMPT_KEYS, SELECTION_KEYS, NoLocalCopyError, build_dataset, select
 
 LIMIT = 3
 LOCAL_SPLITS = {"mmlu": ["dataset.split=test"], "xsum": ["dataset.split=test_1000"]}  # default splits: hub only
@@ -38,7 +38,7 @@ def test_every_registered_dataset_has_a_config(evaluator):
 @pytest.mark.parametrize("evaluator,file", CASES, ids=[file for _, file in CASES])
 def test_every_dataset_config_has_the_prompt_keys_and_no_selection_keys(evaluator, file):
     cfg = compose_cfg(f"dataset={file}", "limit=2", "shard=1/2", "dataset.system_prompt=Be brief.")
-    assert set(PROMPT_KEYS) <= set(cfg.dataset) and not set(MOVED) & set(cfg.dataset)
+    assert set(PROMPT_KEYS) <= set(cfg.dataset) and not set(SELECTION_KEYS) & set(cfg.dataset)
     assert (cfg.limit, cfg.shard, cfg.dataset.system_prompt) == (2, "1/2", "Be brief.")
 
 

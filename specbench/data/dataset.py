@@ -335,16 +335,16 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
 
 # The prompt keys of every dataset node (conf/dataset_base/default.yaml): never options of the evaluator.
 PROMPT_KEYS = ("system_prompt", "chat_template")
-MOVED = {"limit": "limit", "shard": "shard"}  # dataset-node keys of earlier versions -> the top-level key now
+SELECTION_KEYS = ("limit", "shard")  # the runner's top-level keys (conf/config.yaml), never in a dataset node
 NAME_KEYS = ("name", "evaluator")  # the dataset's name, and the registered evaluator it runs (default: the name)
 
 
 def check_prompt_keys(cfg: dict) -> None:
     """system_prompt and chat_template checked; a selection key in the dataset node is refused naming its place."""
-    for key, top in MOVED.items():
+    for key in SELECTION_KEYS:
         if key in cfg:
             raise OptionError(f"dataset.{key} is not a dataset option: examples are selected by the top-level key "
-                              f"`{top}` (e.g. {top}=8 on the command line)")
+                              f"`{key}` (e.g. {key}=8 on the command line)")
     text(cfg.get("system_prompt"), "dataset.system_prompt", null=True)
     choice(cfg.get("chat_template", "auto"), "dataset.chat_template", ("auto", True, False))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from statistics import fmean
 from typing import Any
 
-from specbench.common.aggregate import ratio as _ratio, run_metrics
+from specbench.common.aggregate import ratio, run_metrics
 from specbench.decoding.engine import Generation
 
 
@@ -29,17 +29,17 @@ def example_metrics(gen: Generation) -> dict[str, Any]:
         "new_tokens": new,
         "decode_s": gen.decode_s,
         "prefill_s": gen.prefill_s,
-        "tokens_per_s": _ratio(new, gen.decode_s),
+        "tokens_per_s": ratio(new, gen.decode_s),
         "target_calls": gen.target_calls,
         "draft_calls": gen.draft_calls,
         "iterations": len(gen.records),
         "drafted": drafted,
         "accepted": accepted,
         "draft_iterations": len(drafting),  # k: the divisor of mean_drafted / mean_accepted
-        "mean_drafted": _ratio(drafted, len(drafting)),  # #cand: over iterations that drafted
-        "mean_accepted": _ratio(accepted, len(drafting)),  # #match
-        "acceptance_rate": _ratio(accepted, drafted),
-        "block_efficiency": _ratio(new, gen.target_calls),  # tau = new tokens per target call
+        "mean_drafted": ratio(drafted, len(drafting)),  # #cand: over iterations that drafted
+        "mean_accepted": ratio(accepted, len(drafting)),  # #match
+        "acceptance_rate": ratio(accepted, drafted),
+        "block_efficiency": ratio(new, gen.target_calls),  # tau = new tokens per target call
         "mean_t_v": _mean_state(gen, "t_v"),
         "mean_t_g": _mean_state(gen, "t_g"),
         "model_s": gen.target_model_s + gen.draft_model_s,  # summed forward time of both models

@@ -77,18 +77,13 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
             for k, v in cfg.items() if k != "hydra"}
 
 
-def _identity(cfg: dict) -> dict:
-    """The config without the keys a resumed run may change."""
-    return without_keys(cfg)
-
-
 def check_resume(run_dir: Path, record: dict) -> dict:
     """Refuse to append to a folder whose rows came from a different configuration; returns the folder's
     record (config.json, written from `record` for a new folder)."""
     path = run_dir / CONFIG
     if path.exists():
         old = json.loads(path.read_text())
-        saved, now = _identity(old["config"]), _identity(record["config"])
+        saved, now = without_keys(old["config"]), without_keys(record["config"])  # identity: no resumable keys
         if saved != now:
             raise ValueError(
                 f"{run_dir} holds results of a different configuration (saved vs now: "
