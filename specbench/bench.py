@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel
 
 from specbench.common.aggregate import run_metrics, total
@@ -29,6 +29,7 @@ from specbench.decoding.engine import Engine, Generation, ModelState, sync
 from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.data.prompting import encode
+from specbench.runs.layout import discard_job_dir, job_dir
 from specbench.runs.runner import build_method, make_engine, sampling_params
 
 
@@ -188,28 +189,40 @@ def table_row(name: str, summary: dict) -> dict:
             "lossless": summary["lossless"]}
 
 
-def cmd_methods(args: argparse.Namespace) -> int:
-    """Run each method through the runner on one pair and dataset; print the metric table."""
-    import pandas as pd
+def methods_config(args: argparse.Namespace, name: str) -> DictConfig:
+    """The config `python run.py` composes for method `name` with the command's options (hydra node included)."""
     from hydra import compose, initialize_config_dir
+
+    overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"limit={args.limit}",
+                 f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
+                 f"threads={args.threads}", f"paths.results={args.out}",
+                 *([f"device={args.device}"] if args.device is not None else []), *args.overrides]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """Run each method through the runner on one pair and dataset, in the folders run.py uses; print the table."""
+    import pandas as pd
 
     from specbench.runs.runner import run
 
     torch.set_num_threads(args.threads)
     rows = []
     for name in args.methods.split(","):
-        overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"limit={args.limit}",
-                     f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
-                     f"device={args.device}", *args.overrides]
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=overrides, return_hydra_config=True)
-        s = run(cfg, Path(args.out) / args.pair / args.dataset / args.decode / name)
+        cfg = methods_config(args, name)
+        folder = job_dir(cfg)
+        try:
+            s = run(cfg, folder)
+        except BaseException:  # a method that fails before its first row leaves no folder, as under run.py
+            discard_job_dir(folder, Path(args.out), set())
+            raise
         rows.append(table_row(name, s))
     df = pd.DataFrame(rows).set_index("method")
     if "vanilla" in df.index:
         df["speedup_vs_vanilla"] = df["tokens_per_s"] / df.loc["vanilla", "tokens_per_s"]
     print(f"pair {args.pair}, dataset {args.dataset} (limit {args.limit}), decode {args.decode}, "
-          f"max_new_tokens {args.max_new_tokens}, device {args.device}, {args.threads} thread(s)")
+          f"max_new_tokens {args.max_new_tokens}, device {args.device or 'auto'}, {args.threads} thread(s)")
     print(df.to_string(float_format=lambda x: f"{x:.3f}"))
     return 0
 
@@ -234,9 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--limit", type=int, default=8)
     m.add_argument("--decode", default="greedy")
     m.add_argument("--max-new-tokens", type=int, default=64)
-    m.add_argument("--device", default="auto")
+    m.add_argument("--device", default=None, help="the config's device (auto) unless given")
     m.add_argument("--threads", type=int, default=1)
-    m.add_argument("--out", default="results/bench_methods", help="run folders (resumable)")
+    m.add_argument("--out", default="results/bench_methods",
+                   help="results root (paths.results): each method's run folder below it is the one run.py writes "
+                        "for the same overrides (resumable)")
     m.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. warmup=0")
     args = ap.parse_args(argv)
     from transformers.utils import logging as hf_logging

@@ -3,7 +3,6 @@ valid, and leaves no result folder behind (through the real Hydra config, the ru
 
 import functools
 import gzip
-import importlib.util
 import json
 import math
 import re
@@ -19,6 +18,7 @@ import specbench.runs.runner as runner
 from helpers import CONF, ROOT, compose_cfg, small
 from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local
 from specbench.common.options import OptionError
+from specbench.runs.layout import discard_job_dir, job_dir
 from specbench.runs.results import folder_lock
 from specbench.runs.runner import build_method, run, sampling_params
 
@@ -334,14 +334,14 @@ def test_cli_bad_data_file_leaves_no_folder(tmp_path):
     folder = gsm8k_dir(tmp_path, GSM_ROW + b"\n\n" + b'{"question": "\xff"}\n')
     root = tmp_path / "results"
     p = run_py("dataset=gsm8k", f"dataset.data_dir={folder}", f"hydra.run.dir={root}/gsm8k/vanilla/job",
-               f"hydra.sweep.dir={root}")
+               f"paths.results={root}")
     assert p.returncode != 0
     assert f"{folder / 'gsm8k' / 'test.jsonl'}, line 3: byte 0xff at column 15 is not UTF-8" in p.stderr, p.stderr
     assert not (root / "gsm8k").exists()  # the job folder and its parents Hydra made, up to the results root
 
 
 def test_cli_sweep_keeps_good_jobs_and_removes_refused_ones(tmp_path):
-    p = run_py("method.gamma=2,true", f"hydra.sweep.dir={tmp_path}", multirun=True)
+    p = run_py("method.gamma=2,true", f"paths.results={tmp_path}", multirun=True)
     assert p.returncode != 0 and "method.gamma must be an integer, got True (a boolean)" in p.stderr, p.stderr
     jobs = [d for d in tmp_path.rglob("*") if (d / ".hydra").is_dir()]
     assert len(jobs) == 1 and "method.gamma=2" in jobs[0].name and (jobs[0] / "summary.json").exists()
@@ -357,16 +357,8 @@ def test_cli_refused_rerun_keeps_a_folder_with_results(tmp_path):
     assert (out / "rows.jsonl").read_text() == rows and (out / "summary.json").exists()
 
 
-def load_run_py():
-    """run.py as a module (it is a script at the repository root, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("run_script", ROOT / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_discard_job_dir_removes_only_what_hydra_made(tmp_path):
-    discard = load_run_py().discard_job_dir
+    discard = discard_job_dir
     root, hydra_files = tmp_path / "results", {".hydra", "run.log"}
 
     def job(name: str, *files: str) -> Path:
@@ -390,3 +382,23 @@ def test_discard_job_dir_removes_only_what_hydra_made(tmp_path):
     (outside / ".hydra").mkdir(parents=True)
     assert discard(outside, root, hydra_files) and not outside.exists() and outside.parent.exists()
     assert not discard(root, root, hydra_files) and root.exists()
+    # the runner's record of the config and an unfinished example's traces are no results; rows or a summary are
+    no_rows = job("no_rows", "config.json", ".lock", "traces")
+    assert discard(no_rows, root, hydra_files) and not no_rows.exists()
+    finished_empty = job("finished", "config.json", "summary.json")
+    assert not discard(finished_empty, root, hydra_files) and (finished_empty / "summary.json").exists()
+
+
+def test_a_job_failing_before_its_first_row_leaves_nothing(tmp_path, monkeypatch):
+    """Interrupted in its first example, after config.json is written: the folder goes, up to the results root."""
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "decode_example", interrupted)
+    root = tmp_path / "results"
+    cfg = small("limit=2", "decode.max_new_tokens=4", f"paths.results={root}")
+    folder = job_dir(cfg)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, folder)
+    assert (folder / "config.json").exists() and not (folder / "rows.jsonl").exists()  # what a report would list
+    assert discard_job_dir(folder, root, set()) and list(root.iterdir()) == []

@@ -1,10 +1,16 @@
-"""run.py through Hydra: the default run and a sweep, one folder per job with its choices recorded."""
+"""run.py through Hydra: the default run and a sweep, one folder per job with its choices recorded; every run
+folder a leaf, each sweep's own record, and no folder left by a job interrupted before its first row."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
+
+from omegaconf import OmegaConf
 
 from helpers import ROOT, TINY
+from specbench.runs import merge
 
 
 def run_py(*args: str) -> subprocess.CompletedProcess:
@@ -25,7 +31,7 @@ def test_default_run(tmp_path):
 
 def test_sweep_writes_one_folder_per_job(tmp_path):
     p = run_py("-m", "pair=tiny_random", "dataset=smoke", "method=ar,vanilla", "decode=greedy,t1",
-               f"hydra.sweep.dir={tmp_path}",
+               f"paths.results={tmp_path}",
                "limit=2", "decode.max_new_tokens=8", "warmup=0")
     assert p.returncode == 0, p.stderr
     summaries = sorted(tmp_path.rglob("summary.json"))
@@ -42,3 +48,43 @@ def test_sweep_writes_one_folder_per_job(tmp_path):
 def test_unknown_method_on_the_command_line(tmp_path):
     p = run_py(f"hydra.run.dir={tmp_path}", "method=nope")
     assert p.returncode != 0 and "vanilla" in p.stderr and "nope" in p.stderr
+
+
+def test_run_folders_are_leaves_and_each_sweep_keeps_its_multirun_yaml(tmp_path):
+    """The default run, shard runs of an override and a second sweep: the default run has its own leaf, no
+    override or shard '/' nests a folder, the shards merge into the unsharded run's folder, and each sweep's
+    multirun.yaml stays."""
+    base = ["pair=tiny_random", "dataset=smoke", "limit=2", "warmup=0", "threads=1", "progress=false",
+            f"paths.results={tmp_path}"]
+    for args in (base, ["-m", *base, "decode.max_new_tokens=4", "shard=0/2,1/2"],
+                 ["-m", *base, "decode.max_new_tokens=5,6"]):
+        p = run_py(*args)
+        assert p.returncode == 0, p.stderr[-3000:]
+    top = tmp_path / "tiny_random/smoke/vanilla/greedy"
+    leaves = ["decode.max_new_tokens=4,shard=0of2", "decode.max_new_tokens=4,shard=1of2", "decode.max_new_tokens=5",
+              "decode.max_new_tokens=6", "default"]
+    runs = sorted(f.parent for f in tmp_path.rglob("config.json"))
+    assert runs == [top / name for name in leaves]
+    assert not any(a in b.parents for a in runs for b in runs)  # no run folder inside another
+    sweeps = sorted((tmp_path / ".sweeps").iterdir())  # named by start time
+    assert [list(OmegaConf.load(d / "multirun.yaml").hydra.overrides.task) for d in sweeps] == \
+        [[*base, "decode.max_new_tokens=4", "shard=0/2,1/2"], [*base, "decode.max_new_tokens=5,6"]]
+    assert merge.main([str(tmp_path)]) == 0
+    merged = json.loads((top / "decode.max_new_tokens=4" / "summary.json").read_text())
+    assert merged["n_examples"] == 2 and [m["shard"] for m in merged["merged_from"]] == ["0/2", "1/2"]
+
+
+def test_a_job_interrupted_before_its_first_row_leaves_no_folder(tmp_path):
+    """Ctrl-C during the warm-up, after config.json is written: nothing is left under the results root."""
+    p = subprocess.Popen([sys.executable, "run.py", "pair=tiny_random", "dataset=smoke", "limit=12", "warmup=12",
+                          "decode.max_new_tokens=64", "threads=1", "progress=false", f"paths.results={tmp_path}"],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    end = time.time() + 120
+    while not any(tmp_path.rglob("config.json")):
+        assert p.poll() is None and time.time() < end, "the job ended before writing config.json"
+        time.sleep(0.02)
+    assert not any(tmp_path.rglob("rows.jsonl"))  # still warming up: the interrupt lands before the first row
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
+    assert list(tmp_path.iterdir()) == []

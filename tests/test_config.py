@@ -1,7 +1,9 @@
 """Every config composes, and bad input fails early with a message naming what is valid."""
 
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from hydra.errors import MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from helpers import CONF, compose_cfg, small
+from specbench.runs.layout import job_dir, leaf, unsharded
 from specbench.common.configs import differences, flatten
 from specbench.common.options import OptionError
 from specbench.data.dataset import DATASETS, build_dataset, select
@@ -123,10 +126,9 @@ IN_PATH = {"pair", "method", "dataset", "decode", "experiment"}  # named by the 
 EVERY_KEY = ("logger=wandb", "local=example")  # the composition that holds every logger and slurm key
 
 
-def folder(cfg: DictConfig) -> tuple[str, ...]:
-    """The run folder a composed config writes to: the group choices of its path, then its override name."""
-    choices = cfg.hydra.runtime.choices
-    return choices.pair, choices.dataset, choices.method, choices.decode, cfg.hydra.job.override_dirname
+def folder(cfg: DictConfig) -> Path:
+    """The run folder a composed config writes to (specbench.runs.layout.job_dir), below its results root."""
+    return job_dir(cfg).relative_to(cfg.paths.results)
 
 
 def identity(cfg: DictConfig) -> dict:
@@ -224,12 +226,37 @@ def test_paths_name_every_results_and_drafter_folder():
         for task in ("bench", "synth", "distill"):
             cfg = compose_cfg(f"task={task}", "paths.results=/r")
             HydraConfig.instance().set_config(cfg)  # resolves ${hydra:...} as Hydra does
-            folders[task] = (cfg.hydra.run.dir, cfg.hydra.sweep.dir, cfg.hydra.sweep.subdir)
+            folders[task] = (cfg.hydra.run.dir, cfg.hydra.sweep.subdir)
+            # each sweep's own folder (multirun.yaml, submitit logs), named by its start time
+            assert re.fullmatch(r"/r/\.sweeps/\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d{6}", cfg.hydra.sweep.dir)
     finally:
         HydraConfig.instance().cfg = None
-    assert folders == {"bench": ("/r/toy/toy_arith/vanilla/greedy/", "/r", "toy/toy_arith/vanilla/greedy/"),
-                       "synth": ("/r/synth/toy/toy_train/", "/r/synth", "toy/toy_train/"),
-                       "distill": ("/r/distill/toy/distilled/", "/r/distill", "toy/distilled/")}
+    # a sweep's job writes the folder of the same command without -m (sweep.subdir is run.dir made absolute)
+    assert folders == {"bench": ("/r/toy/toy_arith/vanilla/greedy/default",) * 2,
+                       "synth": ("/r/synth/toy/toy_train/",) * 2,
+                       "distill": ("/r/distill/toy/distilled/",) * 2}
     assert compose_cfg("task=distill", "paths.results=/r").task.data == "/r/synth/toy/toy_train"
     for kind in ("distilled", "sd2"):
         assert compose_cfg(f"method={kind}", "paths.results=/r").method.drafter == f"/r/distill/toy/{kind}"
+
+
+def test_every_run_folder_is_a_leaf_and_a_slash_in_a_value_nests_nothing():
+    default, override = (job_dir(compose_cfg(*o)) for o in ([], ["decode.max_new_tokens=64"]))
+    assert default.parent == override.parent and (default.name, override.name) == ("default", "decode.max_new_tokens=64")
+    shard = job_dir(compose_cfg("shard=0/40", "decode.max_new_tokens=64"))
+    assert shard.parent == default.parent and shard.name == "decode.max_new_tokens=64,shard=0of40"
+    # specbench.runs.merge's merged folder: the shard's name without the shard
+    assert (unsharded(shard.name), unsharded("shard=3of4"), unsharded(override.name)) == (override.name, "default", None)
+    assert leaf("method.drafter=/d/sd2/task.seed=1,shard=1/4") == "method.drafter=--d--sd2--task.seed=1,shard=1of4"
+    assert leaf("x=2024/05/01") == "x=2024--05--01"  # only a whole value i/n reads iofn
+
+
+def test_a_sweep_job_writes_below_the_working_directory_for_a_relative_results_root():
+    cfg = compose_cfg("decode.max_new_tokens=64")
+    try:
+        HydraConfig.instance().set_config(cfg)
+        assert cfg.hydra.sweep.subdir == os.path.join(os.getcwd(), "results/toy/toy_arith/vanilla/greedy/"
+                                                      "decode.max_new_tokens=64")
+        assert cfg.hydra.sweep.dir.startswith("results/.sweeps/")
+    finally:
+        HydraConfig.instance().cfg = None

@@ -11,9 +11,9 @@ from itertools import product
 from pathlib import Path
 
 import pytest
-from hydra.core.hydra_config import HydraConfig
 
 from helpers import DATA, ROOT, TINY, compose_cfg, require_data
+from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import sweep_jobs
 
@@ -112,7 +112,7 @@ def test_gammatune_experiment_from_the_command_line_on_the_toy_pair(tmp_path):
     sweep = tmp_path / "sweep"
     toy = toy_overrides(tmp_path)
     p = subprocess.run([sys.executable, "run.py", "-m", "experiment=gammatune_table2", *toy, short_folder_names(toy),
-                        "method.gamma=1,24", f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True,
+                        "method.gamma=1,24", f"paths.results={sweep}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "SPECBENCH_DATA_DIR": str(DATA)})
     assert p.returncode == 0, p.stderr[-3000:]
     seen = set()
@@ -142,16 +142,12 @@ def run_experiment(name: str, tmp: Path, sweep: Path, *extra: str) -> list[dict]
     short = short_folder_names(toy)  # a hydra override: Hydra applies it to every job of the sweep
     jobs = sweep_jobs(compose_cfg(f"experiment={name}", *toy, *extra))
     summaries = []
-    try:
-        for job in jobs:
-            dataset = dict(x.split("=", 1) for x in job)["dataset"]
-            if dataset in HUB_ONLY:
-                continue
-            cfg = compose_cfg(*job, *OFFLINE.get(dataset, []), short)
-            HydraConfig.instance().set_config(cfg)  # resolves ${hydra:...} in the sweep subdir, as Hydra does
-            summaries.append(run(cfg, sweep / cfg.hydra.sweep.subdir))
-    finally:
-        HydraConfig.instance().cfg = None
+    for job in jobs:
+        dataset = dict(x.split("=", 1) for x in job)["dataset"]
+        if dataset in HUB_ONLY:
+            continue
+        cfg = compose_cfg(*job, *OFFLINE.get(dataset, []), short, f"paths.results={sweep}")
+        summaries.append(run(cfg, job_dir(cfg)))  # the folder a sweep's job writes (its hydra.run.dir)
     return summaries
 
 

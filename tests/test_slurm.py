@@ -7,6 +7,7 @@ and unsharded, in this process: the rows must match it in everything but wall-cl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from helpers import ROOT, compose_cfg, small
 from specbench.runs import merge
+from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import slurm_unavailable
 
@@ -91,7 +93,7 @@ def test_local_launcher_requeue_resumes_the_same_folder(tmp_path):
     ref = reference(tmp_path, *JOB)
     sweep = tmp_path / "sweep"
     p = subprocess.Popen([sys.executable, "run.py", "-m", "hydra/launcher=local", *BASE, *JOB,
-                          f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                          f"paths.results={sweep}"], cwd=ROOT, stdout=subprocess.DEVNULL,
                          stderr=open(tmp_path / "sweep.err", "w"))  # a file: a pipe left unread could fill up
     try:
         rows = wait_for_rows(sweep, "tiny_random/smoke/vanilla/t1/*/rows.jsonl", 2, p, timeout_s=240)
@@ -103,7 +105,7 @@ def test_local_launcher_requeue_resumes_the_same_folder(tmp_path):
     finally:
         stop(p)
     assert p.returncode == 0, (tmp_path / "sweep.err").read_text()[-3000:]
-    logs = "".join(f.read_text() for f in sweep.glob(".submitit/*/*_log.*"))
+    logs = "".join(f.read_text() for f in sweep.glob(".sweeps/*/.submitit/*/*_log.*"))
     assert "preempted" in logs and "Requeued" in logs  # submitit's own record of the requeue
     resumed = [int(line.split(" already done")[0].rsplit(" ", 1)[1]) for line in logs.splitlines()
                if " already done" in line]
@@ -112,12 +114,12 @@ def test_local_launcher_requeue_resumes_the_same_folder(tmp_path):
 
 
 def shard_runs(root: Path, n: int, *job: str) -> list[Path]:
-    """Shards i/n of `job`, in the folders Hydra's sweep would use (shard=i/n in the path)."""
+    """Shards i/n of `job`, in the folders Hydra's sweep would use (shard=iofn in the folder name)."""
     dirs = []
     for i in range(n):
-        d = root / "tiny_random/smoke/vanilla/t1" / f"shard={i}/{n},decode.max_new_tokens=48"
-        run(small("threads=1", *job, f"shard={i}/{n}"), d)
-        dirs.append(d)
+        cfg = small("threads=1", *job, f"shard={i}/{n}", f"paths.results={root}")
+        run(cfg, job_dir(cfg))
+        dirs.append(job_dir(cfg))
     return dirs
 
 
@@ -137,7 +139,7 @@ def shard_tree(tmp_path_factory):
 def shards(shard_tree, tmp_path):
     """A private copy of shard_tree: (folder, shard folders, reference rows, job overrides)."""
     shutil.copytree(shard_tree, tmp_path, dirs_exist_ok=True)
-    dirs = [tmp_path / "results/tiny_random/smoke/vanilla/t1" / f"shard={i}/3,decode.max_new_tokens=48"
+    dirs = [tmp_path / "results/tiny_random/smoke/vanilla/t1" / f"decode.max_new_tokens=48,device=cpu,shard={i}of3"
             for i in range(3)]
     return tmp_path, dirs, read(tmp_path / "reference" / "rows.jsonl"), SHARD_JOB
 
@@ -145,7 +147,8 @@ def shards(shard_tree, tmp_path):
 def test_shards_merge_into_the_unsharded_run(shards, capsys):
     tmp_path, dirs, ref, job = shards
     assert merge.main([str(tmp_path / "results")]) == 0
-    out = tmp_path / "results/tiny_random/smoke/vanilla/t1/decode.max_new_tokens=48"
+    out = job_dir(small("threads=1", *job, f"paths.results={tmp_path / 'results'}"))  # where run.py writes it
+    assert out == tmp_path / "results/tiny_random/smoke/vanilla/t1/decode.max_new_tokens=48,device=cpu"
     assert f"-> {out}" in capsys.readouterr().out
     rows = read(out / "rows.jsonl")
     assert untimed(rows) == untimed(ref)  # the dataset's order, the same outputs
@@ -197,7 +200,8 @@ def test_slurm_launcher_config_composes_with_and_without_local_settings():
 
     bare = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm").hydra.launcher, resolve=True)
     assert bare["partition"] is None and bare["timeout_min"] == 240 and bare["max_num_timeout"] == 5
-    assert bare["_target_"].endswith("SlurmLauncher") and bare["submitit_folder"] == "results/.submitit/%j"
+    assert bare["_target_"].endswith("SlurmLauncher")
+    assert re.fullmatch(r"results/\.sweeps/[\d_-]+/\.submitit/%j", bare["submitit_folder"])  # one folder per sweep
     local = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm", "local=example").hydra.launcher, resolve=True)
     assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", 1, 16)
     # machine settings are no part of a run's identity: the same folder resumes on another partition
@@ -228,7 +232,7 @@ def test_sweep_on_a_slurm_cluster(tmp_path, slurm_cluster):
     sweep = tmp_path / "sweep"
     p = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm", *BASE, "method=ar,vanilla",
                         "limit=2", "decode.max_new_tokens=8", "hydra.launcher.timeout_min=10",
-                        f"hydra.sweep.dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        f"paths.results={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     for method in ("ar", "vanilla"):
         (d,) = [f.parent for f in sweep.glob(f"tiny_random/smoke/{method}/greedy/*/summary.json")]
@@ -241,11 +245,12 @@ def test_sweep_on_a_slurm_cluster(tmp_path, slurm_cluster):
         # the job ran as a task of a SLURM array job: hydra.job.id is submitit's "<array job id>_<task>"
         job_id = str(OmegaConf.load(d / ".hydra/hydra.yaml").hydra.job.id)
         array_id, task = job_id.split("_")
-        assert (sweep / ".submitit" / job_id).is_dir() and array_id.isdigit() and task in ("0", "1")
+        (submitit,) = sweep.glob(f".sweeps/*/.submitit/{job_id}")  # the sweep's own folder
+        assert submitit.is_dir() and array_id.isdigit() and task in ("0", "1")
     # the tasks ran the submitting interpreter, and their logs (files, not a terminal) hold no progress bar
-    (script,) = list(sweep.glob(".submitit/*/*_submission.sh"))
+    (script,) = list(sweep.glob(".sweeps/*/.submitit/*/*_submission.sh"))
     assert f"{sys.executable} -u -m submitit.core._submit" in script.read_text()
-    logs = [f.read_text() for f in sweep.glob(".submitit/*_*/*_log.*")]
+    logs = [f.read_text() for f in sweep.glob(".sweeps/*/.submitit/*_*/*_log.*")]
     assert len(logs) == 4 and sum("Job completed successfully" in t for t in logs) == 2
     assert not any("%|" in t or "\r" in t for t in logs)
 
@@ -259,7 +264,7 @@ def test_preempted_slurm_job_is_requeued_and_resumes(tmp_path, slurm_cluster):
     ref = reference(tmp_path, *JOB)
     sweep = tmp_path / "sweep"
     p = subprocess.Popen([sys.executable, "run.py", "-m", "hydra/launcher=slurm", *BASE, *JOB,
-                          "hydra.launcher.timeout_min=20", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
+                          "hydra.launcher.timeout_min=20", f"paths.results={sweep}"], cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sweep.err", "w"))
     rows = wait_for_rows(sweep, "tiny_random/smoke/vanilla/t1/*/rows.jsonl", 2, p, timeout_s=300)
     try:
@@ -270,7 +275,7 @@ def test_preempted_slurm_job_is_requeued_and_resumes(tmp_path, slurm_cluster):
     finally:
         stop(p)
     assert p.returncode == 0, (tmp_path / "sweep.err").read_text()[-3000:]
-    logs = "".join(f.read_text() for f in sweep.glob(".submitit/*/*_log.*"))
+    logs = "".join(f.read_text() for f in sweep.glob(".sweeps/*/.submitit/*/*_log.*"))
     assert "preempted" in logs and f"Requeued job {job_id}" in logs
     resumed = [int(line.split(" already done")[0].rsplit(" ", 1)[1]) for line in logs.splitlines()
                if " already done" in line]

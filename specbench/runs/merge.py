@@ -16,9 +16,9 @@ a round-robin split. Anything else is refused with the reason, and nothing is wr
 The merged folder is what the unsharded run writes: rows.jsonl in the dataset's order, config.json
 (the shards' record with `shard: null`), summary.json (specbench.decoding.metrics.summarize over all
 rows, peak memory the maximum over shards, each shard's folder and provenance under
-`merged_from`) and the shards' traces/. By default it is the shard folder with its
-`shard=i/n` override removed from the path, i.e. the folder `python run.py` uses for the
-same config without the shard, so rerunning that command resumes it with nothing left to do.
+`merged_from`) and the shards' traces/. By default it is the shard folder with `shard=iofn`
+removed from its name (`default` when nothing else is left), i.e. the folder `python run.py` uses
+for the same config without the shard, so rerunning that command resumes it with nothing left to do.
 Merging again is safe: identical rows are kept and the summary rewritten; different rows refuse.
 The merged folder is written holding its lock (specbench.runs.results.folder_lock): while a run or another
 merge writes it, the merge is refused naming that process.
@@ -30,7 +30,6 @@ import argparse
 import copy
 import json
 import logging
-import re
 import shutil
 import sys
 import time
@@ -41,13 +40,13 @@ from specbench.data.dataset import parse_shard
 from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
 from specbench.common.configs import differing
+from specbench.runs.layout import unsharded
 from specbench.runs.results import RESUMABLE_KEYS, without_keys
 from specbench.common.files import write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
-SHARD_IN_PATH = re.compile(r",?(?<![\w.])shard=\d+/\d+,?")
 IGNORED = {k for k in RESUMABLE_KEYS if k != ("limit",)} | {("shard",)}
 
 
@@ -143,14 +142,15 @@ def merged_rows(group: list[Shard]) -> list[dict]:
 
 
 def default_out(group: list[Shard]) -> Path:
-    """The folder of the same config without the shard: each shard's path minus its shard=i/n."""
+    """The folder of the same config without the shard: each shard's folder name minus its shard=iofn
+    (specbench.runs.layout.unsharded)."""
     outs = set()
     for s in group:
-        path, hits = SHARD_IN_PATH.subn(lambda m: "," if m.group(0).startswith(",") and m.group(0).endswith(",")
-                                        else "", str(s.dir))
-        if hits != 1:
-            raise MergeError(f"{s.dir}: the path does not hold one 'shard=i/n'; pass --out")
-        outs.add(path.rstrip("/"))
+        name = unsharded(s.dir.name)
+        if name is None:
+            raise MergeError(f"{s.dir}: the folder name does not hold one 'shard=iofn' (the name a shard i/n "
+                             "run gets); pass --out")
+        outs.add(str(s.dir.parent / name))
     if len(outs) != 1:
         raise MergeError(f"the shards' paths give different merged folders {sorted(outs)}; pass --out")
     return Path(outs.pop())
