@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from omegaconf import OmegaConf
 
 from helpers import ROOT, TINY
@@ -88,3 +89,25 @@ def test_a_job_interrupted_before_its_first_row_leaves_no_folder(tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_methods_writes_the_folders_run_py_writes(tmp_path, monkeypatch, capsys):
+    """`python -m specbench.bench methods`: each method's run in the folder run.py uses for the same overrides;
+    a method failing before its first row leaves no folder there either."""
+    import specbench.runs.runner as runner
+    from specbench import bench
+
+    args = ["methods", "--pair", "tiny_random", "--dataset", "smoke", "--limit", "1", "--max-new-tokens", "4",
+            "--out", str(tmp_path)]
+    assert bench.main([*args, "--methods", "ar,vanilla", "warmup=0"]) == 0
+    assert "vanilla" in capsys.readouterr().out
+    runs = sorted(f.parent.relative_to(tmp_path).as_posix() for f in tmp_path.rglob("config.json"))
+    assert runs == [f"tiny_random/smoke/{m}/greedy/decode.max_new_tokens=4" for m in ("ar", "vanilla")]
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "decode_example", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main([*args, "--methods", "draft_only", "warmup=0"])
+    assert not (tmp_path / "tiny_random/smoke/draft_only").exists() and len(list(tmp_path.rglob("config.json"))) == 2

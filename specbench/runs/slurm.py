@@ -13,8 +13,10 @@
   fails a sweep.
 
 Requeue safety (SLURM) needs nothing here: submitit calls the plugin launcher's `checkpoint`,
-which resubmits the same job with the same overrides, hence the same results folder (the folder
-names hold no timestamp), and the runner resumes it from rows.jsonl (specbench.runs.runner).
+which resubmits the same job with the same overrides, hence the same results folder (a run folder's
+name holds no timestamp; only the sweep's own folder, results/.sweeps/<start time>/ with its
+multirun.yaml and submitit logs, does, and the requeued job carries the resolved value), and the
+runner resumes it from rows.jsonl (specbench.runs.runner). Folder names: specbench.runs.layout.
 """
 
 from __future__ import annotations
