@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from specbench.runs.results import LOCK, FolderLocked, folder_lock
 from specbench.runs.runner import run
+from specbench.runs.sweep import for_hydra, log_job_error
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,13 @@ def discard_job_dir(job_dir: Path, root: Path, hydra_files: set[str]) -> bool:
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
-    except BaseException:
-        hc = HydraConfig.get()  # the error itself is reported by Hydra on stderr
+    except BaseException as err:
+        log_job_error(err)  # with its traceback, into the job's log; Hydra shows the message on stderr
+        hc = HydraConfig.get()
         if discard_job_dir(Path(hc.runtime.output_dir), Path(hc.runtime.cwd) / hc.sweep.dir,
                            {hc.output_subdir or "", f"{hc.job.name}.log"}):
             log.info("removed %s: the job failed before writing anything", hc.runtime.output_dir)
-        raise
+        raise for_hydra(err) from err  # a user error: its message, without a traceback
 
 
 if __name__ == "__main__":

@@ -15,12 +15,14 @@ import types
 import typing
 from typing import Any, Iterable
 
+from specbench.common.errors import UserError
+
 NoneType = type(None)
 ON_LONG_PROMPT = ("error", "truncate")  # the values of the top-level key on_long_prompt
 MISSING = "???"  # a mandatory config value not set yet (omegaconf.MISSING)
 
 
-class OptionError(ValueError):
+class OptionError(UserError, ValueError):
     """A config value of the wrong type or out of range; the message names the key and what is valid."""
 
 
