@@ -2,12 +2,15 @@
 
 import logging
 import shutil
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from specbench.common.options import OptionError
+from specbench.runs.overrides import check_option_overrides
 from specbench.runs.results import LOCK, FolderLocked, folder_lock
 from specbench.runs.runner import run
 from specbench.runs.sweep import for_hydra, log_job_error
@@ -57,4 +60,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    try:  # a mistyped method or dataset option key: its message with the valid keys, before Hydra composes
+        check_option_overrides(sys.argv[1:])
+    except OptionError as err:
+        sys.exit(str(err))
     main()
