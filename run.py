@@ -1,14 +1,18 @@
 """The only entry point: python run.py [overrides]; python run.py -m ... for sweeps."""
 
 import logging
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from specbench.common.options import OptionError
 from specbench.runs.layout import discard_job_dir  # also registers the resolvers conf/config.yaml's folders use
+from specbench.runs.overrides import check_option_overrides
 from specbench.runs.runner import run
+from specbench.runs.sweep import for_hydra, log_job_error
 
 log = logging.getLogger(__name__)
 
@@ -17,13 +21,18 @@ log = logging.getLogger(__name__)
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
-    except BaseException:
-        hc = HydraConfig.get()  # the error itself is reported by Hydra on stderr
+    except BaseException as err:
+        log_job_error(err)  # with its traceback, into the job's log; Hydra shows the message on stderr
+        hc = HydraConfig.get()
         if discard_job_dir(Path(hc.runtime.output_dir), Path(hc.runtime.cwd) / cfg.paths.results,
                            {hc.output_subdir or "", f"{hc.job.name}.log"}):
             log.info("removed %s: the job failed before its first row", hc.runtime.output_dir)
-        raise
+        raise for_hydra(err) from err  # a user error: its message, without a traceback
 
 
 if __name__ == "__main__":
+    try:  # a mistyped method or dataset option key: its message with the valid keys, before Hydra composes
+        check_option_overrides(sys.argv[1:])
+    except OptionError as err:
+        sys.exit(str(err))
     main()

@@ -9,10 +9,12 @@ imports this module (which registers `specbench`) and then runs lm-eval's own CL
 arguments (`lm_eval ...` works identically; `run`, `ls` and `validate` subcommands too). From
 Python, `import specbench.lm_eval` and call `lm_eval.simple_evaluate(model="specbench", ...)`.
 
-model_args are Hydra overrides of conf/config.yaml (composed as run.py does): `pair=...`,
-`method=...`, `method.gamma=8`, `decode=t1`, `device=cpu`, ... (values with commas need the JSON
-form of --model_args). Adapter keys: `config_dir` (default: the project's conf/) and `rows_path`
-(a JSON-lines file receiving one row of engine metrics per request). The device is lm-eval's
+model_args are Hydra overrides of conf/config.yaml (composed as run.py does, a mistyped method or
+dataset key refused with the valid ones): `pair=...`, `method=...`, `method.gamma=8`, `decode=t1`,
+`threads=1` (torch CPU threads, as in a run), ... (values with commas need the JSON form of
+--model_args). Adapter keys: `config_dir` (default: the project's conf/), `rows_path` (a JSON-lines
+file receiving one row of engine metrics per request) and `max_gen_toks` (the new-token cap of a
+request whose task sets none; default 256, lm-eval's HFLM default). The device is lm-eval's
 `--device` (model_args cannot carry `device`: lm-eval always passes its own, default "cuda:0";
 when CUDA is not available that default falls back to the config's `device`, auto = CPU).
 `--batch_size` is ignored (the engine decodes one sequence at a time).
@@ -22,7 +24,9 @@ the request's context is tokenized as lm-eval gives it (already chat-formatted w
 `--apply_chat_template` is used, through `apply_chat_template` below; special tokens are then not
 added again), left-truncated to fit the context like lm-eval's HF model, and decoded by the
 runner's engine with the method. The task's `until` strings are the engine's stop strings (the
-text ends before them); `max_gen_toks` caps new tokens (default decode.max_new_tokens); the
+text ends before them); the request's `max_gen_toks` (or an alias lm-eval accepts, read with its
+normalize_gen_kwargs) caps new tokens, else the adapter's `max_gen_toks`, as lm-eval's HFLM does:
+decode.max_new_tokens is not used, and giving it in model_args is refused naming `max_gen_toks`; the
 task's `do_sample` / `temperature` / `top_k` / `top_p` override the decode config (do_sample=false
 means greedy), as lm-eval's own models do. Each request is seeded from decode.seed and its context,
 so a rerun gives the same outputs.
@@ -40,18 +44,22 @@ import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
+from lm_eval.models.utils import normalize_gen_kwargs
 from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.files import CONF_DIR
+from specbench.common.options import OptionError, check_run_settings, integer
 from specbench.decoding.engine import Engine
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.models.pairs import load_pair, resolve_device
+from specbench.runs.overrides import check_option_overrides
 from specbench.runs.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params
 from specbench.decoding.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
 LM_EVAL_DEFAULT_DEVICE = "cuda:0"  # lm-eval's EvaluatorConfig default, passed whether or not --device was given
+MAX_GEN_TOKS = 256  # lm-eval's HFLM.max_gen_toks: the cap of a request whose task sets none
 
 
 def to_override(key: str, value: Any) -> str:
@@ -88,8 +96,13 @@ class SpecbenchLM(LM):
     """An lm-eval LM whose generate_until runs a specbench method on a specbench pair."""
 
     def __init__(self, config_dir: str | None = None, rows_path: str | None = None, batch_size: Any = None,
-                 max_batch_size: Any = None, device: str | None = None, **overrides: Any) -> None:
+                 max_batch_size: Any = None, device: str | None = None, max_gen_toks: int = MAX_GEN_TOKS,
+                 **overrides: Any) -> None:
         super().__init__()
+        if "decode.max_new_tokens" in overrides:
+            raise OptionError("decode.max_new_tokens does not apply under lm-eval: a request's cap is its task's "
+                              "max_gen_toks, else the model_args key max_gen_toks (default 256, as lm-eval's HFLM)")
+        self.max_gen_toks = integer(max_gen_toks, "max_gen_toks", low=1)
         args = [to_override(k, v) for k, v in overrides.items()]
         if device == LM_EVAL_DEFAULT_DEVICE and not torch.cuda.is_available():
             log.info("lm-eval's default device %s is not available; using the config's device", device)
@@ -97,10 +110,14 @@ class SpecbenchLM(LM):
             args.append(to_override("device", device))
         if batch_size not in (None, 1, "1"):
             log.warning("specbench decodes one sequence at a time; batch_size=%s is ignored", batch_size)
+        check_option_overrides(args, Path(config_dir or CONF_DIR))
         self.cfg = compose_config(args, config_dir or CONF_DIR)
         c = OmegaConf.to_container(self.cfg, resolve=True)
+        check_run_settings(c)
+        if c.get("threads"):  # CPU threads, as a run sets them
+            torch.set_num_threads(c["threads"])
         self.params = sampling_params(c["decode"])
-        self.max_new, self.seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
+        self.seed = int(c["decode"]["seed"])
         self.method = build_method(c["method"])
         self.pair = load_pair(c["pair"], resolve_device(c.get("device", "auto")))
         self.extra_stops = tuple(c.get("stop_strings") or ())
@@ -134,7 +151,7 @@ class SpecbenchLM(LM):
         kwargs = dict(gen_kwargs)
         until = kwargs.pop("until", None) or ()
         until = (until,) if isinstance(until, str) else tuple(until)
-        max_new = int(kwargs.pop("max_gen_toks", self.max_new))
+        max_new = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)["max_gen_toks"]  # lm-eval's aliases, HFLM's default
         engine = self.engine(task_sampling(kwargs, self.params), until)
         ids = self.pair.tokenizer(context, add_special_tokens=not self._templated)["input_ids"]
         ids, cut = fit_prompt(ids, engine.context_length, max_new, "truncate", "lm-eval request")

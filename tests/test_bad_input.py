@@ -357,6 +357,32 @@ def test_cli_refused_rerun_keeps_a_folder_with_results(tmp_path):
     assert (out / "rows.jsonl").read_text() == rows and (out / "summary.json").exists()
 
 
+@pytest.mark.parametrize("override, says", [
+    ("method.gama=3", r"method 'vanilla' got unknown options ['gama'] (method.gama=3); valid options: gamma, rule"),
+    ("+method.gama=3", r"method 'vanilla' got unknown options ['gama'] (+method.gama=3); valid options: gamma, rule"),
+    ("dataset.nn=3", "dataset 'smoke' got unknown options ['nn'] (dataset.nn=3); valid options: chat_template, "),
+    ("+dataset.nn=3", "dataset 'smoke' got unknown options ['nn'] (+dataset.nn=3); valid options: chat_template, "),
+])
+def test_cli_mistyped_option_key_lists_the_valid_keys(tmp_path, override, says):
+    p = run_py(override, f"hydra.run.dir={tmp_path / 'job'}")
+    assert p.returncode != 0 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "use +" not in p.stderr.lower() and not (tmp_path / "job").exists()
+
+
+def test_option_keys_are_checked_for_every_choice_the_command_runs():
+    from specbench.runs.overrides import check_option_overrides
+
+    with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['persist'\]"):
+        check_option_overrides(["-m", "method=adasd,vanilla", "+method.persist=true"])  # adasd has it, vanilla not
+    with pytest.raises(OptionError, match=r"method 'draft_only' got unknown .*'gama'.*valid options: rule"):
+        check_option_overrides(["-m", "experiment=adasd_table1", "+method.gama=1"])  # the experiment's sweep
+    with pytest.raises(OptionError, match=r"dataset 'gsm8k' got unknown options \['nfewshot'\] .*num_fewshot"):
+        check_option_overrides(["dataset=gsm8k", "++dataset.nfewshot=2"])
+    for fine in (["method=adasd", "+method.persist=true"], ["method.gamma=3", "dataset.n=5", "~method.rule"],
+                 ["dataset.limit=3"], ["method=nope", "method.gamma=2"], ["decode.nope=1"], ["-m", "method=ar,vanilla"]):
+        check_option_overrides(fine)  # valid, or refused later by Hydra or the runner with their own message
+
+
 def test_discard_job_dir_removes_only_what_hydra_made(tmp_path):
     discard = discard_job_dir
     root, hydra_files = tmp_path / "results", {".hydra", "run.log"}

@@ -6,9 +6,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from helpers import DATA, ROOT, require_data
 from specbench.data.dataset import read_local
+from specbench.common.options import OptionError
 from specbench.lm_eval import SpecbenchLM, task_sampling, to_override
 from specbench.decoding.sampling import SamplingParams
 
@@ -26,7 +28,7 @@ def cli_run(tmp_path_factory):
     (tasks / "gsm8k_local.yaml").write_text((TASKS / "gsm8k_local.yaml").read_text().replace("../shared/data", str(DATA)))
     rows = out / "rows.jsonl"
     cmd = [sys.executable, "-m", "specbench.lm_eval", "--model", "specbench",
-           "--model_args", f"pair=tiny_random,method=vanilla,method.gamma=3,decode.max_new_tokens={MAX_NEW},"
+           "--model_args", f"pair=tiny_random,method=vanilla,method.gamma=3,max_gen_toks={MAX_NEW},threads=1,"
                            f"rows_path={rows}",
            "--device", "cpu", "--include_path", str(tasks), "--tasks", "gsm8k_local", "--limit", str(LIMIT),
            "--output_path", str(out / "results"), "--log_samples"]
@@ -60,7 +62,7 @@ def test_cli_decoded_with_the_configured_speculative_method(cli_run):
 def test_outputs_equal_the_engines_and_are_lossless(cli_run):
     """The same requests through the adapter in-process: vanilla == CLI outputs == ar (greedy is lossless)."""
     _, samples, _ = cli_run
-    kwargs = {"pair": "tiny_random", "device": "cpu", "decode.max_new_tokens": MAX_NEW}
+    kwargs = {"pair": "tiny_random", "device": "cpu", "max_gen_toks": MAX_NEW}
     vanilla = SpecbenchLM(method="vanilla", **{"method.gamma": 3}, **kwargs)
     ar = SpecbenchLM(method="ar", **kwargs)
     for s in samples:
@@ -86,3 +88,35 @@ def test_model_args_become_hydra_overrides():
 def test_unknown_method_lists_valid_names():
     with pytest.raises(Exception, match="(?s)speculate_harder.*vanilla"):
         SpecbenchLM(pair="tiny_random", method="speculate_harder", device="cpu")
+
+
+def test_new_tokens_follow_the_request_then_lm_evals_default():
+    lm = SpecbenchLM(pair="tiny_random", method="ar", device="cpu")
+    assert lm.max_gen_toks == 256  # lm-eval's HFLM default, not decode.max_new_tokens (128)
+    context = "Question: 12 + 30?\nAnswer:"
+    assert lm.generate_one(context, {"until": [], "max_gen_toks": 7})[1]["new_tokens"] == 7
+    assert lm.generate_one(context, {"until": [], "max_new_tokens": 5})[1]["new_tokens"] == 5  # lm-eval's alias
+    assert lm.generate_one(context, {"until": []})[1]["new_tokens"] == 256
+    small = SpecbenchLM(pair="tiny_random", method="ar", device="cpu", max_gen_toks=9)
+    assert small.generate_one(context, {"until": []})[1]["new_tokens"] == 9
+    with pytest.raises(OptionError, match="decode.max_new_tokens does not apply under lm-eval.*max_gen_toks"):
+        SpecbenchLM(pair="tiny_random", device="cpu", **{"decode.max_new_tokens": 8})
+
+
+def test_threads_are_set_as_in_a_run():
+    before = torch.get_num_threads()
+    try:
+        SpecbenchLM(pair="tiny_random", method="ar", device="cpu", threads=2)
+        assert torch.get_num_threads() == 2
+        SpecbenchLM(pair="tiny_random", method="ar", device="cpu", threads=1)
+        assert torch.get_num_threads() == 1
+        with pytest.raises(OptionError, match="threads must be an integer >= 1"):
+            SpecbenchLM(pair="tiny_random", method="ar", device="cpu", threads=0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_mistyped_option_key_lists_the_valid_ones():
+    with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['gama'\] \(method.gama=3\); "
+                                          r"valid options: gamma, rule"):
+        SpecbenchLM(pair="tiny_random", device="cpu", **{"method.gama": 3})

@@ -15,12 +15,14 @@ import types
 import typing
 from typing import Any, Iterable
 
+from specbench.common.errors import UserError
+
 NoneType = type(None)
 ON_LONG_PROMPT = ("error", "truncate")  # the values of the top-level key on_long_prompt
 MISSING = "???"  # a mandatory config value not set yet (omegaconf.MISSING)
 
 
-class OptionError(ValueError):
+class OptionError(UserError, ValueError):
     """A config value of the wrong type or out of range; the message names the key and what is valid."""
 
 
@@ -150,13 +152,19 @@ def init_options(cls: type) -> dict[str, inspect.Parameter]:
     return found
 
 
+def unknown_options(what: str, unknown: list[str], known: Iterable[str], given: str = "") -> OptionError:
+    """The error for options that `what` (e.g. "method 'vanilla'") does not accept, listing the valid ones;
+    `given` shows how they were given (e.g. " (+method.gama=3)")."""
+    return OptionError(f"{what} got unknown options {unknown}{given}; valid options: {', '.join(sorted(known)) or 'none'}")
+
+
 def check_options(cls: type, options: dict[str, Any], prefix: str, what: str) -> dict[str, Any]:
     """Each option checked against `cls.__init__`'s type hints and named `<prefix>.<option>`; unknown ones
     fail with the list of valid ones (`what`, e.g. "method 'vanilla'", names the owner)."""
     known = init_options(cls)
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise OptionError(f"{what} got unknown options {unknown}; valid options: {', '.join(sorted(known)) or 'none'}")
+        raise unknown_options(what, unknown, known)
     checked = {}
     for k, v in options.items():
         try:

@@ -2,9 +2,16 @@
 
 A pair config (conf/pair/*.yaml) has `name`, `builder` (`hub` or a registered builder such as
 `tiny_random`), `target` and `draft` model specs (`path`, `revision`, `dtype`, `device_map`,
-`attn_implementation`, `quantization`, `trust_remote_code`) and an optional `tokenizer` path.
+`attn_implementation`, `quantization`, `trust_remote_code`, `params_b`: billions of parameters, for
+the GPU memory the pair needs) and an optional `tokenizer` path.
 Loaded pairs are cached per process, keyed by their config, so consecutive jobs of a multirun
 with the same pair reuse the models.
+
+Before any `from_pretrained` of a hub id that is not a local folder, the pair's models are looked up
+in the local Hugging Face cache; one missing there fails at once when HF_HUB_OFFLINE is set, and
+otherwise after one request to the hub (no retries, HUB_TIMEOUT_S) that cannot supply it. The one
+error per pair names every missing model, the command that downloads it with the installed
+huggingface_hub, the gated-licence and token hints, and the GPU memory the pair needs.
 """
 
 from __future__ import annotations
@@ -12,12 +19,21 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+import huggingface_hub
 import torch
+from huggingface_hub import HfApi, constants as hf_constants, try_to_load_from_cache
+from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError,
+                                    RevisionNotFoundError)
+from huggingface_hub.utils import validate_repo_id
+from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specbench.common.errors import UserError
 from specbench.common.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -88,7 +104,7 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 
 
 MODEL_KEYS = {"path", "revision", "dtype", "device_map", "attn_implementation", "quantization",
-              "trust_remote_code", "tokenizer"}
+              "trust_remote_code", "tokenizer", "params_b"}
 
 
 def _quantization_config(quant: dict | None) -> Any:
@@ -117,23 +133,196 @@ def _quantization_config(quant: dict | None) -> Any:
     raise ValueError(f"quantization.bits must be 4 or 8, got {bits!r}")
 
 
-def _missing(path: str, err: Exception) -> RuntimeError:
-    return RuntimeError(
-        f"could not load model or tokenizer {path!r}: {err}. It must be a local folder or a hub id in "
-        "the local Hugging Face cache: download it with hub access (`huggingface-cli download "
-        f"{path}`), or for the offline Qwen2.5-Coder / SmolLM2 models run "
-        "../shared/tools/prepare-offline-models."
-    )
+HUB_TIMEOUT_S = 10.0  # the one request that asks the hub for a model missing from the local cache
+ONE_GPU_GB = 80.0  # the largest common single GPU (A100 / H100 80 GB): weights beyond it need several GPUs
+OFFLINE_HINT = "For the offline Qwen2.5-Coder / SmolLM2 models run ../shared/tools/prepare-offline-models."
+_HUB_DOWN: dict[str, str] = {}  # endpoint -> why it could not be reached: asked once per process
 
 
-def load_model(spec: dict, device: torch.device) -> PreTrainedModel:
-    """One causal LM from a model spec, in eval mode, on `device` unless spec.device_map is set."""
+class ModelUnavailable(UserError, RuntimeError):
+    """A model is neither a local folder nor in the Hugging Face cache, and the hub cannot supply it."""
+
+
+def hf_cli() -> str:
+    """The command-line tool of the installed huggingface_hub: `hf` (0.34 and later; 1.0 dropped
+    `huggingface-cli`), else `huggingface-cli`."""
+    return "hf" if Version(huggingface_hub.__version__) >= Version("0.34") else "huggingface-cli"
+
+
+def download_command(repo_id: str, revision: str | None = None) -> str:
+    """The shell command that downloads `repo_id` into the local cache with the installed huggingface_hub."""
+    return f"{hf_cli()} download {repo_id}" + (f" --revision {revision}" if revision else "")
+
+
+def access_hints(repo_ids: list[str]) -> str:
+    """How to get gated models: accept the licence on each model page, then log in or set HF_TOKEN."""
+    login = "hf auth login" if hf_cli() == "hf" else "huggingface-cli login"
+    pages = ", ".join(f"{hf_constants.ENDPOINT}/{r}" for r in repo_ids)
+    return (f"Gated models (e.g. meta-llama/*) need their licence accepted on the model page ({pages}) "
+            f"and a token: `{login}` or HF_TOKEN=<token>.")
+
+
+def hub_offline() -> bool:
+    """Is HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) set? Read now: huggingface_hub reads it once, on import."""
+    flags = (os.environ.get(k, "").upper() for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return hf_constants.HF_HUB_OFFLINE or any(f in hf_constants.ENV_VARS_TRUE_VALUES for f in flags)
+
+
+def in_hf_cache(repo_id: str, revision: str | None) -> bool:
+    """Is the model's config.json in the local Hugging Face cache at `revision` (default: main)?"""
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+
+
+def ask_hub(repo_id: str, revision: str | None) -> str | None:
+    """One request for the model's metadata, without retries: None if the hub serves it, else why not. A hub
+    found unreachable is not asked again in this process."""
+    endpoint = hf_constants.ENDPOINT
+    if endpoint in _HUB_DOWN:
+        return _HUB_DOWN[endpoint]
+    log.info("asking %s for %s (one request, %.0f s timeout)", endpoint, repo_id, HUB_TIMEOUT_S)
+    try:
+        HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
+    except GatedRepoError:
+        return "it is gated and this account has not accepted its licence (or no token is set)"
+    except RevisionNotFoundError:
+        return f"the hub has no revision {revision!r} of it"
+    except HfHubHTTPError as err:  # RepositoryNotFoundError too: the hub answers 401 for a missing repo
+        status = err.response.status_code if err.response is not None else None
+        if status in (401, 403):
+            return f"the hub refused it (HTTP {status}): it does not exist, or it is private or gated and needs a token"
+        missing = isinstance(err, RepositoryNotFoundError)
+        return "the hub has no such model" if missing else f"the hub answered HTTP {status}"
+    except Exception as err:  # noqa: BLE001 - no answer at all (the HTTP client's error types differ by version)
+        _HUB_DOWN[endpoint] = f"the hub ({endpoint}) is unreachable: {type(err).__name__}: {err}"
+        return _HUB_DOWN[endpoint]
+    return None
+
+
+def hub_source(path: str, revision: str | None = None) -> str:
+    """Where from_pretrained reads `path`: 'local' (a folder), 'cache' (the local Hugging Face cache only) or
+    'hub'; raises ModelUnavailable with the reason when none can supply it."""
+    if Path(path).is_dir():
+        return "local"
+    label = f"{path} (revision {revision or 'main'})"
+    cached = in_hf_cache(path, revision)
+    if hub_offline():
+        if cached:
+            return "cache"
+        raise ModelUnavailable(f"{label} is not in the local Hugging Face cache ({hf_constants.HF_HUB_CACHE}) "
+                               "and HF_HUB_OFFLINE is set")
+    why = ask_hub(path, revision)
+    if why is None:
+        return "hub"
+    if cached:
+        log.warning("%s: %s; loading it from the local Hugging Face cache", label, why)
+        return "cache"
+    raise ModelUnavailable(f"{label} is not in the local Hugging Face cache ({hf_constants.HF_HUB_CACHE}), "
+                           f"and {why}")
+
+
+def bytes_per_param(spec: dict) -> tuple[float, str]:
+    """Bytes per weight on a GPU and their kind: the quantization's bits / 8, else the itemsize of the dtype
+    (auto = bfloat16)."""
+    bits = (spec.get("quantization") or {}).get("bits")
+    if bits:
+        return bits / 8, f"int{bits}"
+    dtype = resolve_dtype(spec.get("dtype"), torch.device("cuda"))
+    return dtype.itemsize, str(dtype).removeprefix("torch.")
+
+
+def model_needs(role: str, spec: dict) -> tuple[str, float]:
+    """One line on what a model needs on GPUs, and its weights in GB: params_b x 1e9 x bytes_per_param."""
+    if not spec.get("params_b"):
+        return f"  {role} {spec['path']}: size not recorded (params_b in the pair config)", 0.0
+    per, kind = bytes_per_param(spec)
+    gb = spec["params_b"] * per  # 1e9 parameters x bytes each = GB
+    line = f"  {role} {spec['path']}: {spec['params_b']:g} B parameters x {per:g} bytes ({kind}) = {gb:.1f} GB"
+    if gb <= ONE_GPU_GB:
+        return line + " (fits one GPU)", gb
+    spread = "set" if spec.get("device_map") == "auto" else f"add pair.{role}.device_map=auto"
+    return line + f": more than one {ONE_GPU_GB:.0f} GB GPU holds, so device_map: auto over several GPUs ({spread})", gb
+
+
+def pair_needs(cfg: dict) -> str:
+    """What the pair needs: each model's weights at its dtype on GPUs, and whether device_map: auto is required."""
+    specs = [(role, cfg[role]) for role in ("target", "draft") if cfg.get(role)]
+    needs = [model_needs(role, spec) for role, spec in specs]
+    lines = [f"Pair {cfg['name']!r} needs on GPUs (weights alone; the KV cache and activations come on top):"]
+    lines += [line for line, _ in needs] + [f"  together: {sum(gb for _, gb in needs):.1f} GB"]
+    return "\n".join(lines)
+
+
+def unavailable(problems: list[str], models: list[tuple[str, str | None]], needs: str = "") -> ModelUnavailable:
+    """One error for the models that cannot be loaded: each reason, how to download them, the access hints,
+    the offline models' tool and what the pair needs."""
+    ids = [r for r, _ in models]
+    lines = [*problems, f"Download with the installed huggingface_hub {huggingface_hub.__version__}, where the hub "
+             "is reachable:", *(f"  {download_command(r, rev)}" for r, rev in models), access_hints(ids),
+             OFFLINE_HINT]
+    return ModelUnavailable("\n".join(lines + ([needs] if needs else [])))
+
+
+def check_hub_id(path: str) -> None:
+    """Fail unless `path` is a local folder or has the form of a hub id (owner/name)."""
+    if Path(path).is_dir():
+        return
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        raise ModelUnavailable(f"could not load model or tokenizer {path!r}: it is neither a local folder nor a hub "
+                               f"id (owner/name). {OFFLINE_HINT}") from None
+
+
+def source_of(path: str, revision: str | None) -> str:
+    """hub_source for one model, its error completed with the download and access hints."""
+    check_hub_id(path)
+    try:
+        return hub_source(path, revision)
+    except ModelUnavailable as err:
+        raise unavailable([f"could not load model or tokenizer: {err}"], [(path, revision)]) from None
+
+
+def check_pair_sources(cfg: dict) -> dict[tuple[str, str | None], str]:
+    """hub_source of every model and tokenizer of a hub pair, before anything is loaded; one error names all
+    that are missing, with what the pair needs."""
+    t_spec, d_spec = cfg["target"], cfg.get("draft")
+    wanted = [(cfg.get("tokenizer") or t_spec["path"], t_spec.get("revision")), (t_spec["path"], t_spec.get("revision"))]
+    if d_spec:
+        wanted += [(d_spec.get("tokenizer") or d_spec["path"], d_spec.get("revision")),
+                   (d_spec["path"], d_spec.get("revision"))]
+    sources, problems, missing = {}, [], []
+    for key in dict.fromkeys(wanted):  # distinct, in order
+        check_hub_id(key[0])
+        try:
+            sources[key] = hub_source(*key)
+        except ModelUnavailable as err:
+            problems.append(f"  - {err}")
+            missing.append(key)
+    if problems:
+        head = f"pair {cfg['name']!r}: {len(missing)} of its models cannot be loaded here:"
+        raise unavailable([head, *problems], missing, pair_needs(cfg))
+    return sources
+
+
+def pretrained(load: Callable[..., Any], path: str, revision: str | None, source: str | None, **kwargs: Any) -> Any:
+    """load(path, ...) (a from_pretrained) from `source` (hub_source's answer, asked here when None): 'cache'
+    reads the local Hugging Face cache alone; an OSError becomes ModelUnavailable with the download hints."""
+    source = source or source_of(path, revision)
+    try:
+        return load(path, revision=revision, local_files_only=source == "cache", **kwargs)
+    except OSError as err:
+        problem = f"could not load model or tokenizer {path!r}: {err}. It must be a local folder or a hub id"
+        raise unavailable([problem], [(path, revision)]) from err
+
+
+def load_model(spec: dict, device: torch.device, source: str | None = None) -> PreTrainedModel:
+    """One causal LM from a model spec, in eval mode, on `device` unless spec.device_map is set; `source` as
+    hub_source answers it (asked here when None)."""
     unknown = set(spec) - MODEL_KEYS
     if unknown:
         raise ValueError(f"unknown model keys {sorted(unknown)} for {spec.get('path')!r}; valid: {sorted(MODEL_KEYS)}")
-    path = spec["path"]
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device)}
-    for key in ("revision", "attn_implementation", "device_map"):
+    for key in ("attn_implementation", "device_map"):
         if spec.get(key):
             kwargs[key] = spec[key]
     if spec.get("trust_remote_code"):
@@ -141,21 +330,15 @@ def load_model(spec: dict, device: torch.device) -> PreTrainedModel:
     qc = _quantization_config(spec.get("quantization"))
     if qc is not None:
         kwargs["quantization_config"] = qc
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as err:
-        raise _missing(path, err) from err
+    model = pretrained(AutoModelForCausalLM.from_pretrained, spec["path"], spec.get("revision"), source, **kwargs)
     if "device_map" not in kwargs and qc is None:
         model.to(device)
     return model.eval()
 
 
-def load_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
-    """The tokenizer at a hub id or local path."""
-    try:
-        return AutoTokenizer.from_pretrained(path, revision=revision)
-    except OSError as err:
-        raise _missing(path, err) from err
+def load_tokenizer(path: str, revision: str | None = None, source: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer at a hub id or local path (`source` as in load_model)."""
+    return pretrained(AutoTokenizer.from_pretrained, path, revision, source)
 
 
 def check_vocab(target_name: str, tok_t: PreTrainedTokenizerBase, draft_name: str,
@@ -181,14 +364,21 @@ def shared_vocab_size(tokenizer: PreTrainedTokenizerBase, models: list[PreTraine
 
 @BUILDERS.register("hub")
 def build_hub(cfg: dict, device: torch.device) -> Pair:
-    """Load target and draft from hub ids or local paths."""
+    """Load target and draft from hub ids or local paths, once each is known to be loadable."""
     t_spec, d_spec = cfg["target"], cfg.get("draft")
-    tok = load_tokenizer(cfg.get("tokenizer") or t_spec["path"], t_spec.get("revision"))
+    sources = check_pair_sources(cfg)
+
+    def src(path: str, spec: dict) -> str:
+        return sources[(path, spec.get("revision"))]
+
+    t_tok = cfg.get("tokenizer") or t_spec["path"]
+    tok = load_tokenizer(t_tok, t_spec.get("revision"), src(t_tok, t_spec))
     if d_spec:
-        d_tok = load_tokenizer(d_spec.get("tokenizer") or d_spec["path"], d_spec.get("revision"))
+        d_tok_path = d_spec.get("tokenizer") or d_spec["path"]
+        d_tok = load_tokenizer(d_tok_path, d_spec.get("revision"), src(d_tok_path, d_spec))
         check_vocab(t_spec["path"], tok, d_spec["path"], d_tok)
-    target = load_model(t_spec, device)
-    draft = load_model(d_spec, device) if d_spec else None
+    target = load_model(t_spec, device, src(t_spec["path"], t_spec))
+    draft = load_model(d_spec, device, src(d_spec["path"], d_spec)) if d_spec else None
     models = [m for m in (target, draft) if m is not None]
     return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, models))
 

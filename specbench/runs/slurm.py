@@ -5,12 +5,13 @@
   command line's overrides, which replace a parameter of the same key), so tests and tools can
   list and run an experiment's jobs without launching Hydra.
 - `slurm_unavailable()`: why no SLURM cluster can take jobs here (None when one can).
+- `submitit_results(config)`: the glob of the result files of a submitit launcher's finished jobs.
 - `SweepProgress`: a Hydra callback (conf/config.yaml `hydra.callbacks`) showing a progress bar
   over a sweep's jobs, with rate and ETA, on a terminal only (tqdm's `disable=None`: off when
   stderr is not a TTY, e.g. SLURM logs). With the basic launcher it advances as each job ends; with
   a submitit launcher, whose jobs end in other processes, a thread counts the result files that
   submitit writes for finished jobs. Any failure in it is logged and ignored: a progress bar never
-  fails a sweep.
+  fails a sweep. (The summary of failed jobs is specbench.runs.sweep.SweepFailures.)
 
 Requeue safety (SLURM) needs nothing here: submitit calls the plugin launcher's `checkpoint`,
 which resubmits the same job with the same overrides, hence the same results folder (a run folder's
@@ -70,6 +71,12 @@ def slurm_unavailable(timeout_s: float = 15.0) -> str | None:
     return None
 
 
+def submitit_results(config: DictConfig) -> str | None:
+    """The glob of the result files a submitit launcher writes, one per finished job (None for other launchers)."""
+    folder = config.hydra.launcher.get("submitit_folder")
+    return str(Path(str(folder).replace("%j", "*")) / "*_result.pkl") if folder else None
+
+
 class SweepProgress(Callback):
     """A progress bar over the jobs of a multirun (rate and ETA), shown on a terminal only."""
 
@@ -102,10 +109,9 @@ class SweepProgress(Callback):
         if self._bar.disable:
             self._bar = None
             return
-        folder = config.hydra.launcher.get("submitit_folder")
-        if folder:  # jobs end in other processes: count submitit's result files
+        pattern = submitit_results(config)
+        if pattern:  # jobs end in other processes: count submitit's result files
             self._stop = threading.Event()
-            pattern = str(Path(str(folder).replace("%j", "*")) / "*_result.pkl")
             self._thread = threading.Thread(target=self._poll, args=(pattern, time.time()), daemon=True)
             self._thread.start()
 

@@ -1,0 +1,152 @@
+"""What a failed job and a sweep with failed jobs report.
+
+- `for_hydra(err)`: what run.py's main() raises to Hydra: a user error (bad input, a missing model)
+  becomes `JobError`, a CompactHydraException, whose message Hydra prints without a traceback
+  (HYDRA_FULL_ERROR=1 still prints the whole chain); any other error goes up unchanged.
+- `log_job_error(err)`: the job's error with its traceback, into the job's log file (run.log) only.
+- `SweepFailures`: a Hydra callback (conf/config.yaml `hydra.callbacks`) that ends a sweep with every
+  failed job and its error. Hydra itself shows only the first failed job's error: BasicSweeper raises
+  it once the launcher returns, so `on_multirun_end` never runs for a sweep with a failed job. The
+  summary is therefore also registered with `atexit` when the sweep starts and printed once, last.
+  In-process jobs (the basic launcher) are collected by `on_job_end`; jobs of a submitit launcher
+  (hydra/launcher=slurm|local) end in other processes, so their results are read from the result
+  files submitit writes (a JobReturn, or the traceback of a job that died outside Hydra).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import time
+from glob import glob
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from specbench.common.errors import UserError
+from specbench.common.registry import UnknownNameError
+from specbench.data.dataset import DataSourceError
+from specbench.runs.results import FolderLocked
+from specbench.runs.slurm import submitit_results, sweep_jobs
+
+log = logging.getLogger(__name__)
+
+# Errors whose message says what to fix: shown without a traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, UnknownNameError, DataSourceError, FolderLocked)
+
+
+class JobError(CompactHydraException):
+    """A job's user error as Hydra reports it: the message alone."""
+
+
+def for_hydra(err: BaseException) -> BaseException:
+    """What main() raises for `err`: JobError(message) for a user error, else `err` itself."""
+    return JobError(str(err)) if isinstance(err, USER_ERRORS) else err
+
+
+def describe(err: BaseException) -> str:
+    """A job's error in one message: the text of a user error, else '<type>: <text>'."""
+    return str(err) if isinstance(err, USER_ERRORS + (JobError,)) else f"{type(err).__name__}: {err}"
+
+
+def log_job_error(err: BaseException) -> None:
+    """`err` with its traceback into the log files of the running job (the root logger's file handlers), not
+    onto the console, where Hydra shows the message."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "job failed: %s", (describe(err),),
+                            (type(err), err, err.__traceback__))
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def job_label(ret: JobReturn) -> str:
+    """'#<n> <overrides> (<folder>)' for a job's return."""
+    num = OmegaConf.select(ret.hydra_cfg, "hydra.job.num") if ret.hydra_cfg is not None else None
+    folder = OmegaConf.select(ret.hydra_cfg, "hydra.runtime.output_dir") if ret.hydra_cfg is not None else None
+    where = "" if folder is None else f" ({folder}{'' if Path(folder).is_dir() else ': removed, it held no results'})"
+    return f"#{num} {' '.join(filter_overrides(ret.overrides or []))}{where}"
+
+
+def failure(ret: JobReturn) -> tuple[str, str]:
+    """(label, error message) of a failed job's return. Hydra keeps the error in `_return_value`: its
+    `return_value` property would raise it."""
+    return job_label(ret), describe(ret._return_value)
+
+
+def submitit_failures(pattern: str, since: float) -> list[tuple[str, str]]:
+    """(label, error) of the failed jobs among submitit's result files matching `pattern`, written since `since`."""
+    from submitit.core.utils import pickle_load
+
+    out = []
+    for path in sorted(glob(pattern)):
+        if os.stat(path).st_mtime < since:
+            continue
+        outcome, value = pickle_load(path)
+        if outcome == "success" and isinstance(value, JobReturn) and value.status is JobStatus.FAILED:
+            out.append(failure(value))
+        elif outcome == "error":  # the job died outside Hydra's run_job: submitit keeps its traceback
+            out.append((f"submitit job {Path(path).name.removesuffix('_result.pkl')}", str(value).strip()))
+    return out
+
+
+def summary(failures: list[tuple[str, str]], total: int | None) -> str:
+    """The sweep's closing report: how many jobs failed, then each job and its error, indented (an error
+    already shown for an earlier job is named by that job's label, not repeated)."""
+    of = f" of {total}" if total else ""
+    lines = [f"sweep: {len(failures)}{of} jobs failed (each job's log file holds its traceback):"]
+    shown: dict[str, str] = {}
+    for label, message in failures:
+        if message in shown:
+            lines += [label, f"    the same error as {shown[message]}"]
+        else:
+            lines += [label, *("    " + line for line in message.splitlines())]
+            shown[message] = label.split(" ")[0]
+    return "\n".join(lines)
+
+
+class SweepFailures(Callback):
+    """Ends a multirun with every failed job and its error (logged at ERROR, once, after Hydra's own report)."""
+
+    def __init__(self) -> None:
+        self.failures: list[tuple[str, str]] = []
+        self.total: int | None = None
+        self.pattern: str | None = None
+        self.since = 0.0
+        self.pending = False
+
+    def __getstate__(self) -> dict:
+        """Submitit pickles the launcher with its callbacks: a job's process starts with a fresh one."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.__init__()
+        self.pending, self.since, self.pattern = True, time.time(), submitit_results(config)
+        try:
+            self.total = len(sweep_jobs(config))
+        except Exception as e:  # noqa: BLE001 - a sweeper other than the basic one: the count is left out
+            log.debug("sweep size unknown: %s", e)
+        atexit.register(self.report)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if self.pending and job_return.status is JobStatus.FAILED:
+            self.failures.append(failure(job_return))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.report()
+
+    def report(self) -> None:
+        """Log the summary of the failed jobs, once; nothing when every job succeeded."""
+        if not self.pending:
+            return
+        self.pending = False
+        failures = self.failures + (submitit_failures(self.pattern, self.since) if self.pattern else [])
+        if failures:
+            log.error(summary(failures, self.total))
