@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import zlib
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from specbench.data.dataset import Evaluator, Example, build_dataset, check_sele
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
-from specbench.common.options import check_mandatory, check_options, check_run_settings, integer, real
+from specbench.common.options import (check_mandatory, check_options, check_run_settings, integer, real,
+                                      threads_setting)
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
@@ -68,6 +70,24 @@ def sampling_params(decode: dict) -> SamplingParams:
 def example_seed(seed: int, example_id: str) -> int:
     """Per-example RNG seed: the same for an example whether or not the run was resumed."""
     return zlib.crc32(f"{seed}:{example_id}".encode())
+
+
+def free_cpus() -> int:
+    """The CPUs not already busy: round(CPUs this process may run on - 1-minute load average), at least 1.
+
+    Intra-op threads beyond the idle cores spin against other processes: on a 2-core machine with
+    one busy core, vanilla on the toy pair ran 7x slower with 2 threads than with 1 (docs/results.md).
+    """
+    return max(1, round(len(os.sched_getaffinity(0)) - os.getloadavg()[0]))
+
+
+def set_threads(value: int | str | None) -> int:
+    """Set torch's CPU threads from the top-level key `threads` (N, auto = free_cpus(), or null = torch's
+    default); returns the number that runs."""
+    value = threads_setting(value)
+    if value is not None:
+        torch.set_num_threads(free_cpus() if value == "auto" else value)
+    return torch.get_num_threads()
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -274,8 +294,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))
     device = resolve_device(c.get("device", "auto"))
-    if c.get("threads"):  # CPU threads; 1 keeps timings stable on a busy shared machine
-        torch.set_num_threads(int(c["threads"]))
+    threads = set_threads(c.get("threads", "auto"))
     torch.manual_seed(seed)
 
     pair = load_pair(c["pair"], device)

@@ -49,7 +49,7 @@ from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.common.progress import progress_bar, switch_progress
-from specbench.runs.runner import TASKS, example_seed, output_dir
+from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
                          f"{temperature}, {max_new}, {bs}")
     examples = prompt_set(task)
     device = resolve_device(cfg.get("device", "auto"))
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg.get("threads", "auto"))
     pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
     model, tok = pair.target, pair.tokenizer
     prompts = [encode(tok, ex) for ex in examples]
