@@ -199,6 +199,8 @@ def check_run_settings(cfg: dict[str, Any]) -> None:
     """The top-level keys of a benchmark run (conf/config.yaml), before anything is loaded."""
     integer(cfg.get("warmup", 0), "warmup", low=0)
     threads_setting(cfg.get("threads", "auto"))
+    integer(cfg.get("repeats", 1), "repeats", low=1)
+    boolean(cfg.get("remeasure", False), "remeasure")
     boolean(cfg.get("trace", False), "trace")
     boolean(cfg.get("resume_any_version", False), "resume_any_version")
     strings(cfg.get("stop_strings"), "stop_strings", null=True)
