@@ -78,9 +78,13 @@ BAD_VALUES = [  # override (as typed on the command line), the key the error mus
     ("warmup=true", "warmup", "must be an integer >= 0"),
     ("warmup=-1", "warmup", "must be an integer >= 0"),  # warmed up on all but the last example
     ("warmup=abc", "warmup", "must be an integer >= 0"),
-    ("threads=true", "threads", "must be an integer >= 1 or null"),
-    ("threads=0", "threads", "must be an integer >= 1 or null"),  # ran with torch's default
-    ("threads=abc", "threads", "must be an integer >= 1 or null"),
+    ("threads=true", "threads", "must be auto (the CPUs not already busy), an integer >= 1 or null"),
+    ("threads=0", "threads", "must be auto (the CPUs not already busy), an integer >= 1 or null"),  # ran with torch's default
+    ("threads=abc", "threads", "must be auto (the CPUs not already busy), an integer >= 1 or null"),
+    ("threads=2.5", "threads", "must be auto (the CPUs not already busy), an integer >= 1 or null"),
+    ("repeats=0", "repeats", "must be an integer >= 1"),
+    ("repeats=true", "repeats", "must be an integer >= 1"),
+    ("remeasure=yes", "remeasure", "must be true or false"),
     ("trace=yes", "trace", "must be true or false"),  # bool('yes'): traced
     ("resume_any_version=no", "resume_any_version", "must be true or false"),  # bool('no') is True
     ("stop_strings=abc", "stop_strings", "must be a list of strings"),  # stopped at 'a', 'b' or 'c'

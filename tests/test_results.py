@@ -96,7 +96,7 @@ def test_row_writer_refuses_duplicates(tmp_path):
     w.append({"id": "a", "x": 1})
     with pytest.raises(ValueError, match="already"):
         w.append({"id": "a", "x": 2})
-    assert RowWriter(tmp_path).done == {"a"}
+    assert RowWriter(tmp_path).done == {("a", 0)} and RowWriter(tmp_path).has("a") and not RowWriter(tmp_path).has("a", 1)
 
 
 def test_resume_refuses_rows_of_another_code_version(tmp_path):

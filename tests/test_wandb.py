@@ -41,7 +41,17 @@ def wandb_records(run_file: Path) -> list:
 
 
 def offline_run(run_dir: Path) -> tuple[dict, dict, Path]:
-    """(summary items, config items, run folder) of the one offline wandb run under run_dir/wandb."""
+    """(summary items, config items, run folder) of the one offline wandb run under run_dir/wandb.
+
+    `run.finish()` returns once the run's exit record is handled, but it only *informs* wandb's service
+    process that the run is done (a message it does not wait on): the service writes the rest of the
+    .wandb file and closes it afterwards. Read at once on a busy machine, the file can still lack its
+    summary records. `wandb.teardown()` waits for the service process to exit, which closes every run
+    file, so the file read below is complete.
+    """
+    import wandb
+
+    wandb.teardown()
     (folder,) = list((run_dir / "wandb").glob("offline-run-*"))
     summary, config = {}, {}
     for rec in wandb_records(next(folder.glob("run-*.wandb"))):
@@ -88,7 +98,8 @@ def test_a_wandb_failure_leaves_the_run_intact(tmp_path, caplog):
     assert "wandb logging failed" in caplog.text and "bogus" in caplog.text
     assert s["n_examples"] == 3
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in plain.iterdir())
-    a, b = ([{k: v for k, v in json.loads(line).items() if k not in ("decode_s", "prefill_s", "tokens_per_s", "model_s")}
+    a, b = ([{k: v for k, v in json.loads(line).items() if k not in ("decode_s", "prefill_s", "tokens_per_s", "model_s",
+                                                                            "call_seconds")}
              for line in (d / "rows.jsonl").read_text().splitlines()] for d in (plain, out))
     assert a == b
     assert json.loads((out / "summary.json").read_text())["n_examples"] == 3

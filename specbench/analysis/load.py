@@ -30,7 +30,7 @@ import yaml
 
 from specbench.common.aggregate import run_metrics
 from specbench.common.configs import differences, flatten
-from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_rows, without_keys
+from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_measured, read_rows, without_keys
 from specbench.runs.traces import read_traces
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 def load_run(run_dir: Path) -> dict[str, Any]:
     """One run folder (with at least one row) as a flat record: identity, setting, provenance and `numbers`."""
     record = json.loads((run_dir / CONFIG).read_text())
-    cfg, rows = record["config"], read_rows(run_dir / ROWS)
+    cfg, rows = record["config"], read_measured(run_dir)  # the newest set of repeats
     summary = json.loads((run_dir / SUMMARY).read_text()) if (run_dir / SUMMARY).exists() else None
     method, decode = dict(cfg["method"]), cfg["decode"]
     options = {k: v for k, v in method.items() if k != "name"}
@@ -180,7 +180,7 @@ def load_examples(runs: pd.DataFrame) -> pd.DataFrame:
     keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma"]
     frames = []
     for _, run in runs.iterrows():
-        rows = pd.DataFrame(read_rows(Path(run["run_dir"]) / ROWS)).drop(columns=["token_ids", "carried_state"],
+        rows = pd.DataFrame(read_measured(Path(run["run_dir"]))).drop(columns=["token_ids", "carried_state"],
                                                                          errors="ignore")
         frames.append(rows.drop(columns=[c for c in keep if c in rows]).assign(**{c: run[c] for c in keep}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

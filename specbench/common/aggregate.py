@@ -8,6 +8,7 @@ means stay in summary.json under `example_means` (specbench.decoding.metrics.sum
 from __future__ import annotations
 
 import logging
+from statistics import median
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -69,3 +70,14 @@ def run_metrics(rows: list[dict[str, Any]], source: str = "rows") -> dict[str, A
         "score": ratio(sum(scored), len(scored)),
         "engine_overhead": 1 - total(rows, "model_s") / seconds if seconds else None,
     }
+
+
+def repeat_spread(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Timing noise over repeats: each repeat's tokens_per_s = Σ new_tokens / Σ decode_s over its rows, and
+    `repeats` (how many), `tokens_per_s_median` and `tokens_per_s_spread` {min, max} of those."""
+    by_repeat: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_repeat.setdefault(r.get("repeat", 0), []).append(r)
+    rates = [x for x in (ratio(total(v, "new_tokens"), total(v, "decode_s")) for v in by_repeat.values()) if x is not None]
+    return {"repeats": len(by_repeat), "tokens_per_s_median": median(rates) if rates else None,
+            "tokens_per_s_spread": {"min": min(rates), "max": max(rates)} if rates else None}

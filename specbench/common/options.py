@@ -195,10 +195,20 @@ def check_mandatory(cfg: dict[str, Any]) -> None:
                           f"command line (e.g. {unset[0]}=<value>) or in a config file (conf/local/default.yaml)")
 
 
+def threads_setting(value: Any) -> int | str | None:
+    """The top-level key `threads`: auto, an integer >= 1, or null (torch's default)."""
+    if value == "auto" or value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise OptionError(f"threads must be auto (the CPUs not already busy), an integer >= 1 or null (torch's "
+                      f"default: every core), got {shown(value)}")
+
+
 def check_run_settings(cfg: dict[str, Any]) -> None:
     """The top-level keys of a benchmark run (conf/config.yaml), before anything is loaded."""
     integer(cfg.get("warmup", 0), "warmup", low=0)
-    integer(cfg.get("threads"), "threads", low=1, null=True)
+    threads_setting(cfg.get("threads", "auto"))
+    integer(cfg.get("repeats", 1), "repeats", low=1)
+    boolean(cfg.get("remeasure", False), "remeasure")
     boolean(cfg.get("trace", False), "trace")
     boolean(cfg.get("resume_any_version", False), "resume_any_version")
     strings(cfg.get("stop_strings"), "stop_strings", null=True)

@@ -1,13 +1,17 @@
-"""What a run records about where it ran: git hash, package versions, device, memory."""
+"""What a run records about where it ran: git hash, package versions, device, memory, and the runtime:
+the device, dtype and threads that ran and which weights each model role held."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import resource
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -56,3 +60,52 @@ def peak_memory(device: torch.device) -> dict[str, float]:
     if device.type == "cuda":
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """sha256 (first 16 hex digits) over a local model folder's file names, sizes and first MiB each: which
+    weights ran, without reading every byte of a large checkpoint."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(folder)}:{f.stat().st_size}:".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(2**20))
+    return h.hexdigest()[:16]
+
+
+def checkpoint_config(path: str, revision: str | None) -> dict[str, Any]:
+    """The config.json the weights were saved with (a local folder or the hub cache), {} if not found."""
+    local = Path(path) / "config.json"
+    if not local.exists():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json", revision=revision)
+        local = Path(cached) if isinstance(cached, str) else local
+    return json.loads(local.read_text()) if local.exists() else {}
+
+
+def model_record(model: Any) -> dict[str, Any]:
+    """Which weights a loaded model holds: path or hub id, revision (the hub commit, or a local folder's
+    fingerprint), the quantization method (quantization_config) and whether the weights were converted
+    (loaded from GGUF, or saved in another dtype than the one that ran)."""
+    cfg = model.config
+    path = getattr(cfg, "_name_or_path", "") or None
+    revision = getattr(cfg, "_commit_hash", None)
+    if path and revision is None and Path(path).is_dir():
+        revision = folder_fingerprint(Path(path))
+    quant = getattr(cfg, "quantization_config", None)
+    quant = quant if quant is None or isinstance(quant, dict) else quant.to_dict()
+    saved = checkpoint_config(path, revision) if path else {}
+    saved_dtype = saved.get("dtype") or saved.get("torch_dtype")
+    converted = bool(getattr(cfg, "gguf_file", None)) or (
+        quant is None and saved_dtype is not None and f"torch.{saved_dtype}" != str(model.dtype))
+    return {"path": path, "revision": revision, "quantized": quant.get("quant_method") if quant else None,
+            "converted": converted}
+
+
+def runtime(models: dict[str, Any], threads: int) -> dict[str, Any]:
+    """What actually ran, read from the loaded models {role: model}: device and dtype (the verifier's, the
+    first role), the torch CPU threads and each role's model_record."""
+    first = next(iter(models.values()))
+    return {"device": str(first.device), "dtype": str(first.dtype).removeprefix("torch."), "threads": threads,
+            "models": {role: model_record(m) for role, m in models.items()}}

@@ -42,8 +42,10 @@ LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 # logger / slurm / paths: where results are sent, where jobs run and where folders lie (a drafter folder
 # reaches the rows through method.drafter, which stays in the identity); wait_for_lock,
 # resume_any_version: how a run treats a busy folder or rows of another code version.
+# repeats, remeasure: how many timing repeats a run holds and whether to start a new set of them.
 RESUMABLE_KEYS = {("limit",), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
-                  ("logger",), ("slurm",), ("paths",), ("wait_for_lock",), ("resume_any_version",)}
+                  ("logger",), ("slurm",), ("paths",), ("wait_for_lock",), ("resume_any_version",),
+                  ("repeats",), ("remeasure",)}
 
 
 def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
@@ -72,9 +74,27 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def row_key(row: dict) -> tuple[str, int]:
+    """What identifies a row: (id, repeat); rows without `repeat` (one repeat, older versions) are repeat 0."""
+    return row["id"], row.get("repeat", 0)
+
+
+def measured_rows(rows: list[dict], record: dict) -> list[dict]:
+    """The rows of the folder's newest set of repeats: repeat >= config.json's `measure_from` (0 until
+    remeasure=true starts a new set)."""
+    first = record.get("measure_from", 0)
+    return [r for r in rows if r.get("repeat", 0) >= first]
+
+
+def read_measured(run_dir: Path) -> list[dict]:
+    """The complete rows of run_dir's newest set of repeats (measured_rows of its rows.jsonl)."""
+    record = json.loads((Path(run_dir) / CONFIG).read_text())
+    return measured_rows(read_rows(Path(run_dir) / ROWS), record)
+
+
 def read_rows(path: Path) -> list[dict]:
-    """The complete rows of a rows.jsonl file, unique by id (the first row of each id; a trailing partial
-    line is ignored)."""
+    """The complete rows of a rows.jsonl file, unique by (id, repeat) (the first row of each; a trailing
+    partial line is ignored)."""
     if not path.exists():
         return []
     rows, seen, repeated = [], set(), 0
@@ -88,19 +108,19 @@ def read_rows(path: Path) -> list[dict]:
                 raise ValueError(f"{path}, line {n}: not a JSON row ({e})") from None
             if not isinstance(row, dict) or "id" not in row:
                 raise ValueError(f"{path}, line {n}: a row must be a JSON object with an 'id'")
-            if row["id"] in seen:
+            if row_key(row) in seen:
                 repeated += 1
                 continue
-            seen.add(row["id"])
+            seen.add(row_key(row))
             rows.append(row)
     if repeated:
-        log.warning("%s: %d rows repeat an id already in the file (two writers on one folder?); "
-                    "each id's first row is kept", path, repeated)
+        log.warning("%s: %d rows repeat an (id, repeat) already in the file (two writers on one folder?); "
+                    "the first row of each is kept", path, repeated)
     return rows
 
 
 class RowWriter:
-    """Appends rows to run_dir/rows.jsonl; knows which example ids are already done.
+    """Appends rows to run_dir/rows.jsonl; knows which (id, repeat) rows are already done.
 
     The caller holds the folder's lock (folder_lock): one RowWriter per folder at a time.
     """
@@ -110,7 +130,11 @@ class RowWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair()
         self.rows = read_rows(self.path)
-        self.done = {r["id"] for r in self.rows}
+        self.done = {row_key(r) for r in self.rows}
+
+    def has(self, example_id: str, repeat: int = 0) -> bool:
+        """Whether the folder holds the row of this example and repeat."""
+        return (example_id, repeat) in self.done
 
     def _repair(self) -> None:
         """Cut a partial trailing line left by a crash, so appends start on a fresh line."""
@@ -125,15 +149,15 @@ class RowWriter:
 
     def append(self, row: dict) -> None:
         """Write one row as one line, flushed to disk."""
-        if row["id"] in self.done:
-            raise ValueError(f"example {row['id']!r} is already in {self.path}")
+        if row_key(row) in self.done:
+            raise ValueError(f"example {row['id']!r} (repeat {row.get('repeat', 0)}) is already in {self.path}")
         line = json.dumps(_clean(row), sort_keys=True) + "\n"
         with open(self.path, "a") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
         self.rows.append(row)
-        self.done.add(row["id"])
+        self.done.add(row_key(row))
 
 
 class FolderLocked(RuntimeError):

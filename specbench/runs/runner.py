@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import zlib
+from statistics import median
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +22,16 @@ from specbench.data.dataset import Evaluator, Example, build_dataset, check_sele
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
-from specbench.common.options import check_mandatory, check_options, check_run_settings, integer, real
+from specbench.decoding import speedup
+from specbench.common.options import (check_mandatory, check_options, check_run_settings, integer, real,
+                                      threads_setting)
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
-from specbench.runs.results import CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, without_keys
+from specbench.common.aggregate import repeat_spread
+from specbench.runs.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows,
+                                     without_keys)
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import SamplingParams
@@ -68,6 +74,24 @@ def sampling_params(decode: dict) -> SamplingParams:
 def example_seed(seed: int, example_id: str) -> int:
     """Per-example RNG seed: the same for an example whether or not the run was resumed."""
     return zlib.crc32(f"{seed}:{example_id}".encode())
+
+
+def free_cpus() -> int:
+    """The CPUs not already busy: round(CPUs this process may run on - 1-minute load average), at least 1.
+
+    Intra-op threads beyond the idle cores spin against other processes: on a 2-core machine with
+    one busy core, vanilla on the toy pair ran 7x slower with 2 threads than with 1 (docs/results.md).
+    """
+    return max(1, round(len(os.sched_getaffinity(0)) - os.getloadavg()[0]))
+
+
+def set_threads(value: int | str | None) -> int:
+    """Set torch's CPU threads from the top-level key `threads` (N, auto = free_cpus(), or null = torch's
+    default); returns the number that runs."""
+    value = threads_setting(value)
+    if value is not None:
+        torch.set_num_threads(free_cpus() if value == "auto" else value)
+    return torch.get_num_threads()
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -209,6 +233,7 @@ def decode_example(job: Job, ex: Example, trace: bool) -> tuple[Generation, dict
     answers: list[str] = []
     gens: list[Generation] = []
     info: dict[str, Any] = {"prompt_tokens": 0, "prompt_truncated_from": None}
+    stats = []  # per turn: its first iteration includes the turn's prompt (speedup.call_stats leaves it out)
     for k in range(len(ex.turns) if ex.turns else 1):
         ids, cut = fit_prompt(job.encode(ex, answers), job.engine.context_length, job.max_new, job.on_long,
                               f"example {ex.id!r} turn {k + 1}")
@@ -217,6 +242,8 @@ def decode_example(job: Job, ex: Example, trace: bool) -> tuple[Generation, dict
         info["prompt_truncated_from"] = info["prompt_truncated_from"] or cut
         gens.append(g)
         answers.append(g.text)
+        stats.append(speedup.call_stats(g.records))
+    info.update(speedup.row_fields(speedup.merge_stats(stats)))
     if ex.turns:
         info["turn_outputs"] = answers
         return concat_generations(gens, answers[-1]), info
@@ -230,6 +257,49 @@ def warm_up(job: Job, examples: list[Example]) -> None:
         decode_example(job, ex, False)
     if saved is not None:
         job.method.restore_state(saved)
+
+
+def new_measurement(run_dir: Path, saved: dict, rows: list[dict]) -> dict:
+    """remeasure=true: start a new set of repeats after every row in the folder (nothing is deleted);
+    config.json's `measure_from` names its first repeat index. Returns the folder's record."""
+    first = 1 + max((r.get("repeat", 0) for r in rows), default=-1)
+    log.info("%s: remeasure=true: a new set of repeats from index %d (the %d rows before it stay)", run_dir, first,
+             len(rows))
+    saved = {**saved, "measure_from": first}
+    write_json_atomic(run_dir / CONFIG, saved)
+    return saved
+
+
+def start_repeat(method: Method, initial: dict | None, rows: list[dict], repeat: int, run_dir: Path) -> None:
+    """Before decoding the rows of `repeat`: the carried state of a method that has one, as an uninterrupted
+    pass over the examples would have it (the state before the first example, then that repeat's last row's)."""
+    if initial is None:
+        return
+    method.restore_state(initial)
+    restore_carried(method, [r for r in rows if r.get("repeat", 0) == repeat], run_dir)
+
+
+def calibrate_target_1(job: Job, ex: Example, tokens: int = 32) -> float:
+    """Median seconds of a one-token target forward: `ar` decoding `tokens` tokens of `ex` twice (the first
+    a warm-up; each generation's first iteration, the prompt's, left out), for runs that never verified a
+    single token."""
+    engine = make_engine(job.pair, build_method({"name": "ar"}), job.method.bound.params, ())
+    ids, _ = fit_prompt(job.encode(ex, []), engine.context_length, tokens, job.on_long, f"example {ex.id!r}")
+    engine.generate(ids, tokens)
+    records = engine.generate(ids, tokens).records
+    return median(r.verify_s for r in records[1:] or records)  # an EOS at once leaves only the prompt's
+
+
+def speedup_summary(job: Job, rows: list[dict], example: Example | None) -> dict[str, Any]:
+    """`call_costs` and `predicted_speedup` of a drafting run from its rows' call_stats (null for ar and
+    draft_only, or rows without call_stats); a target_1 the rows never observed is calibrated."""
+    stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
+    if not job.method.uses_draft or not stats["iterations"]:
+        return {"call_costs": None, "predicted_speedup": None}
+    costs = speedup.call_costs(stats)
+    if costs["target_1"] is None and example is not None:
+        costs = speedup.call_costs(stats, calibrate_target_1(job, example))
+    return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs)}
 
 
 def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict) -> dict[str, Any]:
@@ -274,8 +344,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))
     device = resolve_device(c.get("device", "auto"))
-    if c.get("threads"):  # CPU threads; 1 keeps timings stable on a busy shared machine
-        torch.set_num_threads(int(c["threads"]))
+    threads = set_threads(c.get("threads", "auto"))
     torch.manual_seed(seed)
 
     pair = load_pair(c["pair"], device)
@@ -285,30 +354,53 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     job.check_prompts(examples)
     # everything is validated: only now write to the output folder (folder_lock removes it again if left empty)
     record = {"config": c, "choices": choices, "seed": seed, **provenance.git_info(),
-              "versions": provenance.package_versions(), "device_info": provenance.device_info(device)}
+              "versions": provenance.package_versions(), "device_info": provenance.device_info(device),
+              "runtime": provenance.runtime(method.bound.models, threads)}
     saved = check_resume(run_dir, record)
     writer = RowWriter(run_dir)
-    todo = [e for e in examples if e.id not in writer.done]
-    log.info("%s: %d examples, %d already done, %d to decode", run_dir, len(examples), len(examples) - len(todo), len(todo))
+    if c.get("remeasure", False):
+        saved = new_measurement(run_dir, saved, writer.rows)
+    first = saved.get("measure_from", 0)
+    repeats = range(first, first + int(c.get("repeats", 1)))
+    todo = [(ex, k) for k in repeats for ex in examples if not writer.has(ex.id, k)]  # repeat by repeat
+    wanted = len(examples) * len(repeats)
+    log.info("%s: %d examples, %d already done, %d to decode%s", run_dir, wanted, wanted - len(todo), len(todo),
+             f" ({len(examples)} examples x {len(repeats)} repeats)" if len(repeats) > 1 else "")
+    if wanted > len(todo):
+        log.warning("%s: reusing %d rows already in the folder (resume); to measure again, rerun with "
+                    "remeasure=true (a new set of repeats; nothing is deleted)", run_dir, wanted - len(todo))
+    initial = method.carried_state()
     if todo:
         saved = check_version(run_dir, saved, record, any_version)
-        restore_carried(method, writer.rows, run_dir)
-    warm_up(job, todo[: int(c.get("warmup", 0))])
-    for ex in progress_bar(todo, cfg.get("progress", "auto"), desc=method.name, unit="ex"):
+    warm_up(job, [ex for ex, k in todo if k == todo[0][1]][: int(c.get("warmup", 0))] if todo else [])
+    current = None
+    for ex, k in progress_bar(todo, cfg.get("progress", "auto"), desc=method.name, unit="ex"):
+        if k != current:
+            start_repeat(method, initial, writer.rows, k, run_dir)
+            current = k
         g, info = decode_example(job, ex, job.trace)
         if job.trace:
-            write_trace(run_dir, ex.id, g.records)
-        writer.append(make_row(job, ex, g, info, c))
+            write_trace(run_dir, ex.id, g.records, k)
+        writer.append({**make_row(job, ex, g, info, c), "repeat": k})
 
-    summary = {**summarize(writer.rows), "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
+    rows = measured_rows(writer.rows, saved)
+    summary = {**summarize(rows), **repeat_spread(rows), "decoded": len(todo), "resumed": len(rows) - len(todo),
+               "measure_from": first, **speedup_summary(job, rows, examples[0] if examples else None),
+               "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
                "lossless": method.lossless, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                **provenance.peak_memory(device), **record,
                **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}}
     write_json_atomic(run_dir / SUMMARY, summary)
-    wandb_log.log_run(c.get("logger"), run_dir, summary, writer.rows)  # best effort: never raises
-    log.info("%s: %d rows, %.1f tok/s, acceptance %s", run_dir, summary["n_examples"], summary["tokens_per_s"] or 0,
-             summary["acceptance_rate"])
+    wandb_log.log_run(c.get("logger"), run_dir, summary, rows)  # best effort: never raises
+    log.info("%s: %d rows (%d decoded, %d resumed), %.1f tok/s, acceptance %s, score %s, predicted speedup %s",
+             run_dir, summary["n_examples"], summary["decoded"], summary["resumed"], summary["tokens_per_s"] or 0,
+             rounded(summary["acceptance_rate"]), rounded(summary["score"]), rounded(summary["predicted_speedup"], 2))
     return summary
+
+
+def rounded(x: float | None, digits: int = 3) -> float | None:
+    """x rounded for the log line (None stays None)."""
+    return None if x is None else round(x, digits)
 
 
 def _choices(cfg: DictConfig) -> dict[str, str]:

@@ -10,22 +10,23 @@ from specbench.decoding.method import IterationRecord
 from specbench.common.files import atomic_path
 
 
-def trace_frame(example_id: str, records: list[IterationRecord]) -> pd.DataFrame:
+def trace_frame(example_id: str, records: list[IterationRecord], repeat: int = 0) -> pd.DataFrame:
     """One row per iteration; policy state keys become columns (t_g, t_v, gamma, ...)."""
     rows = []
     for i, r in enumerate(records):
-        rows.append({"id": example_id, "iteration": i, "drafted": r.drafted, "accepted": r.accepted, "stop": r.stop,
+        rows.append({"id": example_id, "repeat": repeat, "iteration": i, "drafted": r.drafted, "accepted": r.accepted, "stop": r.stop,
                      "draft_s": r.draft_s, "verify_s": r.verify_s, "entropy": r.entropy, "js": r.js, **r.state})
     return pd.DataFrame(rows)
 
 
-def write_trace(run_dir: Path, example_id: str, records: list[IterationRecord]) -> Path:
-    """Write the example's trace atomically (temporary file, then rename)."""
+def write_trace(run_dir: Path, example_id: str, records: list[IterationRecord], repeat: int = 0) -> Path:
+    """Write the trace of one example's repeat atomically (temporary file, then rename); repeat 0 is
+    <id>.parquet, repeat k <id>.r<k>.parquet."""
     d = Path(run_dir) / "traces"
     d.mkdir(exist_ok=True)
-    path = d / f"{example_id.replace('/', '_')}.parquet"
+    path = d / f"{example_id.replace('/', '_')}{f'.r{repeat}' if repeat else ''}.parquet"
     with atomic_path(path) as tmp:
-        trace_frame(example_id, records).to_parquet(tmp, index=False)
+        trace_frame(example_id, records, repeat).to_parquet(tmp, index=False)
     return path
 
 

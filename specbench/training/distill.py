@@ -60,7 +60,7 @@ from specbench.runs import provenance
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar, switch_progress
-from specbench.runs.runner import TASKS, example_seed, output_dir
+from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
 from specbench.models.drafters import INFO, KINDS
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
 from specbench.training.synth import check_task_resume, read_synth, task_record
@@ -255,8 +255,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     pair_cfg = OmegaConf.to_container(cfg.pair, resolve=True)
     train, val = training_data(task, pair_cfg)
     steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg.get("threads", "auto"))
     pair = load_pair(pair_cfg, device)
     check_task_resume(run_dir, record, resumable=("save_every",))
     d = Distiller(pair, kind, task)

@@ -49,7 +49,7 @@ from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.common.progress import progress_bar, switch_progress
-from specbench.runs.runner import TASKS, example_seed, output_dir
+from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
                          f"{temperature}, {max_new}, {bs}")
     examples = prompt_set(task)
     device = resolve_device(cfg.get("device", "auto"))
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
+    set_threads(cfg.get("threads", "auto"))
     pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
     model, tok = pair.target, pair.tokenizer
     prompts = [encode(tok, ex) for ex in examples]
@@ -172,7 +171,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     writer = RowWriter(run_dir)
     eos, pad = sorted(pair.eos_ids([model])), pair.pad_id([model])
     batches = [range(b, min(b + bs, len(examples))) for b in range(0, len(examples), bs)]
-    todo = [r for r in batches if any(examples[i].id not in writer.done for i in r)]
+    todo = [r for r in batches if any(not writer.has(examples[i].id) for i in r)]
     log.info("synth %s: %d prompts from %s, %d batches to sample", run_dir, len(examples), task["prompts"], len(todo))
     t0 = time.perf_counter()
     switch_progress(cfg.get("progress", "auto"))
@@ -184,7 +183,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
         outs = sample_batch(model, [prompts[i] for i in r], new, temperature, pad, eos,
                             example_seed(int(task["seed"]), f"batch-{r[0]}"), pair.vocab_size)
         for i, (ids, stop) in zip(r, outs):
-            if examples[i].id not in writer.done:
+            if not writer.has(examples[i].id):
                 writer.append({"id": examples[i].id, "source": task["prompts"], "prompt": examples[i].prompt,
                                "prompt_ids": prompts[i], "token_ids": ids, "stop_reason": stop,
                                "text": tok.decode(ids, skip_special_tokens=True)})

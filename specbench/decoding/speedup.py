@@ -1,0 +1,112 @@
+"""The analytic speedup over `ar` that a run's own acceptance and call costs predict (Leviathan et al. 2023,
+generalised to the draft lengths the method actually used).
+
+Per example the engine's iteration records are reduced to sufficient statistics, kept in the row (so a
+resumed run keeps them) as `call_stats` (for each draft length w the iterations; for each draft position i
+how often it was verified, `reached`: drafts 1..i-1 accepted, and accepted) and `call_seconds` (for each w
+the summed verify and draft seconds). The first
+iteration of a generation is left out: its forwards include the prompt. Then
+
+    alpha_i = accepted_i / reached_i                    (P(draft i accepted | drafts 1..i-1 accepted))
+    E[T | w] = 1 + sum_{k=1..w} prod_{i=1..k} alpha_i   (tokens per iteration: accepted drafts + 1)
+    cost(w) = w * c_draft + c_target(w + 1)             (seconds per iteration)
+    predicted_speedup = sum_iter E[T | w] / sum_iter cost(w) * c_target(1)
+
+over the run's iterations (a ratio of sums: tokens per second against ar's 1 / c_target(1)). With one
+w and c_target(w+1) = c_target(1) = 1 / c this is Leviathan's (1 - alpha^{w+1}) / ((1 - alpha)(w c + 1)).
+c_target(k) is the mean verify time of the iterations that verified k tokens; c_draft the draft seconds
+per drafted token. A run that never verified one token (e.g. vanilla without a short last block) has no
+c_target(1): the runner measures it then with a short `ar` calibration decode (runner.calibrate_target_1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from specbench.decoding.method import IterationRecord
+
+
+COUNTS = ("iterations", "reached", "accepted")  # the row field call_stats: the same on every rerun
+SECONDS = ("verify_s", "draft_s")  # the row field call_seconds: timings
+
+
+def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
+    """One generation's sufficient statistics, its first iteration left out: per draft length w (a string key)
+    the iterations and their summed verify_s and draft_s; per draft position i = 1.. how often it was
+    verified (`reached`) and accepted."""
+    out: dict[str, Any] = {"iterations": {}, "verify_s": {}, "draft_s": {}, "reached": [], "accepted": []}
+    for r in records[1:]:
+        w = str(r.drafted)
+        for key, value in (("iterations", 1), ("verify_s", r.verify_s), ("draft_s", r.draft_s)):
+            out[key][w] = out[key].get(w, 0) + value
+        seen = min(r.drafted, r.accepted + 1)  # positions 1..accepted+1 were verified (not past w)
+        for key, upto in (("reached", seen), ("accepted", r.accepted)):
+            out[key].extend([0] * (upto - len(out[key])))
+            for i in range(upto):
+                out[key][i] += 1
+    return out
+
+
+def row_fields(stats: dict[str, Any]) -> dict[str, Any]:
+    """call_stats as row fields: `call_stats` (counts) and `call_seconds` (timings, which differ per run)."""
+    return {"call_stats": {k: stats[k] for k in COUNTS}, "call_seconds": {k: stats[k] for k in SECONDS}}
+
+
+def from_row(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A row's call_stats back from its two fields (None for rows of an older version)."""
+    if not row.get("call_stats") or not row.get("call_seconds"):
+        return None
+    return {**row["call_stats"], **row["call_seconds"]}
+
+
+def merge_stats(stats: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
+    """The sum of several call_stats (None entries, e.g. rows of an older version, are skipped)."""
+    out: dict[str, Any] = {"iterations": {}, "verify_s": {}, "draft_s": {}, "reached": [], "accepted": []}
+    for s in stats:
+        if not s:
+            continue
+        for key in ("iterations", *SECONDS):
+            for w, value in s[key].items():
+                out[key][w] = out[key].get(w, 0) + value
+        for key in ("reached", "accepted"):
+            out[key].extend([0] * (len(s[key]) - len(out[key])))
+            for i, n in enumerate(s[key]):
+                out[key][i] += n
+    return out
+
+
+def alphas(stats: dict[str, Any]) -> list[float]:
+    """alpha_i = accepted_i / reached_i for positions i = 1.. (0 where a position was never verified)."""
+    return [a / r if r else 0.0 for a, r in zip(stats["accepted"], stats["reached"])]
+
+
+def expected_tokens(alpha: list[float], w: int) -> float:
+    """E[T | w] = 1 + sum_{k=1..w} prod_{i=1..k} alpha_i: tokens one iteration of draft length w commits."""
+    total, prod = 1.0, 1.0
+    for i in range(w):
+        prod *= alpha[i] if i < len(alpha) else 0.0
+        total += prod
+    return total
+
+
+def call_costs(stats: dict[str, Any], target_1: float | None = None) -> dict[str, Any]:
+    """{"target_1": s, "target_by_width": {"w+1": s}, "draft_per_token": s}: mean seconds of a target call by
+    the tokens it verified, and draft seconds per drafted token; target_1 from the stats when observed, else
+    the `target_1` given (a calibration)."""
+    n = stats["iterations"]
+    by_width = {str(int(w) + 1): stats["verify_s"][w] / n[w] for w in sorted(n, key=int)}
+    drafted = sum(int(w) * k for w, k in n.items())
+    return {"target_1": by_width.get("1", target_1), "target_by_width": by_width,
+            "draft_per_token": sum(stats["draft_s"].values()) / drafted if drafted else None}
+
+
+def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | None:
+    """sum_iter E[T | w] / sum_iter (w c_draft + c_target(w+1)) * c_target(1); None without drafts or costs."""
+    n, c1, cd = stats["iterations"], costs["target_1"], costs["draft_per_token"]
+    if not n or c1 is None or cd is None:
+        return None
+    alpha = alphas(stats)
+    tokens = sum(k * expected_tokens(alpha, int(w)) for w, k in n.items())
+    seconds = sum(k * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)]) for w, k in n.items())
+    return tokens / seconds * c1 if seconds else None

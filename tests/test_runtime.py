@@ -1,0 +1,50 @@
+"""What a run records about how it ran: the thread count `threads=auto` picks and the `runtime` record."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from helpers import small
+from specbench.common.options import OptionError
+from specbench.runs import provenance, runner
+
+
+@pytest.mark.parametrize("cpus,load,expected", [(2, 0.3, 2), (2, 1.2, 1), (2, 1.6, 1), (2, 4.0, 1), (16, 5.4, 11)])
+def test_auto_threads_are_the_cpus_not_already_busy(monkeypatch, cpus, load, expected):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+    old = torch.get_num_threads()
+    try:
+        assert runner.free_cpus() == expected
+        assert runner.set_threads("auto") == expected == torch.get_num_threads()
+        assert runner.set_threads(3) == 3  # an explicit number wins
+        assert runner.set_threads(None) == 3  # null: left as torch has it
+        with pytest.raises(OptionError, match="threads must be auto"):
+            runner.set_threads("all")
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_config_and_summary_record_what_ran(tmp_path):
+    s = runner.run(small("method=vanilla", "limit=2", "decode.max_new_tokens=8", "threads=1"), tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())["runtime"]
+    assert s["runtime"] == saved
+    assert (saved["device"], saved["dtype"], saved["threads"]) == ("cpu", "float32", 1)
+    assert set(saved["models"]) == {"target", "draft"}
+    assert saved["models"]["target"] == {"path": None, "revision": None, "quantized": None, "converted": False}
+
+
+def test_a_local_checkpoint_loaded_in_another_dtype_is_converted(tmp_path):
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "m")
+    same = provenance.model_record(AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float32))
+    half = provenance.model_record(AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.bfloat16))
+    assert same["path"] == str(tmp_path / "m") and len(same["revision"]) == 16 and same["revision"] == half["revision"]
+    assert (same["converted"], half["converted"]) == (False, True) and same["quantized"] is None
+    (tmp_path / "m" / "config.json").write_text((tmp_path / "m" / "config.json").read_text() + " ")
+    assert provenance.model_record(AutoModelForCausalLM.from_pretrained(tmp_path / "m"))["revision"] != same["revision"]
