@@ -182,3 +182,14 @@ def table_engine(method: Method, target: Any, draft: Any, temperature: float, co
     """An engine running `method` bound to two models without a tokenizer or EOS id (table LMs, tiny Llamas)."""
     return bound_engine(method, {"target": target, "draft": draft}, target.config.vocab_size, temperature,
                         context=context)
+
+
+def add_fields(run_dir: Path, summary: dict | None = None, rows: list[dict] | None = None) -> Path:
+    """A run folder from `write_run` with extra summary.json fields and per-row fields (rows[i] into row i),
+    for fields newer than write_run (repeats, acceptance_exact / _relaxed, truncation, predicted_speedup)."""
+    full = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+    full = [{**r, **extra} for r, extra in zip(full, rows or [{}] * len(full))]
+    (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in full))
+    old = json.loads((run_dir / "summary.json").read_text())
+    write_json_atomic(run_dir / "summary.json", {**old, **(summary or {})})
+    return run_dir

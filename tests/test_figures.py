@@ -3,6 +3,7 @@ valid, non-trivial PNG per figure type from real traced tiny_random runs."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib.image
@@ -82,3 +83,15 @@ def test_every_figure_is_a_png(tmp_path):
     with pytest.raises(ReportError, match="no t_g / t_v"):
         figures.plot_thresholds(traces[traces["method"] == "gammatune"].drop(columns=["t_g", "t_v"]), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_labels_leave_out_runtime_keys_and_no_traces_is_said(tmp_path, caplog):
+    write_run(tmp_path, "a", "vanilla", [{"new": 5, "s": 1.0}], gamma=5)
+    b = write_run(tmp_path, "b", "vanilla", [{"new": 5, "s": 1.0}], gamma=8)
+    record = json.loads((b / "config.json").read_text())
+    record["config"].update(threads=2, trace=True, limit=3)  # runtime keys: never part of a label
+    (b / "config.json").write_text(json.dumps(record))
+    runs = load.load_runs(tmp_path)
+    assert sorted(runs["label"]) == ["vanilla gamma=5", "vanilla gamma=8"]
+    assert figures.make_figures(runs, tmp_path / "fig") == []
+    assert figures.NO_TRACES in caplog.text

@@ -4,6 +4,9 @@ rebuilds the same tables and figures as the report library."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 
 import nbformat
 from nbclient import NotebookClient
@@ -34,3 +37,19 @@ def test_analysis_notebook(tmp_path, monkeypatch):
     assert "fig_thresholds__tiny_random__smoke__adasd.png" in pngs and len(pngs) >= 6
     shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
     assert len(shown) == len(pngs)  # every figure displayed inline
+
+
+def test_the_readme_command_on_a_mixed_folder(tmp_path):
+    """notebooks/README.md's own command, run from a checkout's root, on greedy and sampled runs."""
+    for m in ("vanilla", "adasd"):
+        for decode in ("greedy", "t1"):
+            run(small(f"method={m}", f"decode={decode}", "limit=2", "decode.max_new_tokens=8", "threads=1"),
+                tmp_path / "results" / m / decode)
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(ROOT / "notebooks" / "analysis.ipynb", tmp_path / "notebooks")
+    (command,) = re.findall(r"```bash\n(.*?)\n```", (ROOT / "notebooks" / "README.md").read_text(), re.S)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = sorted(p.name for p in (tmp_path / "results" / "_report").iterdir())
+    assert "adasd_table1__greedy.md" in written and "adasd_table1__t1.md" in written

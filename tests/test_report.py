@@ -14,7 +14,7 @@ from scipy import stats
 
 from specbench.analysis import load, report
 from specbench.analysis import tables
-from helpers import small, write_run
+from helpers import add_fields, small, write_run
 from specbench import bench
 from specbench.analysis.load import ReportError
 from specbench.common.aggregate import run_metrics
@@ -275,7 +275,7 @@ def test_cli_on_real_runs(tmp_path):
     out = tmp_path / "report"
     assert report.main([str(tmp_path / "res"), "--out", str(out), "--format", "all", "--no-figures"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke")
+    assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke", "overview")
                            for e in ("md", "tex", "csv"))
     (t1, _) = tables.adasd_tables(runs)
     assert (out / "adasd_table1.md").read_text() == t1.markdown()
@@ -288,3 +288,108 @@ def test_setting_ignores_the_runner_resumable_keys():
     record = {"config": {"method": {"name": "m"}, "dataset": {"name": "d"}, "limit": 5, "threads": 1, "decode": {"seed": 0}},
               "device_info": {"device": "cpu"}}
     assert load.setting_of(record) == {"dataset": {"name": "d"}, "decode": {"seed": 0}, "device_info": {"device": "cpu"}}
+
+
+def mixed_folder(root: Path) -> Path:
+    """Greedy ar/vanilla/adasd, sampled vanilla/adasd, a vanilla with another max_new_tokens, an unfinished run
+    (no summary.json) and a stale one (rows appended after its summary)."""
+    for m, n in (("ar", 10), ("vanilla", 30), ("adasd", 45)):
+        write_run(root, f"greedy/{m}", m, tps(n), **({"gamma": 5} if m == "vanilla" else {}))
+    for m, n in (("vanilla", 20), ("adasd", 40)):
+        write_run(root, f"t1/{m}", m, tps(n), temperature=1.0, **({"gamma": 5} if m == "vanilla" else {}))
+    short = write_run(root, "short/vanilla", "vanilla", tps(25), gamma=5)
+    record = json.loads((short / "config.json").read_text())
+    record["config"]["decode"]["max_new_tokens"] = 32
+    (short / "config.json").write_text(json.dumps(record))
+    (write_run(root, "crashed", "adasd", tps(5), temperature=0.5) / "summary.json").unlink()
+    stale = write_run(root, "stale", "adasd", tps(5), temperature=0.25)
+    with open(stale / "rows.jsonl", "a") as f:
+        f.write(json.dumps({"id": "late", "new_tokens": 5, "decode_s": 1.0}) + "\n")
+    return root
+
+
+def test_a_mixed_folder_is_reported_group_by_group(tmp_path, caplog):
+    root = mixed_folder(tmp_path)
+    runs = load.load_runs(root)
+    assert "left out" in caplog.text and "crashed: unfinished: no summary.json" in caplog.text
+    assert "stale: unfinished: summary.json counts 1 rows, rows.jsonl holds 2" in caplog.text
+    assert len(runs) == 6
+    groups = load.groups(runs)
+    assert [g.title for g in groups] == ["greedy, max_new_tokens=128", "t1, max_new_tokens=128",
+                                         "greedy, max_new_tokens=32"]
+    for g in groups:  # each group's --where selects exactly its runs
+        assert g.keys == ["decode.max_new_tokens", "decode.temperature"]
+        assert sorted(load.where(runs, g.where)["run_dir"]) == sorted(g.runs["run_dir"])
+    assert groups[1].where == ["decode.max_new_tokens=128", "decode.temperature=1.0"]
+    rep = report.build_report(runs)
+    names = [t.name for t in rep.tables]
+    assert "adasd_table1__greedy_max_new_tokens=128" in names and "adasd_table1__t1_max_new_tokens=128" in names
+    assert "overview__greedy_max_new_tokens=32" in names
+    t1 = next(t for t in rep.tables if t.name == "adasd_table1__t1_max_new_tokens=128")
+    assert t1.values.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == pytest.approx(2.0)  # 40 / 20, both sampled
+    assert "[t1, max_new_tokens=128]" in t1.title
+    notes = "\n".join(rep.notes)
+    assert ("group [t1, max_new_tokens=128]: 2 runs (adasd, vanilla); they differ from the other groups in "
+            "decode.max_new_tokens, decode.temperature; alone: --where decode.max_new_tokens=128 "
+            "--where decode.temperature=1.0") in notes
+    # the sampled runs have no ar run: their speedup over ar is empty and the note says where ar runs are
+    assert ("[t1, max_new_tokens=128] p/gsm8k: speedups over ar left empty: no ar run with this setting; ar runs "
+            "are in other groups ([greedy, max_new_tokens=128] --where decode.max_new_tokens=128 "
+            "--where decode.temperature=0.0)") in notes
+    assert rep.left_out == 2  # the t1 and the max_new_tokens=32 groups have no ar run
+    out = tmp_path / "out"
+    assert report.main([str(root), "--out", str(out), "--no-figures"]) == 1  # built, but with left-out speedups
+    assert (out / "adasd_table1__t1_max_new_tokens=128.md").read_text() == t1.markdown()
+
+
+def test_an_ambiguous_cell_names_the_keys_and_the_where_of_each_run(tmp_path):
+    write_run(tmp_path, "a", "vanilla", tps(30), gamma=5, rule="rejection")
+    write_run(tmp_path, "b", "vanilla", tps(31), gamma=5, rule="sample_match")
+    write_run(tmp_path, "c", "adasd", tps(45))
+    runs = load.load_runs(tmp_path)
+    rep = report.build_report(runs, ["adasd_table1_2"])
+    (note,) = [n for n in rep.notes if n.startswith("adasd_table1_2")]
+    assert "2 runs fit Vanilla (vanilla:gamma=5) on p/gsm8k; they differ in method.rule" in note
+    assert f"{tmp_path / 'a'}: --where method.rule=rejection" in note and "--where method.rule=sample_match" in note
+    assert list(load.where(runs, ["method.rule=rejection"]).sort_values("run_dir")["run_dir"]) == [
+        str(tmp_path / "a"), str(tmp_path / "c")]  # adasd has no rule option: it stays
+    assert rep.left_out == 1 and [t.name for t in rep.tables] == ["overview"]
+    assert report.main([str(tmp_path), "--table", "adasd_table1_2", "--where", "method.rule=rejection"]) == 0
+
+
+def test_repeats_acceptance_truncation_and_predicted_speedup(tmp_path):
+    ar = add_fields(write_run(tmp_path, "ar", "ar", tps(10)),
+                    {"repeats": 3, "tokens_per_s_median": 10.0, "tokens_per_s_spread": {"min": 9.0, "max": 12.0},
+                     "n_truncated": 0, "truncated_frac": 0.0, "predicted_speedup": None})
+    add_fields(write_run(tmp_path, "vanilla", "vanilla", tps(28), gamma=5),
+               {"repeats": 3, "tokens_per_s_median": 30.0, "tokens_per_s_spread": {"min": 27.0, "max": 36.0},
+                "acceptance_exact": 0.6, "acceptance_relaxed": 0.0, "n_truncated": 1, "truncated_frac": 0.5,
+                "predicted_speedup": 3.5})
+    add_fields(write_run(tmp_path, "adasd", "adasd", [{"new": 45, "s": 1.0, "drafted": 10, "accepted": 8, "k": 2}]),
+               {"repeats": 3, "tokens_per_s_median": 45.0, "tokens_per_s_spread": {"min": 40.0, "max": 48.0},
+                "acceptance_exact": 0.5, "acceptance_relaxed": 0.3, "predicted_speedup": 4.0},
+               [{"accepted_exact": 5, "accepted_relaxed": 3}])
+    runs = load.load_runs(tmp_path)
+    by = runs.set_index("method")
+    assert by.loc["adasd", "missing"] == ("n_truncated", "truncated_frac", "decoded", "resumed")
+    (t1, _) = tables.adasd_tables(runs)
+    # median throughputs: tk/sec 45 [40–48]; speedup 45 / 30 with range [40 / 36, 48 / 27]
+    assert t1.values.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == pytest.approx(1.5)
+    assert t1.cells.loc[("p", "AdaSD"), ("GSM8K", "tk/sec")] == "45.000 [40.000–48.000]"
+    assert t1.cells.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == f"1.500 [{40 / 36:.3f}–{48 / 27:.3f}]"
+    assert "median over repeats" in t1.title
+    rep = report.build_report(runs)
+    ov = next(t for t in rep.tables if t.name == "overview")
+    row = ov.cells.loc[("p · gsm8k", "adasd")]
+    assert row[("", "tok/s")] == "45.0 [40.0–48.0]" and row[("", "speedup vs ar")] == f"4.50 [{40 / 12:.2f}–{48 / 9:.2f}]"
+    assert row[("", "predicted")] == "4.00" and row[("", "exact")] == "0.500" and row[("", "relaxed")] == "0.300"
+    assert row[("", "truncated")] == "missing"  # an older summary: shown as missing, not as 0
+    assert ov.cells.loc[("p · gsm8k", "ar"), ("", "predicted")] == ""  # null: not applicable
+    assert ov.cells.loc[("p · gsm8k", "vanilla"), ("", "truncated")] == "1 (50%)"
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "speedup vs ar")] == pytest.approx(3.0)
+    assert any(n.startswith(f"warning: {tmp_path / 'vanilla'}: 1 rows (50%) stopped at max_new_tokens=128")
+               for n in rep.notes)
+    assert not any(str(ar) in n for n in rep.notes)
+    # no JS relaxation anywhere: no exact / relaxed columns
+    plain = report.build_report(runs[runs["method"] != "adasd"])
+    assert ("", "relaxed") not in next(t for t in plain.tables if t.name == "overview").values.columns

@@ -14,11 +14,15 @@ importing this module changes no global backend (a notebook keeps its own).
   Figure 4), positions in bins of 2·half_width tokens, plotted at the bin centre (the paper's x ± 8);
   positions count the new tokens of an example, turns of a multi-turn example one after another;
 - task_throughput: tokens/s per Spec-Bench category, mean ± std over initial γ (GammaTune Figure 1).
+
+`make_figures` draws per comparable group of runs (`load.groups`: same setting but pair, dataset, seed)
+and per pair and dataset, titled "pair · dataset · decode"; a legend names each run only by the keys
+that differ between the runs drawn together (`load.labels`) and sits outside the axes.
 """
 
 from __future__ import annotations
 
-import re
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +35,10 @@ from specbench.analysis import tables
 from specbench.analysis.load import ReportError
 from specbench.common.files import atomic_path
 
+log = logging.getLogger(__name__)
+
 MAX_LINES = 10  # examples drawn in per-example line plots
+NO_TRACES = "no run has traces: no trace figures (rerun with trace=true to draw them)"
 
 
 def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.0)) -> tuple[Figure, np.ndarray]:
@@ -40,7 +47,14 @@ def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.
     return fig, np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
+def _legend(ax, fontsize: float = 7) -> None:
+    """The axes' legend outside every axes, at the figure's right (constrained layout makes room): never over data."""
+    ax.figure.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=fontsize)
+
+
+def _save(fig: Figure, path: str | Path, title: str | None = None) -> Path:
+    if title:
+        fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
@@ -74,7 +88,7 @@ def accepted_by_position(traces: pd.DataFrame, half_width: int = 8) -> pd.DataFr
     return (t.groupby(["label", "x"])["accepted"].agg(mean_accepted="mean", blocks="count").reset_index())
 
 
-def plot_thresholds(traces: pd.DataFrame, path: str | Path) -> Path:
+def plot_thresholds(traces: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """T_G and T_V after each iteration, one line per example (the first MAX_LINES)."""
     keys = [k for k in ("t_g", "t_v") if k in traces and traces[k].notna().any()]
     if not keys:
@@ -85,11 +99,11 @@ def plot_thresholds(traces: pd.DataFrame, path: str | Path) -> Path:
             ax.plot(t["iteration"], t[k], lw=1, label=f"{label} {ex}")
         ax.set(xlabel="iteration", ylabel={"t_g": "$T_G$ (bits)", "t_v": "$T_V$ (JS distance)"}[k],
                title={"t_g": "generation threshold", "t_v": "verification threshold"}[k])
-    axes[-1].legend(fontsize=6)
-    return _save(fig, path)
+    _legend(axes[-1], 6)
+    return _save(fig, path, title)
 
 
-def plot_gamma(traces: pd.DataFrame, path: str | Path) -> Path:
+def plot_gamma(traces: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """γ after each iteration and accepted drafts per iteration, one line per example (GammaTune App. A)."""
     if "gamma" not in traces or traces["gamma"].isna().all():
         raise ReportError("plot_gamma: the traces have no gamma (vanilla, heuristic, gammatune runs with trace=true)")
@@ -99,11 +113,11 @@ def plot_gamma(traces: pd.DataFrame, path: str | Path) -> Path:
         axes[1].plot(t["iteration"], t["accepted"], lw=1, marker=".", ms=3)
     axes[0].set(xlabel="iteration", ylabel="γ", title="speculation length")
     axes[1].set(xlabel="iteration", ylabel="accepted drafts", title="accepted per iteration")
-    axes[0].legend(fontsize=6)
-    return _save(fig, path)
+    _legend(axes[0], 6)
+    return _save(fig, path, title)
 
 
-def plot_token_means(traces: pd.DataFrame, path: str | Path) -> Path:
+def plot_token_means(traces: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """AdaSD Figure 2: per example, mean entropy and mean JS distance of accepted and rejected drafts."""
     s = token_stats(traces)
     if s.empty:
@@ -117,11 +131,11 @@ def plot_token_means(traces: pd.DataFrame, path: str | Path) -> Path:
                     label=f"{label} {'accepted' if acc else 'rejected'}")
         ax.set(xlabel="example", ylabel=unit)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[1].legend(fontsize=7)
-    return _save(fig, path)
+    _legend(axes[1])
+    return _save(fig, path, title)
 
 
-def plot_js_hist(traces: pd.DataFrame, path: str | Path, bins: int = 20) -> Path:
+def plot_js_hist(traces: pd.DataFrame, path: str | Path, title: str | None = None, bins: int = 20) -> Path:
     """AdaSD Figure 3: distribution of d_JS(p_i, q_i) over accepted and rejected drafts, on [0, 1]."""
     s = token_stats(traces)
     if s.empty:
@@ -130,11 +144,11 @@ def plot_js_hist(traces: pd.DataFrame, path: str | Path, bins: int = 20) -> Path
     for acc, g in s.groupby("accepted"):
         ax.hist(g["js"], bins=bins, range=(0, 1), alpha=0.6, label=f"{'accepted' if acc else 'rejected'} ({len(g)})")
     ax.set(xlabel="JS distance", ylabel="drafts", title=", ".join(dict.fromkeys(s["label"])))
-    ax.legend()
-    return _save(fig, path)
+    ax.legend(loc="best")
+    return _save(fig, path, title)
 
 
-def plot_accept_hist(traces: pd.DataFrame, path: str | Path) -> Path:
+def plot_accept_hist(traces: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """Histogram of accepted drafts per drafting iteration, one series per run (fractions of its iterations)."""
     t = traces[traces["drafted"] > 0]
     if t.empty:
@@ -144,11 +158,11 @@ def plot_accept_hist(traces: pd.DataFrame, path: str | Path) -> Path:
     for label, g in t.groupby("label", sort=False):
         ax.hist(g["accepted"], bins=edges, histtype="step", lw=1.5, weights=np.full(len(g), 1 / len(g)), label=label)
     ax.set(xlabel="accepted drafts per iteration", ylabel="fraction of iterations")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+    _legend(ax)
+    return _save(fig, path, title)
 
 
-def plot_position(traces: pd.DataFrame, path: str | Path, half_width: int = 8) -> Path:
+def plot_position(traces: pd.DataFrame, path: str | Path, title: str | None = None, half_width: int = 8) -> Path:
     """SD² Figure 4: mean accepted drafts per block against the block's position, one line per run."""
     d = accepted_by_position(traces, half_width)
     if d.empty:
@@ -157,11 +171,11 @@ def plot_position(traces: pd.DataFrame, path: str | Path, half_width: int = 8) -
     for label, g in d.groupby("label", sort=False):
         ax.plot(g["x"], g["mean_accepted"], marker="o", ms=3, label=label)
     ax.set(xlabel=f"position of the block's last token (± {half_width})", ylabel="accepted tokens per block")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+    _legend(ax)
+    return _save(fig, path, title)
 
 
-def plot_task_throughput(data: pd.DataFrame, path: str | Path) -> Path:
+def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """GammaTune Figure 1: grouped bars of tokens/s per task and method, error bars = std over initial γ."""
     if data.empty:
         raise ReportError("plot_task_throughput: no per-task throughput (GammaTune-table runs on a dataset with tasks)")
@@ -173,34 +187,48 @@ def plot_task_throughput(data: pd.DataFrame, path: str | Path) -> Path:
         ax.bar(np.arange(len(tasks)) + k * w, g["mean"], w, yerr=g["std"], capsize=2, label=row)
     ax.set_xticks(np.arange(len(tasks)) + 0.4 - w / 2, tasks, rotation=45, ha="right")
     ax.set(ylabel="tokens/s (mean ± std over initial γ)")
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+    _legend(ax)
+    return _save(fig, path, title)
 
 
-def _slug(*parts: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", "__".join(parts)).strip("_")
-
-
-def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None) -> list[Path]:
-    """Every figure the runs have data for, as <out>/fig_<kind>__<pair>__<dataset>[__<run>].png."""
-    out, paths = Path(out), []
+def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: str, baseline: str | None) -> list[Path]:
+    """The figures of one comparable group of runs, per pair and dataset, file names ending in `tag`."""
+    paths = []
+    runs = runs.assign(label=load.labels(runs))
     traces = load.load_traces(runs)
-    if len(traces):
-        for (pair, d), t in traces.groupby(["pair", "dataset"], sort=False):
-            paths += [plot_accept_hist(t, out / f"fig_accept_hist__{_slug(pair, d)}.png"),
-                      plot_position(t, out / f"fig_position__{_slug(pair, d)}.png")]
-            for label, r in t.groupby("label", sort=False):
-                stem = _slug(pair, d, label)
-                if any(k in r and r[k].notna().any() for k in ("t_g", "t_v")):
-                    paths.append(plot_thresholds(r, out / f"fig_thresholds__{stem}.png"))
-                if "gamma" in r and r["gamma"].notna().any():
-                    paths.append(plot_gamma(r, out / f"fig_gamma__{stem}.png"))
-                if r["js"].notna().any() and not token_stats(r).empty:
-                    paths += [plot_token_means(r, out / f"fig_token_means__{stem}.png"),
-                              plot_js_hist(r, out / f"fig_js_hist__{stem}.png")]
+    for (pair, d), t in (traces.groupby(["pair", "dataset"], sort=False) if len(traces) else []):
+        where, stem = f"{pair} · {d} · {title}", load.slug(pair, d, *tag)
+        paths += [plot_accept_hist(t, out / f"fig_accept_hist__{stem}.png", where),
+                  plot_position(t, out / f"fig_position__{stem}.png", where)]
+        for label, r in t.groupby("label", sort=False):
+            one = load.slug(pair, d, *tag, label)
+            if any(k in r and r[k].notna().any() for k in ("t_g", "t_v")):
+                paths.append(plot_thresholds(r, out / f"fig_thresholds__{one}.png", f"{where} · {label}"))
+            if "gamma" in r and r["gamma"].notna().any():
+                paths.append(plot_gamma(r, out / f"fig_gamma__{one}.png", f"{where} · {label}"))
+            if r["js"].notna().any() and not token_stats(r).empty:
+                paths += [plot_token_means(r, out / f"fig_token_means__{one}.png", f"{where} · {label}"),
+                          plot_js_hist(r, out / f"fig_js_hist__{one}.png", f"{where} · {label}")]
     examples = load.load_examples(runs)
     if "category" in examples:
         data = tables.task_throughput(runs, examples, baseline)
         for (pair, d), g in data.groupby(["pair", "dataset"], sort=False):
-            paths.append(plot_task_throughput(g, out / f"fig_task_throughput__{_slug(pair, d)}.png"))
+            paths.append(plot_task_throughput(g, out / f"fig_task_throughput__{load.slug(pair, d, *tag)}.png",
+                                              f"{pair} · {d} · {title}"))
+    return paths
+
+
+def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None) -> list[Path]:
+    """Every figure the runs have data for, per comparable group, as
+    <out>/fig_<kind>__<pair>__<dataset>[__<group>][__<run>].png (the group only where a pair and dataset
+    have runs in several groups)."""
+    out, paths = Path(out), []
+    groups = load.groups(runs)
+    spread = pd.Series([(r["pair"], r["dataset"]) for g in groups for _, r in g.runs.drop_duplicates(
+        ["pair", "dataset"]).iterrows()]).value_counts()
+    for g in groups:
+        many = any(spread[(r["pair"], r["dataset"])] > 1 for _, r in g.runs.iterrows())
+        paths += _group_figures(g.runs, out, g.title, (g.title,) if many else (), baseline)
+    if not any(p.name.startswith(("fig_accept_hist", "fig_position")) for p in paths):
+        log.warning(NO_TRACES)
     return paths

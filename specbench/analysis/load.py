@@ -1,10 +1,17 @@
 """Finished runs as pandas frames: load run folders, select runs, pair each run with its speedup baseline.
 
-`load_runs` reads every run folder (config.json + rows.jsonl) under the given paths into a DataFrame
-with one row per run; `load_examples` and `load_traces` give one row per example / per iteration.
-Run numbers are recomputed from rows.jsonl (the rows are the record; summary.json only says that the
-run finished) by `specbench.common.aggregate.run_metrics`, pooled over tokens and iterations, the
-function that also writes summary.json's numbers and `bench methods`' table.
+`load_runs` reads every finished run folder (config.json + rows.jsonl + a summary.json that counts
+every row) under the given paths into a DataFrame with one row per run; unfinished folders are left out
+with a logged note. `load_examples` and `load_traces` give one row per example / per iteration.
+Run numbers are summary.json's (`specbench.common.aggregate.run_metrics`, pooled over tokens and
+iterations, the function that also gives `bench methods`' table), so rows measured at different times
+(repeats, re-measurements) are not pooled here behind the run's back; a key an older summary lacks is
+recomputed from rows.jsonl with the same function. Throughput and speedups use `tokens_per_s_median`
+(the median over the run's repeats; a run without repeats: its tokens_per_s). Fields newer than a run
+(repeats, acceptance_exact/relaxed, truncation, predicted_speedup) are NaN and listed in `missing`.
+
+`groups` splits runs into comparable groups: runs that share their setting except the table axes
+(pair, dataset, decode.seed); each group has the exact `--where` expressions that select it alone.
 
 A speedup divides a run's tokens_per_s by that of one baseline run (`MethodSpec`, e.g. `vanilla` or
 `vanilla:gamma=8`) with the same *setting*: the resolved config without the method node and the keys a
@@ -21,6 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,7 +38,7 @@ import pandas as pd
 import yaml
 
 from specbench.common.aggregate import run_metrics
-from specbench.common.configs import differences, flatten
+from specbench.common.configs import MISSING, differences, flatten
 from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_measured, read_rows, without_keys
 from specbench.runs.traces import read_traces
 
@@ -39,6 +48,13 @@ log = logging.getLogger(__name__)
 SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", "gamma", "n_examples",
                    "tokens_per_s", "mean_drafted", "mean_accepted", "acceptance_rate", "block_efficiency",
                    "mean_t_v", "score", "lossless", "finished"]
+# summary.json fields newer than some runs: NaN (and named in the run's `missing`) where a summary lacks them
+NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptance_relaxed", "n_truncated",
+                "truncated_frac", "predicted_speedup", "decoded", "resumed"]
+# the table axes: a table spans pairs, datasets and seeds; every other setting key must agree within it
+AXES = ("pair.", "dataset.", "decode.seed")
+# keys that say how a run ran, not what it measured (the resumable keys): never part of a label
+RUNTIME = tuple(".".join(k) for k in sorted(RESUMABLE_KEYS))
 
 
 class ReportError(ValueError):
@@ -121,11 +137,40 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(found)
 
 
+def unfinished(run_dir: Path) -> str | None:
+    """Why run_dir is not a finished run (no summary.json, or fewer rows than its summary counts), else None.
+
+    A summary counts decoded + resumed rows where it has both, else n_examples.
+    """
+    if not (run_dir / SUMMARY).exists():
+        return "no summary.json (running, crashed or stopped before the end)"
+    summary, n = json.loads((run_dir / SUMMARY).read_text()), len(read_measured(run_dir))
+    if summary.get("decoded") is not None and summary.get("resumed") is not None:
+        expected = summary["decoded"] + summary["resumed"]
+    else:
+        expected = summary.get("n_examples")
+    if expected != n:
+        return f"summary.json counts {expected} rows, rows.jsonl holds {n} (a rerun in progress or stopped)"
+    return None
+
+
+def summary_numbers(summary: dict, rows: list[dict], source: str) -> dict[str, float]:
+    """`numbers` with summary.json's values where it has them, the newer fields (NaN where missing) and the
+    throughput spread over repeats (tokens_per_s_min / _max)."""
+    out = numbers(rows, source)
+    out.update({k: _num(summary[k]) for k in out if k in summary})
+    out.update({k: _num(summary.get(k)) for k in NEWER_FIELDS})
+    if pd.isna(out["tokens_per_s_median"]):  # one measurement: the median is the run's throughput
+        out["tokens_per_s_median"] = out["tokens_per_s"]
+    spread = summary.get("tokens_per_s_spread") or {}
+    return {**out, "tokens_per_s_min": _num(spread.get("min")), "tokens_per_s_max": _num(spread.get("max"))}
+
+
 def load_run(run_dir: Path) -> dict[str, Any]:
-    """One run folder (with at least one row) as a flat record: identity, setting, provenance and `numbers`."""
+    """One finished run folder as a flat record: identity, setting, provenance and `summary_numbers`."""
     record = json.loads((run_dir / CONFIG).read_text())
     cfg, rows = record["config"], read_measured(run_dir)  # the newest set of repeats
-    summary = json.loads((run_dir / SUMMARY).read_text()) if (run_dir / SUMMARY).exists() else None
+    summary = json.loads((run_dir / SUMMARY).read_text())
     method, decode = dict(cfg["method"]), cfg["decode"]
     options = {k: v for k, v in method.items() if k != "name"}
     setting = setting_of(record)
@@ -137,9 +182,9 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "seed": int(decode["seed"]), "device": record.get("device_info", {}).get("device"),
         "gamma": _num(options.get("gamma")),
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
-        # finished: summary.json was written after the last row (a crashed or running job has none or an older one)
-        "finished": summary is not None and summary.get("n_examples") == len(rows),
-        **numbers(rows, str(run_dir / ROWS)),
+        "finished": unfinished(run_dir) is None,
+        **summary_numbers(summary, rows, str(run_dir / ROWS)),
+        "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
         "config": cfg, "flat": {**flatten(cfg), **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),
@@ -147,15 +192,87 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _labels(runs: pd.DataFrame) -> list[str]:
-    """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8')."""
-    labels = []
+def slug(*parts: str) -> str:
+    """Parts joined by '__' with every run of characters outside [A-Za-z0-9_.=+-] made '_' (file names)."""
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", "__".join(parts)).strip("_")
+
+
+def _is(key: str, prefixes: tuple[str, ...]) -> bool:
+    """key is one of prefixes or lies under one (e.g. 'logger.mode' under 'logger')."""
+    return any(key == p or key.startswith(p.rstrip(".") + ".") for p in prefixes)
+
+
+def differing_keys(flats: Iterable[dict], skip: tuple[str, ...] = ()) -> list[str]:
+    """The flat keys whose values are not all equal over the configs (a missing key counts as a value), sorted."""
+    flats = list(flats)
+    keys = {k for f in flats for k in f if not _is(k, skip)}
+    return sorted(k for k in keys if len({json.dumps(f.get(k, MISSING), default=str) for f in flats}) > 1)
+
+
+def labels(runs: pd.DataFrame) -> list[str]:
+    """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8');
+    runtime-only keys (threads, trace, limit, ...) and the device never name a run."""
+    out = []
     for _, run in runs.iterrows():
         same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
-        keys = sorted({k for f in same["flat"] for k in f if len({json.dumps(g.get(k), default=str) for g in same["flat"]}) > 1})
-        keys = [k for k in keys if not k.startswith(("device_info.", "pair.", "dataset."))]
-        labels.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
-    return labels
+        keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset."))
+        out.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
+    return out
+
+
+def where_value(value: Any) -> str:
+    """A config value written so that `where` reads it back equal (YAML: null, true, 1.0, [1, 2], text)."""
+    if isinstance(value, str) and yaml.safe_load(value) == value and "=" not in value:
+        return value
+    return json.dumps(value)
+
+
+def selectors(runs: pd.DataFrame, keys: list[str]) -> list[list[str]]:
+    """Per run, the `--where KEY=VALUE` expressions on keys that select it (keys a run lacks are left out)."""
+    return [[f"{k}={where_value(f[k])}" for k in keys if k in f] for f in runs["flat"]]
+
+
+def where_args(exprs: list[str]) -> str:
+    """The expressions as command-line arguments: --where 'a=1' --where b=2 (shell-quoted)."""
+    return " ".join(f"--where {shlex.quote(e)}" for e in exprs)
+
+
+@dataclass
+class Group:
+    """Runs comparable in one table: the same setting but for the table axes (pair, dataset, seed)."""
+
+    runs: pd.DataFrame
+    keys: list[str]  # the setting keys whose values tell this group from the others
+    where: list[str]  # `--where` expressions that select this group alone
+    title: str  # what the group's runs decoded with, e.g. 'greedy' or 't1, max_new_tokens=32'
+
+
+def _comparable(run: pd.Series) -> dict:
+    """The run's setting without the table axes, flat."""
+    return {k: v for k, v in flatten(json.loads(run["setting"])).items() if not _is(k, AXES)}
+
+
+def _decode_title(runs: pd.DataFrame, keys: list[str]) -> str:
+    """'greedy', 't1, max_new_tokens=32': the decode config's name plus the group's other distinguishing values;
+    the temperature is left out where the decode name fixes it."""
+    names = sorted({str(d) for d in runs["decode"] if d is not None and d == d})
+    flat = runs["flat"].iloc[0]
+    shown = [k for k in keys if not (k == "decode.temperature" and names)]
+    return ", ".join([*names, *(f"{k.split('.')[-1]}={flat.get(k, MISSING)}" for k in shown)]) or "all runs"
+
+
+def groups(runs: pd.DataFrame) -> list[Group]:
+    """Runs split into groups with equal setting but for the table axes, the largest first."""
+    comp = [_comparable(r) for _, r in runs.iterrows()]
+    keys = differing_keys(comp)
+    ids = [json.dumps([c.get(k, MISSING) for k in keys], default=str) for c in comp]
+    out = []
+    for gid in sorted(set(ids), key=lambda g: (-ids.count(g), g)):
+        mine = select(runs, (i == gid for i in ids))
+        first = comp[ids.index(gid)]
+        where_exprs = [f"{k}={where_value(first[k])}" for k in keys if k in first]
+        out.append(Group(mine, keys, where_exprs, _decode_title(mine, keys)))
+    return out
 
 
 def load_runs(*paths: str | Path) -> pd.DataFrame:
@@ -163,15 +280,15 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
     dirs = find_run_dirs(paths)
     if not dirs:
         raise ReportError(f"no run folders ({CONFIG} + {ROWS}) under {', '.join(map(str, paths))}")
-    empty = [d for d in dirs if not read_rows(d / ROWS)]
-    for d in empty:
-        log.warning("%s: no rows yet (a job that has just started?): left out", d)
-    runs = pd.DataFrame([load_run(d) for d in dirs if d not in empty])
+    why = {d: "no rows yet (a job that has just started?)" if not read_rows(d / ROWS) else unfinished(d) for d in dirs}
+    for d, reason in why.items():
+        if reason:
+            log.warning("left out %s: unfinished: %s", d, reason)
+    runs = pd.DataFrame([load_run(d) for d in dirs if not why[d]])
     if runs.empty:
-        raise ReportError(f"no run folder under {', '.join(map(str, paths))} holds any rows yet")
-    for d in runs.loc[~runs["finished"], "run_dir"]:
-        log.warning("%s: unfinished (no summary.json for its last row): its numbers cover the rows so far", d)
-    runs["label"] = _labels(runs)
+        raise ReportError(f"no finished run folder under {', '.join(map(str, paths))}: {len(dirs)} unfinished "
+                          f"({'; '.join(f'{d}: {r}' for d, r in why.items())})")
+    runs["label"] = labels(runs)
     return runs
 
 
@@ -243,9 +360,16 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
 
 
 def speedup(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> float:
-    """tokens_per_s of run / tokens_per_s of its baseline run (NaN when there is no baseline run)."""
+    """median tokens_per_s of run / that of its baseline run (NaN when there is no baseline run)."""
     base = find_baseline(run, runs, baseline)
-    return float("nan") if base is None else run["tokens_per_s"] / base["tokens_per_s"]
+    return float("nan") if base is None else run["tokens_per_s_median"] / base["tokens_per_s_median"]
+
+
+def speedup_spread(run: pd.Series, base: pd.Series | None) -> tuple[float, float]:
+    """The speedup's range over repeats: (run min / base max, run max / base min); NaN without repeats' spread."""
+    if base is None:
+        return float("nan"), float("nan")
+    return run["tokens_per_s_min"] / base["tokens_per_s_max"], run["tokens_per_s_max"] / base["tokens_per_s_min"]
 
 
 def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> pd.DataFrame:
@@ -253,6 +377,6 @@ def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> p
     out = runs.copy()
     bases = [find_baseline(r, runs, baseline) for _, r in runs.iterrows()]
     out["baseline_dir"] = [None if b is None else b["run_dir"] for b in bases]
-    out["speedup"] = [float("nan") if b is None else r["tokens_per_s"] / b["tokens_per_s"]
+    out["speedup"] = [float("nan") if b is None else r["tokens_per_s_median"] / b["tokens_per_s_median"]
                       for (_, r), b in zip(runs.iterrows(), bases)]
     return out

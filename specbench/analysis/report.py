@@ -3,7 +3,12 @@
     python -m specbench.analysis.report results/ --out report/ --format all
 
 Runs are read by `specbench.analysis.load`; the tables are `specbench.analysis.tables`, the figures
-`specbench.analysis.figures`.
+`specbench.analysis.figures`. A folder of mixed runs (greedy and sampled, other max_new_tokens, ...) is
+split into comparable groups (`load.groups`) and every table is built per group; the notes say what each
+group is, the exact `--where` that selects it, and every table, cell or speedup left out and why.
+Each group also gets an overview table: per run the median tok/s (with its spread over repeats), the
+measured speedup over the `ar` run beside the run's predicted speedup, acceptance (exact and
+JS-relaxed where relaxed is nonzero), τ, score and truncated rows.
 """
 
 from __future__ import annotations
@@ -11,16 +16,21 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
-from specbench.analysis import figures, tables
-from specbench.analysis.load import SUMMARY_COLUMNS, ReportError, load_runs, where
+from specbench.analysis import figures, load, tables
+from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
+from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
 
 log = logging.getLogger(__name__)
+
+TRUNCATION_WARN = 0.05  # a run with more than this fraction of truncated rows is warned about
 
 
 def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> list:
@@ -29,6 +39,123 @@ def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
 
 
 FORMATS = {"md": "markdown", "tex": "latex", "csv": "csv"}
+
+
+@dataclass
+class Report:
+    """Every table the runs have data for, group by group, and notes on what was left out and why."""
+
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    left_out: int = 0  # tables, cells or speedups refused or missing because of mismatched runs
+
+
+def _in_group(t: Table, group: Group, many: bool) -> Table:
+    """The table named and titled for its group where the runs form several groups."""
+    if not many:
+        return t
+    return replace(t, name=f"{t.name}__{load.slug(group.title)}", title=f"{t.title} [{group.title}]")
+
+
+def _cell(x: float, spec: str, missing: bool) -> str:
+    return "missing" if missing else "" if pd.isna(x) else format(x, spec)
+
+
+def _fraction_cell(n: float, frac: float, missing: bool) -> str:
+    return "missing" if missing else "" if pd.isna(frac) else f"{n:.0f} ({frac:.0%})"
+
+
+OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed", "τ", "score", "truncated"]
+
+
+def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
+    """One row per run of the group: median tok/s [min–max], measured speedup over the same setting's `ar`
+    run beside predicted_speedup, AccRate (exact + relaxed where relaxed > 0), τ, score, truncated rows;
+    and the notes on speedups left empty."""
+    runs, notes = group.runs.copy(), []
+    runs["label"] = load.labels(runs)
+    index = pd.MultiIndex.from_arrays([runs["pair"] + " · " + runs["dataset"], runs["label"]])
+    cols = [c for c in OVERVIEW if c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any()]
+    v = pd.DataFrame(np.nan, index=index, columns=pd.MultiIndex.from_product([[""], cols]))
+    cells = pd.DataFrame("", index=index, columns=v.columns)
+    for at, (_, r) in zip(index, runs.iterrows()):
+        try:
+            base = load.find_baseline(r, runs, "ar")
+        except ReportError as e:
+            base, notes = None, notes + [f"speedup vs ar of {r['run_dir']} left out: {e}"]
+        lo, hi = load.speedup_spread(r, base) if r["repeats"] > 1 else (np.nan, np.nan)
+        sp = np.nan if base is None else r["tokens_per_s_median"] / base["tokens_per_s_median"]
+        gone = set(r["missing"])
+        nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": sp, "predicted": r["predicted_speedup"],
+                "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],
+                "τ": r["block_efficiency"], "score": r["score"], "truncated": r["truncated_frac"]}
+        text = {"tok/s": _cell(nums["tok/s"], ".1f", False), "speedup vs ar": _cell(sp, ".2f", False),
+                "predicted": _cell(nums["predicted"], ".2f", "predicted_speedup" in gone),
+                "AccRate": _cell(nums["AccRate"], ".3f", False),
+                "exact": _cell(nums["exact"], ".3f", "acceptance_exact" in gone),
+                "relaxed": _cell(nums["relaxed"], ".3f", "acceptance_relaxed" in gone),
+                "τ": _cell(nums["τ"], ".2f", False), "score": _cell(nums["score"], ".3f", False),
+                "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
+        if r["repeats"] > 1:  # the spread over repeats
+            text["tok/s"] += f" [{r['tokens_per_s_min']:.1f}–{r['tokens_per_s_max']:.1f}]"
+            text["speedup vs ar"] += f" [{lo:.2f}–{hi:.2f}]" if base is not None else ""
+        for c in cols:
+            v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
+    title = ("Runs: median tok/s [min–max over repeats], measured speedup over ar beside the predicted one, "
+             "acceptance (exact / JS-relaxed), τ, score, rows truncated at max_new_tokens")
+    t = Table("overview", title, v, cells, index_names=("pair · dataset", "run"))
+    return _in_group(t, group, many), notes
+
+
+def _truncation_notes(runs: pd.DataFrame) -> list[str]:
+    """A warning per run with more than TRUNCATION_WARN of its rows truncated at max_new_tokens."""
+    bad = runs[runs["truncated_frac"] > TRUNCATION_WARN]
+    return [f"warning: {r['run_dir']}: {r['n_truncated']:.0f} rows ({r['truncated_frac']:.0%}) stopped at "
+            f"max_new_tokens={r['max_new_tokens']} before the answer: its score measures the cut, not the model; "
+            "raise decode.max_new_tokens" for _, r in bad.iterrows()]
+
+
+def _baseline_elsewhere(group: Group, groups: list[Group], spec: str) -> list[str]:
+    """Notes for pairs/datasets of the group with no `spec` run in the group while other groups have one."""
+    notes, base = [], load.MethodSpec.parse(spec)
+    for (pair, d), mine in group.runs.groupby(["pair", "dataset"]):
+        if any(base.matches(r) for _, r in mine.iterrows()):
+            continue
+        picks = [f"[{g.title}] {load.where_args(g.where)}" for g in groups if g is not group and any(
+            base.matches(r) and (r["pair"], r["dataset"]) == (pair, d) for _, r in g.runs.iterrows())]
+        if picks:
+            notes.append(f"[{group.title}] {pair}/{d}: speedups over {spec} left empty: no {spec} run with this "
+                         f"setting; {spec} runs are in other groups ({'; '.join(picks)}), which differ in "
+                         f"{', '.join(group.keys)}")
+    return notes
+
+
+def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> Report:
+    """Every table `names` (default: all of tables.TABLES) per comparable group of runs, plus each group's
+    overview; refusals and mismatches become notes, never an abort."""
+    out, groups = Report(), load.groups(runs)
+    many = len(groups) > 1
+    for g in groups:
+        if many:
+            out.notes.append(f"group [{g.title}]: {len(g.runs)} runs ({', '.join(load.labels(g.runs))}); they differ "
+                             f"from the other groups in {', '.join(g.keys)}; alone: {load.where_args(g.where)}")
+        built = []
+        for name in names or tables.TABLES:
+            try:
+                built += [(name, t) for t in tables.build(name, g.runs, baseline)]
+            except ReportError as e:
+                out.notes.append(f"{name} [{g.title}]: left out: {e}")
+                out.left_out += 1
+        specs = {baseline or tables.baseline_of(n) for n, _ in built} | {"ar"}
+        for spec in sorted(specs):
+            missing = _baseline_elsewhere(g, groups, spec)
+            out.notes += missing
+            out.left_out += len(missing)
+        table, notes = overview(g, many)
+        out.tables += [_in_group(t, g, many) for _, t in built] + [table]
+        out.notes += notes
+    out.notes += _truncation_notes(runs)
+    return out
 
 
 def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
@@ -59,23 +186,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(runs[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.3f}"), end="\n\n")
-    failed = 0
-    built = []
-    for name in args.table or list(tables.TABLES):
-        try:
-            built += tables.build(name, runs, args.baseline)
-        except ReportError as e:
-            print(f"{name}: refused: {e}", file=sys.stderr)
-            failed += 1
-    for t in built:
+    try:
+        rep = build_report(runs, args.table, args.baseline)
+    except ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for t in rep.tables:
         print(t.markdown())
+    for note in rep.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.out:
-        for p in write_tables(built, args.out, args.format):
+        for p in write_tables(rep.tables, args.out, args.format):
             print(f"wrote {p}")
         if not args.no_figures:
             for p in figures.make_figures(runs, args.out):
                 print(f"wrote {p}")
-    return 1 if failed else 0
+    return 1 if rep.left_out else 0
 
 
 if __name__ == "__main__":

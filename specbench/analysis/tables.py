@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,7 +32,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specbench.analysis.load import MethodSpec, ReportError, find_baseline, select, speedup
+from specbench.analysis.load import (MethodSpec, ReportError, differing_keys, find_baseline, select, selectors,
+                                     speedup, speedup_spread, where_args)
 from specbench.common.configs import differences
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ DATASET_LABELS = {"gsm8k": "GSM8K", "humaneval": "HumanEval", "mmlu": "MMLU", "u
 ADASD_ROWS = [("Draft", "draft_only"), ("Target", "ar"), ("Vanilla", None), ("AssistedGen", "hf_assisted"),
               ("Gen-Only", "adasd_gen_only"), ("Verify-Only", "adasd_verify_only"), ("AdaSD", "adasd")]
 VARIANT_ROWS = [("Variant A", "adasd_variant_a"), ("Variant B", "adasd_variant_b"), ("Variant C", "adasd_variant_c")]
-ADASD_COLUMNS = {"tk/sec": "tokens_per_s", "JSDist": "mean_t_v", "#cand": "mean_drafted", "#match": "mean_accepted",
+ADASD_COLUMNS = {"tk/sec": "tokens_per_s_median", "JSDist": "mean_t_v", "#cand": "mean_drafted", "#match": "mean_accepted",
                  "AccRate": "acceptance_rate", "acc": "score", "speedup": "speedup"}
 ADASD_TABLE_OF = {"gsm8k": "adasd_table3", "humaneval": "adasd_table4", "mmlu": "adasd_table5"}
 GAMMATUNE_ROWS = [("SpecDecode", None), ("HFHeuristic", "heuristic"), ("AssistantThreshold", "confidence"),
@@ -145,12 +147,12 @@ def _pair_labels(runs: pd.DataFrame) -> dict[str, str]:
 
 
 def _ambiguous(table: str, what: str, cands: pd.DataFrame) -> ReportError:
-    import json
-
-    diffs = differences(json.loads(cands.iloc[0]["setting"]), json.loads(cands.iloc[1]["setting"]))
-    return ReportError(f"{table}: {len(cands)} runs fit {what}: {', '.join(cands['run_dir'])} "
-                       f"(they differ in {'; '.join(diffs) or 'nothing but their folder'}); "
-                       "select one, e.g. --where decode.temperature=1.0")
+    """The refusal of a cell several runs fit: the keys they differ in and the `--where` that selects each."""
+    keys = differing_keys(cands["flat"])
+    picks = [f"{d}: {where_args(w) if w else '--where ' + shlex.quote('run_dir=' + d)}"
+             for d, w in zip(cands["run_dir"], selectors(cands, keys))]
+    return ReportError(f"{table}: {len(cands)} runs fit {what}; they differ in "
+                       f"{', '.join(keys) or 'nothing but their folder'}; select one with " + "; ".join(picks))
 
 
 def _pick(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, spec: MethodSpec) -> pd.Series | None:
@@ -166,6 +168,11 @@ def _skeleton(groups: list[str], rows: list[str], tops: list[str], cols: list[st
                         columns=pd.MultiIndex.from_product([tops, cols]))
 
 
+def _repeats_note(runs: pd.DataFrame) -> str:
+    """'; tk/sec and speedup: median over repeats [min–max]' where some run has several repeats, else ''."""
+    return "; tk/sec and speedup: median over repeats [min–max]" if (runs["repeats"] > 1).any() else ""
+
+
 def _has_data(values: pd.DataFrame, baseline_label: str) -> bool:
     """True when a row other than the baseline's holds a number (else the table is not built)."""
     rows = values.index.get_level_values(1) != baseline_label
@@ -174,12 +181,25 @@ def _has_data(values: pd.DataFrame, baseline_label: str) -> bool:
 
 # ---- AdaSD -------------------------------------------------------------------------------------
 
+def _spread(run: pd.Series, runs: pd.DataFrame, key: str, base: MethodSpec) -> tuple[float, float]:
+    """(min, max) over the run's repeats of tk/sec or speedup (NaN, NaN for other columns or one repeat)."""
+    if not run["repeats"] > 1:
+        return float("nan"), float("nan")
+    if key == "speedup":
+        return speedup_spread(run, find_baseline(run, runs, base))
+    if key == "tokens_per_s_median":
+        return run["tokens_per_s_min"], run["tokens_per_s_max"]
+    return float("nan"), float("nan")
+
+
 def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSpec]], columns: list[str],
-                  datasets: list[str], base: MethodSpec) -> pd.DataFrame:
-    """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run."""
+                  datasets: list[str], base: MethodSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run;
+    and the printed cells: values with ' [min–max]' over repeats on tk/sec and speedup (median throughputs)."""
     mine = pd.concat([_of(runs, s) for _, s in rows])
     pairs = _pair_labels(mine)
     v = _skeleton(list(pairs.values()), [r for r, _ in rows], [DATASET_LABELS.get(d, d) for d in datasets], columns)
+    spread = {}
     for pair, plabel in pairs.items():
         for label, spec in rows:
             for d in datasets:
@@ -187,10 +207,14 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
                 if run is None:
                     continue
                 for col in columns:
-                    key = ADASD_COLUMNS[col]
-                    val = speedup(run, runs, base) if key == "speedup" else run[key]
-                    v.loc[(plabel, label), (DATASET_LABELS.get(d, d), col)] = val
-    return v
+                    key, at = ADASD_COLUMNS[col], ((plabel, label), (DATASET_LABELS.get(d, d), col))
+                    v.loc[at] = speedup(run, runs, base) if key == "speedup" else run[key]
+                    spread[at] = _spread(run, runs, key, base)
+    cells = _fmt(v, ".3f")
+    for (row, col), (lo, hi) in spread.items():
+        if pd.notna(lo) and pd.notna(hi):
+            cells.loc[row, col] += f" [{lo:.3f}–{hi:.3f}]"
+    return v, cells
 
 
 def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
@@ -200,14 +224,14 @@ def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]
     mine = pd.concat([_of(runs, s) for _, s in rows])
     datasets = _ordered(set(mine["dataset"]), list(ADASD_TABLE_OF))
     out = []
-    v1 = _adasd_values(runs, "adasd_table1", rows, ["tk/sec", "JSDist", "acc", "speedup"], datasets, base)
+    v1, c1 = _adasd_values(runs, "adasd_table1", rows, ["tk/sec", "JSDist", "acc", "speedup"], datasets, base)
     if _has_data(v1, "Vanilla"):
-        out.append(Table("adasd_table1", f"AdaSD Table 1: speed, JS threshold, accuracy and speedup vs Vanilla ({base})",
-                         v1, _fmt(v1, ".3f")))
-    v2 = _adasd_values(runs, "adasd_table2", rows[2:], ["#cand", "#match", "AccRate", "speedup"], datasets, base)
+        out.append(Table("adasd_table1", f"AdaSD Table 1: speed, JS threshold, accuracy and speedup vs Vanilla ({base})"
+                         f"{_repeats_note(runs)}", v1, c1))
+    v2, c2 = _adasd_values(runs, "adasd_table2", rows[2:], ["#cand", "#match", "AccRate", "speedup"], datasets, base)
     if _has_data(v2, "Vanilla"):
-        out.append(Table("adasd_table2", f"AdaSD Table 2: candidates, matches, acceptance rate and speedup vs Vanilla ({base})",
-                         v2, _fmt(v2, ".3f")))
+        out.append(Table("adasd_table2", f"AdaSD Table 2: candidates, matches, acceptance rate and speedup vs Vanilla ({base})"
+                         f"{_repeats_note(runs)}", v2, c2))
     return out
 
 
@@ -217,13 +241,14 @@ def adasd_tables_3_5(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     rows = _specs(ADASD_ROWS + VARIANT_ROWS, base)
     out = []
     for d in _ordered(set(pd.concat([_of(runs, s) for _, s in rows])["dataset"]), list(ADASD_TABLE_OF)):
-        v = _adasd_values(runs, f"adasd tables 3-5 ({d})", rows, list(ADASD_COLUMNS), [d], base)
+        v, cells = _adasd_values(runs, f"adasd tables 3-5 ({d})", rows, list(ADASD_COLUMNS), [d], base)
         v.columns = pd.MultiIndex.from_tuples([("", c) for _, c in v.columns])
+        cells.columns = v.columns
         if _has_data(v, "Vanilla"):
             name = ADASD_TABLE_OF.get(d, f"adasd_appendix_{d}")
             which = f"Table {name[-1]}" if d in ADASD_TABLE_OF else "Tables 3-5 layout"
             out.append(Table(name, f"AdaSD {which}: inference results on {DATASET_LABELS.get(d, d)} "
-                                   f"(speedup vs {base})", v, _fmt(v, ".3f")))
+                                   f"(speedup vs {base}){_repeats_note(runs)}", v, cells))
     return out
 
 
@@ -270,15 +295,15 @@ def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normaliz
         mine = {label: _grid(runs, table, pair, d, label, s) for label, s in rows}
         _same_setting(pd.DataFrame([r for g in mine.values() for r in g.values()]), table,
                       f"the runs on {pair}/{d}")
-        norm = np.mean([r["tokens_per_s"] for r in grid.values()])
+        norm = np.mean([r["tokens_per_s_median"] for r in grid.values()])
         for label, runs_by_g in mine.items():
             if runs_by_g and set(runs_by_g) != set(grid):
                 raise ReportError(f"{table}: {label} on {pair}/{d} ran initial γ {sorted(runs_by_g)}, the baseline "
                                   f"{base} γ {sorted(grid)}: the mean over γ needs the same grid")
             for g, r in sorted(runs_by_g.items()):
-                den = norm if normalize == "grid" else grid[g]["tokens_per_s"]
+                den = norm if normalize == "grid" else grid[g]["tokens_per_s_median"]
                 recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "gamma": g,
-                             "tokens_per_s": r["tokens_per_s"], "speedup": r["tokens_per_s"] / den})
+                             "tokens_per_s": r["tokens_per_s_median"], "speedup": r["tokens_per_s_median"] / den})
     out = pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "gamma", "tokens_per_s", "speedup"])
     for label, spec in rows[1:]:
         for (pair, d), _ in _of(runs, spec).groupby(["pair", "dataset"]):
@@ -347,7 +372,7 @@ def sd2_numbers(runs: pd.DataFrame, temperature: float, baseline: str | None = N
                 b = find_baseline(r, runs, base)
                 recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "seed": r["seed"],
                              "tau": r["block_efficiency"],
-                             "alpha": np.nan if b is None else r["tokens_per_s"] / b["tokens_per_s"]})
+                             "alpha": np.nan if b is None else r["tokens_per_s_median"] / b["tokens_per_s_median"]})
     return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
 
 
@@ -414,6 +439,11 @@ TABLES: dict[str, Callable[[pd.DataFrame, str | None], list[Table]]] = {
     "sd2_table5": lambda runs, b: sd2_table(runs, 0.0, b),
     "sd2_table3": lambda runs, b: sd2_welch(runs, 1.0, b),
 }
+
+
+def baseline_of(name: str) -> str:
+    """The default speedup baseline of the table registered as `name` (its paper's)."""
+    return BASELINES[name.split("_")[0]]
 
 
 def build(name: str, runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
