@@ -175,3 +175,29 @@ def test_training_gives_the_same_hash_for_any_thread_count_and_tokenizer_paralle
         hashes.append(out.stdout.strip().splitlines()[-1])
     assert hashes[0] == hashes[1] and len(hashes[0]) == 64
 
+
+def default_cfg() -> dict:
+    """conf/pair/toy.yaml as the default run composes it."""
+    return OmegaConf.to_container(compose_cfg("pair=toy").pair, resolve=True)
+
+
+def test_the_default_pair_is_shipped_with_its_recorded_hash_and_loaded_without_training(monkeypatch):
+    cfg = default_cfg()
+    shipped = toy.SHIPPED / toy.config_hash(cfg)
+    record = json.loads((shipped / "toy.json").read_text())
+    assert record["config_hash"] == shipped.name and record["config"] == {k: cfg[k] for k in toy.TRAINED_KEYS}
+    assert toy.weights_sha256(shipped) == record["weights_sha256"]
+    monkeypatch.setattr(toy, "train_isolated", lambda *a: pytest.fail("the shipped pair was trained again"))
+    assert toy.ensure_trained({**cfg, "cache_dir": "/nonexistent"}) == shipped
+    pair = toy.build_toy(cfg, torch.device("cpu"))
+    assert pair.target.name_or_path == str(shipped / "target")
+    assert pair.draft.config.weights_sha256 == record["weights_sha256"]["draft"]
+
+
+@pytest.mark.slow
+def test_retraining_the_default_pair_reproduces_the_shipped_weights(tmp_path):
+    """About 6 minutes of one core: the default config trained from scratch hashes to the shipped pair."""
+    cfg = default_cfg()
+    toy.train_isolated(cfg, tmp_path)
+    shipped = json.loads((toy.SHIPPED / toy.config_hash(cfg) / "toy.json").read_text())
+    assert toy.weights_sha256(tmp_path) == shipped["weights_sha256"]

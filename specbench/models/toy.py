@@ -26,6 +26,11 @@ for AVX2), whatever the calling process uses: the same weights on any x86-64 CPU
 any thread count of the caller. Other architectures (ARM) train deterministically but differently.
 `toy.json` records sha256 hashes of the weights and the tokenizer (`weights_sha256`), and the
 loaded models carry theirs as `model.config.weights_sha256`.
+
+Shipped weights: the default config's trained pair is in the package (`toy_weights/<config
+hash>/`), so the first run loads it instead of training (6 minutes of one core); any other config
+trains on first use. tests/test_toy.py checks the shipped files against their recorded hashes and
+(marked slow) that retraining reproduces them.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ log = logging.getLogger(__name__)
 FORMAT = 2  # bump when the task, tokenizer or training code changes what a config produces
 ENV_CACHE = "SPECBENCH_TOY_CACHE"
 TRAINED_KEYS = ("seed", "tokenizer", "target", "draft", "train")  # the config keys the weights depend on
+SHIPPED = Path(__file__).resolve().parent / "toy_weights"  # trained pairs shipped with the package, by config hash
 # The training process's numerical environment, read by ATen and MKL when they start: one thread,
 # AVX2 code paths (a CPU without AVX2 falls back to its own), MKL's reproducible AVX2 branch.
 PINNED_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
@@ -230,7 +236,11 @@ def main(argv: list[str]) -> None:
 
 
 def ensure_trained(cfg: dict) -> Path:
-    """The cache folder of `cfg`'s trained pair, training it first (into a temp folder, then renamed) if absent."""
+    """The folder of `cfg`'s trained pair: the shipped one, else the cache's, training it first (into a temp
+    folder, then renamed) if absent."""
+    shipped = SHIPPED / config_hash(cfg)
+    if (shipped / "toy.json").exists():
+        return shipped
     final = cache_root(cfg) / config_hash(cfg)
     if (final / "toy.json").exists():
         return final
@@ -250,7 +260,8 @@ def build_toy(cfg: dict, device: torch.device) -> Pair:
     recorded = json.loads((folder / "toy.json").read_text())["weights_sha256"]
     if weights_sha256(folder) != recorded:
         raise RuntimeError(f"the toy pair in {folder} does not match the weights_sha256 of its toy.json "
-                           f"(modified or corrupted files); delete the folder to train it again")
+                           f"(modified or corrupted files); delete a cached folder to train it again, or "
+                           f"restore a shipped one from the repository")
     spec = {"dtype": cfg.get("dtype", "float32")}
     pair = build_hub({"name": cfg["name"], "target": {"path": str(folder / "target"), **spec},
                       "draft": {"path": str(folder / "draft"), **spec}}, device)
