@@ -1,15 +1,18 @@
 """The toy pair and its task: data checked against Python arithmetic, tiny training runs end to end."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
-from helpers import TINY, compose_cfg
+from helpers import ROOT, TINY, compose_cfg
 from specbench.evaluators.toy_arith import ToyArith, extract_answer
 from specbench.models import toy
 from specbench.models.pairs import load_pair
@@ -92,7 +95,7 @@ def test_tiny_training_loads_through_load_pair_and_decodes(tmp_path):
 def test_second_use_loads_without_training(tmp_path, monkeypatch):
     cfg = tiny_cfg(tmp_path)
     first = toy.ensure_trained(cfg)
-    monkeypatch.setattr(toy, "train_pair", lambda *a: pytest.fail("trained again"))
+    monkeypatch.setattr(toy, "train_isolated", lambda *a: pytest.fail("trained again"))
     assert toy.ensure_trained(cfg) == first
     monkeypatch.setenv(toy.ENV_CACHE, str(tmp_path))
     assert toy.ensure_trained({**cfg, "cache_dir": None}) == first  # the env var names the same cache
@@ -109,6 +112,7 @@ def test_interrupted_training_leaves_no_folder(tmp_path, monkeypatch):
 
     real = toy.train_model
     monkeypatch.setattr(toy, "train_model", boom)
+    monkeypatch.setattr(toy, "train_isolated", toy.train_pair)  # in this process, so the patch applies
     with pytest.raises(KeyboardInterrupt):
         toy.ensure_trained(cfg)
     assert list(tmp_path.iterdir()) == []
@@ -127,3 +131,73 @@ def test_training_twice_with_one_seed_gives_identical_weights(tmp_path):
     emb = "model.embed_tokens.weight"
     assert not torch.equal(load_file(a / "draft" / "model.safetensors")[emb],
                            load_file(c / "draft" / "model.safetensors")[emb])
+
+
+def test_loaded_models_carry_the_recorded_weights_hash(tmp_path):
+    cfg = tiny_cfg(tmp_path)
+    pair = load_pair(cfg, torch.device("cpu"))
+    folder = tmp_path / toy.config_hash(cfg)
+    recorded = json.loads((folder / "toy.json").read_text())["weights_sha256"]
+    assert recorded == toy.weights_sha256(folder) and len(set(recorded.values())) == 4
+    assert pair.target.config.weights_sha256 == recorded["target"] != pair.draft.config.weights_sha256
+    tied = {k: v for k, v in pair.draft.state_dict().items() if k != "lm_head.weight"}
+    assert toy.tensors_sha256(tied) == recorded["draft"]  # the hash is of the tensors that were loaded
+    weights = load_file(folder / "draft" / "model.safetensors")
+    weights["model.norm.weight"][0] += 1e-6
+    save_file(weights, folder / "draft" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(RuntimeError, match="does not match the weights_sha256"):
+        toy.build_toy(cfg, torch.device("cpu"))
+
+
+TRAIN_AND_HASH = """
+import json, sys, torch
+from omegaconf import OmegaConf
+sys.path.insert(0, "tests")
+from helpers import TINY, compose_cfg
+from specbench.models import toy
+torch.set_num_threads(int(sys.argv[2]))
+cfg = OmegaConf.to_container(compose_cfg("pair=toy", "pair.cache_dir=" + sys.argv[1], *TINY).pair, resolve=True)
+print(json.loads((toy.ensure_trained(cfg) / "toy.json").read_text())["weights_sha256"]["pair"])
+"""
+
+
+def test_training_gives_the_same_hash_for_any_thread_count_and_tokenizer_parallelism(tmp_path):
+    """Two processes that differ in torch threads, OpenMP/rayon threads, tokenizer parallelism and MKL's
+    instruction set (as on an AVX2-only CPU) train bitwise identical weights."""
+    settings = [("1", {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}),
+                ("2", {"OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": "2",
+                       "MKL_ENABLE_INSTRUCTIONS": "AVX2"})]
+    hashes = []
+    for i, (threads, env) in enumerate(settings):
+        out = subprocess.run([sys.executable, "-c", TRAIN_AND_HASH, str(tmp_path / str(i)), threads], cwd=ROOT,
+                             env={**os.environ, **env}, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-3000:]
+        hashes.append(out.stdout.strip().splitlines()[-1])
+    assert hashes[0] == hashes[1] and len(hashes[0]) == 64
+
+
+def default_cfg() -> dict:
+    """conf/pair/toy.yaml as the default run composes it."""
+    return OmegaConf.to_container(compose_cfg("pair=toy").pair, resolve=True)
+
+
+def test_the_default_pair_is_shipped_with_its_recorded_hash_and_loaded_without_training(monkeypatch):
+    cfg = default_cfg()
+    shipped = toy.SHIPPED / toy.config_hash(cfg)
+    record = json.loads((shipped / "toy.json").read_text())
+    assert record["config_hash"] == shipped.name and record["config"] == {k: cfg[k] for k in toy.TRAINED_KEYS}
+    assert toy.weights_sha256(shipped) == record["weights_sha256"]
+    monkeypatch.setattr(toy, "train_isolated", lambda *a: pytest.fail("the shipped pair was trained again"))
+    assert toy.ensure_trained({**cfg, "cache_dir": "/nonexistent"}) == shipped
+    pair = toy.build_toy(cfg, torch.device("cpu"))
+    assert pair.target.name_or_path == str(shipped / "target")
+    assert pair.draft.config.weights_sha256 == record["weights_sha256"]["draft"]
+
+
+@pytest.mark.slow
+def test_retraining_the_default_pair_reproduces_the_shipped_weights(tmp_path):
+    """About 6 minutes of one core: the default config trained from scratch hashes to the shipped pair."""
+    cfg = default_cfg()
+    toy.train_isolated(cfg, tmp_path)
+    shipped = json.loads((toy.SHIPPED / toy.config_hash(cfg) / "toy.json").read_text())
+    assert toy.weights_sha256(tmp_path) == shipped["weights_sha256"]

@@ -15,8 +15,22 @@ encoded as `specbench.data.prompting.encode` does for a tokenizer without a chat
 `tokenizer(question)` = [<s>] + ids(question); the answer is `ids("\\n" + solution) + [</s>]`,
 tokenized on its own. The loss is the next-token cross-entropy on the answer tokens only.
 Digits are always single tokens, so numbers are spelled the same way wherever they occur.
-Training always runs on the CPU with `train.threads` threads (1 by default: weights are then
-bitwise reproducible on one machine, and a shared CPU does not stall OpenMP's spinning threads).
+
+Reproducibility. Float sums depend on their order, and after a thousand steps of AdamW a last-bit
+difference becomes a different model. Two things set that order on the CPU: the number of intra-op
+threads (ATen and MKL split reductions and matrix products across them) and the instruction set
+the kernels pick (AVX-512 or AVX2 code paths of ATen and MKL); the tokenizer's BPE trainer gives the
+same tokenizer whatever its parallelism. So training runs in a child process with one thread and
+pinned code paths (PINNED_ENV: ATen's AVX2 kernels, MKL's conditional numerical reproducibility
+for AVX2), whatever the calling process uses: the same weights on any x86-64 CPU with AVX2, for
+any thread count of the caller. Other architectures (ARM) train deterministically but differently.
+`toy.json` records sha256 hashes of the weights and the tokenizer (`weights_sha256`), and the
+loaded models carry theirs as `model.config.weights_sha256`.
+
+Shipped weights: the default config's trained pair is in the package (`toy_weights/<config
+hash>/`), so the first run loads it instead of training (6 minutes of one core); any other config
+trains on first use. tests/test_toy.py checks the shipped files against their recorded hashes and
+(marked slow) that retraining reproduces them.
 """
 
 from __future__ import annotations
@@ -26,6 +40,8 @@ import json
 import logging
 import math
 import os
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,18 +49,23 @@ from typing import Iterator
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specbench.common.files import atomic_folder
-from specbench.common.progress import library_progress, progress_bar
+from specbench.common.progress import library_progress, progress_bar, switch_progress
 from specbench.models.pairs import BUILDERS, Pair, build_hub
 from specbench.data.toy_task import Problem, answer_text, problems
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the task, tokenizer or training code changes what a config produces
+FORMAT = 2  # bump when the task, tokenizer or training code changes what a config produces
 ENV_CACHE = "SPECBENCH_TOY_CACHE"
 TRAINED_KEYS = ("seed", "tokenizer", "target", "draft", "train")  # the config keys the weights depend on
+SHIPPED = Path(__file__).resolve().parent / "toy_weights"  # trained pairs shipped with the package, by config hash
+# The training process's numerical environment, read by ATen and MKL when they start: one thread,
+# AVX2 code paths (a CPU without AVX2 falls back to its own), MKL's reproducible AVX2 branch.
+PINNED_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
 def config_hash(cfg: dict) -> str:
@@ -62,6 +83,30 @@ def cache_root(cfg: dict) -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("specbench")) / "toy"
+
+
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over each tensor's name, dtype, shape and bytes, in sorted name order."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def tokenizer_sha256(tokenizer_json: Path) -> str:
+    """sha256 of a tokenizer.json's model (vocabulary and merges), as canonical JSON."""
+    model = json.loads(tokenizer_json.read_text())["model"]
+    return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()
+
+
+def weights_sha256(folder: Path) -> dict[str, str]:
+    """sha256 of a trained pair folder's target and draft tensors, its tokenizer, and of the three ("pair")."""
+    out = {role: tensors_sha256(load_file(folder / role / "model.safetensors")) for role in ("target", "draft")}
+    out["tokenizer"] = tokenizer_sha256(folder / "target" / "tokenizer.json")
+    out["pair"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()
+    return out
 
 
 def train_tokenizer(seed: int, vocab_size: int, n_problems: int) -> PreTrainedTokenizerFast:
@@ -105,11 +150,11 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 
 @contextmanager
-def deterministic(threads: int) -> Iterator[None]:
-    """torch.use_deterministic_algorithms and a fixed thread count, restored afterwards."""
+def deterministic() -> Iterator[None]:
+    """torch.use_deterministic_algorithms and one intra-op thread, restored afterwards."""
     old_det, old_threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
     torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
     try:
         yield
     finally:
@@ -145,10 +190,11 @@ def train_model(role: str, arch: dict, tok: PreTrainedTokenizerFast, train: dict
 
 
 def train_pair(cfg: dict, out: Path) -> dict:
-    """Train the tokenizer, target and draft of `cfg` and save them under `out`; returns the training record."""
+    """Train the tokenizer, target and draft of `cfg` in this process and save them under `out`; returns the
+    training record (toy.json). Reproducible across machines only under PINNED_ENV (train_isolated)."""
     seed, train, t0 = int(cfg.get("seed", 0)), dict(cfg["train"]), time.perf_counter()
     record: dict = {"config_hash": config_hash(cfg), "config": {k: cfg.get(k) for k in TRAINED_KEYS}, "format": FORMAT}
-    with deterministic(int(train.get("threads", 1))):
+    with deterministic():
         tok = train_tokenizer(seed, int(cfg["tokenizer"]["vocab_size"]), int(cfg["tokenizer"]["train_problems"]))
         for role in ("target", "draft"):
             t1 = time.perf_counter()
@@ -161,19 +207,46 @@ def train_pair(cfg: dict, out: Path) -> dict:
             log.info("toy %s: %.2fM parameters, %d steps in %.0f s, final loss %.3f", role, n / 1e6,
                      len(losses), record[role]["seconds"], record[role]["final_loss"])
     record["seconds"] = time.perf_counter() - t0
+    record["weights_sha256"] = weights_sha256(out)
+    record["numerics"] = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                          **{k: os.environ.get(k) for k in PINNED_ENV}}
     (out / "toy.json").write_text(json.dumps(record, indent=2))
+    log.info("toy pair weights sha256 %s", record["weights_sha256"]["pair"])
     return record
 
 
+def train_isolated(cfg: dict, out: Path) -> None:
+    """train_pair(cfg, out) in a child Python process under PINNED_ENV (see the module docstring)."""
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder this specbench is imported from
+    env = {**os.environ, **PINNED_ENV, "PYTHONPATH": os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+    code = "import sys; from specbench.models.toy import main; main(sys.argv[1:])"
+    args = [json.dumps(cfg, default=str), str(Path(out).resolve()), json.dumps(library_progress())]
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"training the toy pair into {out} failed in its child process (exit code "
+                           f"{done.returncode}); its error is printed above")
+
+
+def main(argv: list[str]) -> None:
+    """The child process of train_isolated: argv = [config JSON, output folder, progress JSON]."""
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    switch_progress(json.loads(argv[2]))
+    train_pair(json.loads(argv[0]), Path(argv[1]))
+
+
 def ensure_trained(cfg: dict) -> Path:
-    """The cache folder of `cfg`'s trained pair, training it first (into a temp folder, then renamed) if absent."""
-    root = cache_root(cfg)
-    final = root / config_hash(cfg)
+    """The folder of `cfg`'s trained pair: the shipped one, else the cache's, training it first (into a temp
+    folder, then renamed) if absent."""
+    shipped = SHIPPED / config_hash(cfg)
+    if (shipped / "toy.json").exists():
+        return shipped
+    final = cache_root(cfg) / config_hash(cfg)
     if (final / "toy.json").exists():
         return final
     log.info("training the toy pair into %s (first use; later runs load it)", final)
     with atomic_folder(final) as tmp:  # another process's finished copy, if first, is kept
-        train_pair(cfg, tmp)
+        train_isolated(cfg, tmp)
     if not (final / "toy.json").exists():
         raise RuntimeError(f"{final} holds no toy.json (an incomplete toy pair folder); delete it to train again")
     return final
@@ -181,8 +254,17 @@ def ensure_trained(cfg: dict) -> Path:
 
 @BUILDERS.register("toy")
 def build_toy(cfg: dict, device: torch.device) -> Pair:
-    """The trained toy pair of `cfg` (training it on first use), loaded with from_pretrained like a hub pair."""
+    """The trained toy pair of `cfg` (training it on first use), loaded with from_pretrained like a hub pair;
+    each model's config.weights_sha256 is its recorded hash, checked against the files."""
     folder = ensure_trained(cfg)
+    recorded = json.loads((folder / "toy.json").read_text())["weights_sha256"]
+    if weights_sha256(folder) != recorded:
+        raise RuntimeError(f"the toy pair in {folder} does not match the weights_sha256 of its toy.json "
+                           f"(modified or corrupted files); delete a cached folder to train it again, or "
+                           f"restore a shipped one from the repository")
     spec = {"dtype": cfg.get("dtype", "float32")}
-    return build_hub({"name": cfg["name"], "target": {"path": str(folder / "target"), **spec},
+    pair = build_hub({"name": cfg["name"], "target": {"path": str(folder / "target"), **spec},
                       "draft": {"path": str(folder / "draft"), **spec}}, device)
+    for role in ("target", "draft"):
+        pair.model(role).config.weights_sha256 = recorded[role]
+    return pair
