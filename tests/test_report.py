@@ -257,6 +257,20 @@ def test_sd2_tables_by_hand(tmp_path):
     assert bool(w.bold.loc[("p", "SD²"), ("GSM8K", "p")]) == (want.pvalue <= 0.05)
 
 
+def test_short_entry_point_runs_the_report(tmp_path):
+    """`python -m specbench.report DIR` is the report CLI: the same tables as report.main."""
+    import subprocess
+    import sys
+
+    write_run(tmp_path, "ar", "ar", [{"new": 20, "s": 1.0, "calls": 20}])
+    write_run(tmp_path, "v", "vanilla", [{"new": 20, "s": 0.5, "calls": 8}])
+    p = subprocess.run([sys.executable, "-m", "specbench.report", str(tmp_path), "--no-figures"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == report.main([str(tmp_path), "--no-figures"]), p.stderr
+    assert "vanilla" in p.stdout and "usage: python -m specbench.report" in subprocess.run(
+        [sys.executable, "-m", "specbench.report", "--help"], capture_output=True, text=True).stdout
+
+
 def test_cli_on_real_runs(tmp_path):
     from specbench.runs.runner import run
 

@@ -18,6 +18,7 @@ from specbench.models import toy
 from specbench.models.pairs import load_pair
 from specbench.data.prompting import encode
 from specbench.runs.runner import run
+from specbench.runs import provenance
 from specbench.data.toy_task import answer_text, heldout_set, is_heldout, problems
 
 STEP = re.compile(r"(\d+) ([-+*]) (\d+) = (\d+)")
@@ -140,6 +141,8 @@ def test_loaded_models_carry_the_recorded_weights_hash(tmp_path):
     recorded = json.loads((folder / "toy.json").read_text())["weights_sha256"]
     assert recorded == toy.weights_sha256(folder) and len(set(recorded.values())) == 4
     assert pair.target.config.weights_sha256 == recorded["target"] != pair.draft.config.weights_sha256
+    record = provenance.model_record(pair.draft)  # what a run's config.json records as runtime.models.draft
+    assert record["weights_sha256"] == recorded["draft"] and record["path"] == str(folder / "draft")
     tied = {k: v for k, v in pair.draft.state_dict().items() if k != "lm_head.weight"}
     assert toy.tensors_sha256(tied) == recorded["draft"]  # the hash is of the tensors that were loaded
     weights = load_file(folder / "draft" / "model.safetensors")

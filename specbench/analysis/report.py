@@ -169,7 +169,7 @@ def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """The report CLI: print the run list and tables; with --out also write table files and figures."""
-    ap = argparse.ArgumentParser(prog="python -m specbench.analysis.report", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m specbench.report", description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", help="results folders (searched recursively for run folders)")
     ap.add_argument("--out", help="folder for table files and figures (printed only when absent)")
     ap.add_argument("--format", default="all", choices=[*FORMATS, "all"], help="table file format(s)")

@@ -87,7 +87,8 @@ def checkpoint_config(path: str, revision: str | None) -> dict[str, Any]:
 def model_record(model: Any) -> dict[str, Any]:
     """Which weights a loaded model holds: path or hub id, revision (the hub commit, or a local folder's
     fingerprint), the quantization method (quantization_config) and whether the weights were converted
-    (loaded from GGUF, or saved in another dtype than the one that ran)."""
+    (loaded from GGUF, or saved in another dtype than the one that ran); a toy model also gives the sha256
+    of its weights (`weights_sha256`, specbench.models.toy)."""
     cfg = model.config
     path = getattr(cfg, "_name_or_path", "") or None
     revision = getattr(cfg, "_commit_hash", None)
@@ -100,7 +101,8 @@ def model_record(model: Any) -> dict[str, Any]:
     converted = bool(getattr(cfg, "gguf_file", None)) or (
         quant is None and saved_dtype is not None and f"torch.{saved_dtype}" != str(model.dtype))
     return {"path": path, "revision": revision, "quantized": quant.get("quant_method") if quant else None,
-            "converted": converted}
+            "converted": converted,
+            **({"weights_sha256": cfg.weights_sha256} if getattr(cfg, "weights_sha256", None) else {})}
 
 
 def runtime(models: dict[str, Any], threads: int) -> dict[str, Any]:
