@@ -158,7 +158,7 @@ def test_download_command_follows_the_installed_huggingface_hub(monkeypatch):
 
 def test_a_repeated_error_is_shown_once_in_the_summary():
     text = summary([("#0 method=ar", "boom\nline 2"), ("#1 method=vanilla", "boom\nline 2"), ("#2 x", "other")], 4)
-    assert text.splitlines() == ["sweep: 3 of 4 jobs failed (each job's log file holds its traceback):",
+    assert text.splitlines() == ["sweep: 3 of 4 jobs failed (a kept job folder's log file holds its traceback):",
                                  "#0 method=ar", "    boom", "    line 2", "#1 method=vanilla",
                                  "    the same error as #0", "#2 x", "    other"]
 

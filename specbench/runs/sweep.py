@@ -98,7 +98,7 @@ def summary(failures: list[tuple[str, str]], total: int | None) -> str:
     """The sweep's closing report: how many jobs failed, then each job and its error, indented (an error
     already shown for an earlier job is named by that job's label, not repeated)."""
     of = f" of {total}" if total else ""
-    lines = [f"sweep: {len(failures)}{of} jobs failed (each job's log file holds its traceback):"]
+    lines = [f"sweep: {len(failures)}{of} jobs failed (a kept job folder's log file holds its traceback):"]
     shown: dict[str, str] = {}
     for label, message in failures:
         if message in shown:
