@@ -177,7 +177,7 @@ def test_a_sweep_on_a_missing_model_reports_every_job(tmp_path, env):
         (tmp_path / job).mkdir()
         (tmp_path / job / "notes.txt").write_text("kept")
     p = run_py(tmp_path, "-m", "method=ar,vanilla", "pair=qwen25coder_1p5b_0p5b", f"pair.target.path={MISSING}",
-               "hydra.sweep.subdir=${hydra.job.num}", env=env)
+               f"hydra.sweep.subdir={tmp_path}/${{hydra.job.num}}", env=env)
     out = p.stdout + p.stderr
     assert p.returncode != 0
     assert "Retrying" not in out and "Traceback" not in out  # no hub retries, no traceback for a user error
