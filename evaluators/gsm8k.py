@@ -123,3 +123,7 @@ class GSM8K(Evaluator):
     def reference(self, example: Example) -> str:
         """The final answer in the set's own format, '#### <number>' (both filters read it)."""
         return f"#### {example.reference}"
+
+    def answer_complete(self, example: Example, output: str) -> bool:
+        """The final answer line '#### N' is written (a last number alone may be a step of unfinished work)."""
+        return strict_answer(output) is not None

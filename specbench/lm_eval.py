@@ -43,6 +43,7 @@ from lm_eval.api.registry import register_model
 from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.files import CONF_DIR
+from specbench.data.dataset import max_new_tokens
 from specbench.decoding.engine import Engine
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.models.pairs import load_pair, resolve_device
@@ -100,7 +101,7 @@ class SpecbenchLM(LM):
         self.cfg = compose_config(args, config_dir or CONF_DIR)
         c = OmegaConf.to_container(self.cfg, resolve=True)
         self.params = sampling_params(c["decode"])
-        self.max_new, self.seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
+        self.max_new, self.seed = max_new_tokens(c["decode"], c["dataset"]), int(c["decode"]["seed"])
         self.method = build_method(c["method"])
         self.pair = load_pair(c["pair"], resolve_device(c.get("device", "auto")))
         self.extra_stops = tuple(c.get("stop_strings") or ())
