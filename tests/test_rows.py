@@ -73,6 +73,7 @@ def test_truncated_default_a_length_stop_of_free_text():
 
 @pytest.mark.parametrize("evaluator,example,done,cut", [
     (GSM8K(), Example(id="g", prompt="q", reference="18"), "9 + 9 = 18\n#### 18", "First, 9 + 9 = 18, then"),
+    (GSM8K(), Example(id="g", prompt="q", reference="18"), "So she makes \\(\\boxed{18}\\) dollars.", "\\[ 9 \\times 2"),
     (ToyArith(n=1), Example(id="t", prompt="q", reference=4), "2 + 2 = 4\n#### 4", "2 + 2 = 4\n"),
     (MMLU(), Example(id="m", prompt="q", reference="B", meta={"choices": ["w", "x", "y", "z"], "subject": "s"}),
      "The answer is (B)", "Let us think about each of the"),
