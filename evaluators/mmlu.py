@@ -159,3 +159,7 @@ class MMLU(Evaluator):
     def reference(self, example: Example) -> str:
         """The right answer's letter."""
         return example.reference
+
+    def answer_complete(self, example: Example, output: str) -> bool:
+        """An answer letter can be read from the output."""
+        return extract_letter(output, example.meta["choices"]) is not None

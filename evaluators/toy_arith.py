@@ -47,3 +47,7 @@ class ToyArith(Evaluator):
     def reference(self, example: Example) -> str:
         """The problem's step-by-step solution, ending in its `#### N` line."""
         return example.meta["solution"]
+
+    def answer_complete(self, example: Example, output: str) -> bool:
+        """The answer line `#### N` is written."""
+        return extract_answer(output) is not None

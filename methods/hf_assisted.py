@@ -48,7 +48,8 @@ class Recorder(StoppingCriteria):
         self.cand: list[int] = []
         self.out: list[int] = []  # the new tokens committed so far
         self.stop: tuple[str, int] | None = None  # (reason, new tokens kept) once the generation has ended
-        self.t_start = self.t_iter = self.t_verify = self.t_verified = self.prefill_s = 0.0
+        self.t_start = self.t_iter = self.t_verify = self.t_verified = self.first_block_s = 0.0
+        self.t_first: float | None = None  # the first model call, where the engine's clock for first_block_s starts
         self._t0 = 0.0
 
     def attach(self, target: PreTrainedModel, draft: PreTrainedModel) -> list[Any]:
@@ -64,6 +65,8 @@ class Recorder(StoppingCriteria):
 
     def _pre(self) -> None:
         self._t0 = time.perf_counter()
+        if self.t_first is None:  # generate()'s set-up is over: the first iteration starts here, as the engine's
+            self.t_first = self.t_iter = self._t0
 
     def _post(self, which: str, device: torch.device) -> None:
         sync(device)
@@ -107,7 +110,7 @@ class Recorder(StoppingCriteria):
                                                       self.room)
             self.stop = (reason, k) if reason else None
         if len(self.records) == 1:
-            self.prefill_s = time.perf_counter() - self.t_start
+            self.first_block_s = time.perf_counter() - self.t_first
         self.t_iter = time.perf_counter()
         return torch.full((input_ids.shape[0],), self.stop is not None, dtype=torch.bool, device=input_ids.device)
 
@@ -147,7 +150,9 @@ class HFAssisted(Method):
     start to the verify call, transformers' drafting overhead included), verify_s (the target forward),
     state gamma (num_assistant_tokens after the iteration); a confidence stop on the window's last token
     reads as "window", and no per-position entropy / JS is recorded. pad_token_id is set to an EOS id
-    (see generate_kwargs).
+    (see generate_kwargs). The first iteration starts at the first model call, so first_block_s (to the
+    first committed block) spans what the engine's does, without generate()'s set-up; decode_s spans the
+    whole generate() call.
     Refused: different vocab sizes of the two models (transformers then switches to universal assisted
     decoding, another algorithm).
     """
@@ -249,7 +254,7 @@ class HFAssisted(Method):
             raise RuntimeError(f"hf_assisted: transformers stopped after {len(out)} tokens with no stop condition")
         out = out[:k]
         return Generation(token_ids=out, stop_reason=reason, records=rec.records, decode_s=decode_s,
-                          prefill_s=rec.prefill_s, target_model_s=rec.seconds["target"],
+                          first_block_s=rec.first_block_s, target_model_s=rec.seconds["target"],
                           draft_model_s=rec.seconds["draft"], target_calls=rec.calls["target"],
                           draft_calls=rec.calls["draft"], text=stop.text(out, reason),
                           extra={"assistant_settings_after": dict(self.carried or {})})

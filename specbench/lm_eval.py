@@ -53,7 +53,7 @@ from specbench.decoding.engine import Engine
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.models.pairs import load_pair, resolve_device
 from specbench.runs.overrides import check_option_overrides
-from specbench.runs.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params
+from specbench.runs.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params, set_threads
 from specbench.decoding.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,7 @@ class SpecbenchLM(LM):
         self.cfg = compose_config(args, config_dir or CONF_DIR)
         c = OmegaConf.to_container(self.cfg, resolve=True)
         check_run_settings(c)
-        if c.get("threads"):  # CPU threads, as a run sets them
-            torch.set_num_threads(c["threads"])
+        set_threads(c.get("threads", "auto"))  # CPU threads, as a run sets them
         self.params = sampling_params(c["decode"])
         self.seed = int(c["decode"]["seed"])
         self.method = build_method(c["method"])

@@ -103,3 +103,24 @@ def test_unknown_rule_lists_valid_names():
     with pytest.raises(UnknownNameError, match="rejection.*sample_match"):
         make_rule("nope")
     assert set(RULES.names()) == {"greedy", "rejection", "sample_match"}
+
+
+def test_js_relaxed_counts_the_drafts_only_the_relaxation_accepted():
+    """x_1 = 1 is p_1's argmax (exact); x_2 = 3 is not, and only d_JS(p_2, q_2) = 0.629 <= T_V lets it pass."""
+    p = torch.stack([onehot(1), onehot(2), onehot(0)])
+    q = torch.tensor([[0.3, 0.7, 0.0, 0.0], [0.0, 0.0, 0.4, 0.6]])
+    rule = make_rule("js_relaxed(sample_match)", greedy=True, threshold=0.63)
+    ok, _ = rule(torch.tensor([1, 3]), q, p, None)
+    assert ok.tolist() == [True, True] and rule.exact.tolist() == [True, False]
+    assert [rule.relaxed(n) for n in (0, 1, 2)] == [0, 0, 1]
+    rule.threshold = 0.0  # no relaxation: the mismatch is rejected, so nothing past it is accepted
+    ok, _ = rule(torch.tensor([1, 3]), q, p, None)
+    assert leading_true(ok) == 1 and rule.relaxed(1) == 0
+
+
+@pytest.mark.parametrize("name", ["greedy", "rejection", "sample_match"])
+def test_exact_rules_relax_nothing(name):
+    p = torch.stack([onehot(1), onehot(2), onehot(0)])
+    rule = make_rule(name, greedy=name == "greedy")
+    ok, _ = rule(torch.tensor([0, 3]), torch.full((2, 4), 0.25), p, torch.Generator().manual_seed(0))
+    assert rule.relaxed(2) == 0

@@ -226,6 +226,23 @@ def test_js_relaxed_acceptances_count_as_accepted():
     assert m.rej_js.n == m.rej_entropy.n == 0 and m.t_g == 0.0
 
 
+def test_relaxed_acceptances_are_counted_apart_from_exact_ones():
+    """Greedy with T_V = 1: every draft passes; the exact rule (argmax matching) would have accepted exactly the
+    drafts equal to the target's argmax after their prefix (TableLM.logits_for), the others only the relaxation."""
+    m = method("adasd", fixed_t_v=1.0)
+    target = TableLM(V, 11)
+    eng = table_engine(m, target, TableLM(V, 12), 0.0, 128)
+    gen = eng.generate(PROMPT, 61)
+    out, pos, relaxed = gen.token_ids, 0, []
+    for r in gen.records[:-1]:  # the last block may be cut by max_new_tokens
+        assert r.accepted == r.drafted
+        drafts = out[pos : pos + r.accepted]
+        relaxed.append(sum(t != int(target.logits_for(PROMPT + out[: pos + i]).argmax()) for i, t in enumerate(drafts)))
+        pos += r.accepted + 1
+    assert [r.accepted_relaxed for r in gen.records[:-1]] == relaxed
+    assert 0 < sum(relaxed) < sum(r.accepted for r in gen.records[:-1])  # both kinds occurred
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_logged_thresholds_follow_the_records(temperature):
     """On real iterations, the logged T_G and T_V equal Algorithm 1 recomputed from the records."""
@@ -271,6 +288,8 @@ def test_gen_only_greedy_equals_ar(tmp_path, ar_rows):
         assert g["lossless"] is True and g["mean_t_g"] is not None and g["mean_t_v"] is None
     assert summary["lossless"] is True
     assert 0.1 < summary["acceptance_rate"] < 0.95  # drafts were both accepted and rejected
+    assert all(g["accepted_relaxed"] == 0 and g["accepted_exact"] == g["accepted"] for g in got)
+    assert summary["acceptance_exact"] == summary["acceptance_rate"] and summary["acceptance_relaxed"] == 0
     assert max(g["mean_drafted"] for g in got) > 1.5  # the entropy stop let windows grow
 
 
@@ -280,6 +299,11 @@ def test_adasd_rows_are_lossy_and_report_t_v(tmp_path):
     assert summary["lossless"] is False and all(r["lossless"] is False for r in got)
     assert all(r["mean_t_v"] is not None and r["mean_t_g"] is not None for r in got)
     assert max(r["mean_t_v"] for r in got) > 0 and summary["example_means"]["mean_t_v"] > 0
+    assert all(r["accepted_exact"] + r["accepted_relaxed"] == r["accepted"] for r in got)
+    assert sum(r["accepted_relaxed"] for r in got) > 0  # the relaxation accepted drafts the exact rule rejected
+    drafted = sum(r["drafted"] for r in got)
+    assert summary["acceptance_relaxed"] == pytest.approx(sum(r["accepted_relaxed"] for r in got) / drafted)
+    assert summary["acceptance_exact"] + summary["acceptance_relaxed"] == pytest.approx(summary["acceptance_rate"])
 
 
 @pytest.mark.parametrize("name", ["adasd_verify_only", "adasd_variant_a", "adasd_variant_b", "adasd_variant_c"])

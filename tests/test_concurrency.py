@@ -20,7 +20,7 @@ from specbench.runs.results import LOCK, ROWS, SUMMARY, FolderLocked, folder_loc
 from specbench.common.files import write_json_atomic
 from specbench.runs.runner import run
 
-TIMING = {"decode_s", "prefill_s", "tokens_per_s", "model_s", "call_seconds"}
+TIMING = {"decode_s", "first_block_s", "tokens_per_s", "model_s", "call_seconds"}
 JOB = ("method=vanilla", "decode=t1", "decode.max_new_tokens=24")
 
 # A process that takes a folder's lock and keeps it until killed.

@@ -1,6 +1,8 @@
 """Fidelity of the engine: native `heuristic` and `confidence` against transformers' own assisted generation
 (`hf_assisted`) under greedy decoding, token for token and iteration for iteration; `hf_assisted`'s limits."""
 
+import time
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -127,3 +129,23 @@ def test_hf_assisted_sampling_is_seeded(pair, prompts):
     assert tokens[0] == tokens[1] != tokens[2]
     for g in runs[0]:  # every committed token is one iteration's accepted drafts or its next token
         assert sum(r.accepted + 1 for r in g.records) == len(g.token_ids) == MAX_NEW
+
+
+def test_hf_assisted_first_block_spans_what_the_engines_does(pair, prompts, monkeypatch):
+    """first_block_s starts at the first model call, as the engine's does: transformers' set-up before its
+    loop (here slowed by SETUP_S) counts in decode_s only; the first block is the first iteration."""
+    from transformers.generation.utils import GenerationMixin
+
+    SETUP_S = 0.5
+    slow = GenerationMixin._get_candidate_generator
+
+    def slowed(self, *args, **kwargs):
+        time.sleep(SETUP_S)
+        return slow(self, *args, **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "_get_candidate_generator", slowed)
+    (h,) = decode(pair, HF_HEURISTIC, prompts[:1])
+    first = h.records[0]
+    assert h.decode_s >= SETUP_S > h.first_block_s >= first.draft_s + first.verify_s > 0
+    (n,) = decode(pair, {"name": "heuristic", "gamma": 5}, prompts[:1])  # the same first block natively
+    assert n.first_block_s >= n.records[0].draft_s + n.records[0].verify_s > 0

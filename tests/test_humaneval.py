@@ -7,7 +7,7 @@ import re
 import pytest
 
 from helpers import DATA, small
-from specbench.data.dataset import DataSourceError, build_dataset, read_local
+from specbench.data.dataset import DataSourceError, Example, build_dataset, read_local
 from specbench.runs.runner import run
 
 pytestmark = pytest.mark.usefixtures("local_data")
@@ -60,3 +60,30 @@ def test_canonical_solution_is_optional(tmp_path):
     write_rows(tmp_path, rows)
     examples = build_dataset({"name": "humaneval", "data_dir": str(tmp_path)}).examples()
     assert [e.meta["canonical_solution"] is None for e in examples] == [False, True]
+
+
+def test_rows_keep_the_completion_that_ran():
+    """prompt + `completion` is the code the sandbox ran: the canonical solution passes as itself; a fenced
+    answer runs as its block."""
+    ev = build_dataset({"name": "humaneval", "data_dir": str(DATA)})
+    ex = ev.examples()[0]
+    got = ev.score(ex, ex.meta["canonical_solution"])
+    assert got["passed"] and got["completion"] == ex.meta["canonical_solution"]
+    fenced = f"Here it is:\n```python\n{ex.reference['prompt']}{ex.meta['canonical_solution']}```\nDone."
+    got = ev.score(ex, fenced)
+    assert got["passed"] and got["completion"] == "\n" + ex.reference["prompt"] + ex.meta["canonical_solution"].rstrip("\n")
+
+
+@pytest.mark.parametrize("output,complete", [
+    ("```python\ndef f(x):\n    return x\n```\nmore", True),  # the code block was closed
+    ("```python\ndef f(x):\n    return x", False),  # cut inside the block
+    ("    return x\n\ndef g():", True),  # the body ended: a stop sequence follows it
+    ("    return x", False),  # the body may go on
+    ("def f(x):\n    return x\n", True),  # top-level code that parses
+    ("def f(x):\n    return (x", False),
+])
+def test_the_answer_is_complete_when_its_code_ended(output, complete):
+    ex = Example(id="HumanEval/0", prompt="p", reference={"entry_point": "f"})
+    ev = build_dataset({"name": "humaneval", "data_dir": str(DATA)})
+    assert ev.answer_complete(ex, output) is complete
+    assert ev.truncated(ex, output, ["length"]) is not complete

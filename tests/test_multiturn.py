@@ -23,6 +23,8 @@ def test_second_turn_sees_the_first_answer(tiny_pair):
     g, info = decode_example(job, ex, False)
     a1, a2 = info["turn_outputs"]
     assert g.text == a2 and len(g.token_ids) == 24
+    assert g.stop_reasons == ["length", "length"]  # each turn's, so a cut first answer is flagged too
+    assert TwoTurns().truncated(ex, g.text, g.stop_reasons)
     # independent check: plain-format prompt "turn1\n\nanswer1\n\nturn2", decoded by the target alone
     ids = tiny_pair.tokenizer("\n\n".join([ex.turns[0], a1, ex.turns[1]]))["input_ids"]
     ar = make_engine(tiny_pair, build_method({"name": "ar"}), sampling_params(c["decode"]), ())

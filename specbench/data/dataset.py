@@ -1,8 +1,10 @@
 """Datasets: the registry of evaluators, examples, the limit / shard selection, and the data sources.
 
 A dataset config (conf/dataset/*.yaml) is a `name`, the prompt keys (PROMPT_KEYS: system_prompt and
-chat_template; conf/dataset_base/) and the options of its evaluator: the one registered under its `evaluator` key, else under its name. The
-generic `files` evaluator (evaluators/files.py) makes a set of prompts in a file a dataset with a YAML alone.
+chat_template; conf/dataset_base/), its new-token budget `max_new_tokens` (what decode.max_new_tokens: null
+runs with, see max_new_tokens) and the options of its evaluator: the one registered under its `evaluator`
+key, else under its name. The generic `files` evaluator (evaluators/files.py) makes a set of prompts in a
+file a dataset with a YAML alone.
 
 A benchmark's rows come either from the Hugging Face hub (what users do) or, when a local data
 folder is set (`dataset.data_dir`, default: the environment variable SPECBENCH_DATA_DIR), from a
@@ -52,7 +54,12 @@ class Example:
 
 
 class Evaluator:
-    """Base evaluator: examples -> prompts -> scores. One subclass per benchmark under evaluators/."""
+    """Base evaluator: examples -> prompts -> scores. One subclass per benchmark under evaluators/.
+
+    `answer_complete` says whether an output already holds the task's whole answer; a benchmark that can
+    tell (a final-answer line, a closed code block) overrides it, so that `truncated` flags only the rows
+    that max_new_tokens cut before their answer.
+    """
 
     name = "base"
     stop_strings: tuple[str, ...] = ()
@@ -72,6 +79,18 @@ class Evaluator:
     def reference(self, example: Example) -> str | None:
         """An output that `score` gives full marks (the set's own answer), or None (not scored, or no answer)."""
         return None
+
+    def answer_complete(self, example: Example, output: str) -> bool:
+        """Whether `output` holds the whole answer the task asks for. Default False: free text cannot tell,
+        so a free-text output stopped by max_new_tokens counts as cut."""
+        return False
+
+    def truncated(self, example: Example, output: str, stop_reasons: list[str]) -> bool:
+        """Did max_new_tokens cut the answer? stop_reasons [turns]: why each turn ended (one for a single turn).
+        truncated = some earlier turn stopped at "length" (the later turns answer a cut answer), or the last
+        turn did and its output (the final answer) is not complete (answer_complete)."""
+        *earlier, last = stop_reasons
+        return "length" in earlier or (last == "length" and not self.answer_complete(example, output))
 
 
 def parse_shard(shard: str | None) -> tuple[int, int] | None:
@@ -335,6 +354,7 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
 
 # The prompt keys of every dataset node (conf/dataset_base/default.yaml): never options of the evaluator.
 PROMPT_KEYS = ("system_prompt", "chat_template")
+BUDGET_KEY = "max_new_tokens"  # the dataset's new-token budget (max_new_tokens below), the runner's: no option
 SELECTION_KEYS = ("limit", "shard")  # the runner's top-level keys (conf/config.yaml), never in a dataset node
 NAME_KEYS = ("name", "evaluator")  # the dataset's name, and the registered evaluator it runs (default: the name)
 
@@ -349,6 +369,21 @@ def check_prompt_keys(cfg: dict) -> None:
     choice(cfg.get("chat_template", "auto"), "dataset.chat_template", ("auto", True, False))
 
 
+def max_new_tokens(decode: dict, dataset: dict) -> int:
+    """The new-token budget of a run: decode.max_new_tokens when set (an explicit choice wins), else null there
+    means the dataset's own (dataset.max_new_tokens, conf/dataset/*.yaml: long enough for real models to
+    finish the task's answers); an error naming both keys when neither is set."""
+    explicit = integer(decode.get(BUDGET_KEY), f"decode.{BUDGET_KEY}", low=1, null=True)
+    if explicit is not None:
+        return explicit
+    own = integer(dataset.get(BUDGET_KEY), f"dataset.{BUDGET_KEY}", low=1, null=True)
+    if own is None:
+        raise OptionError(f"no new-token budget: decode.{BUDGET_KEY} is null (= the dataset's) and dataset "
+                          f"{dataset.get('name')!r} sets no {BUDGET_KEY}; set one of them, e.g. "
+                          f"decode.{BUDGET_KEY}=256 or dataset.{BUDGET_KEY}=256")
+    return own
+
+
 def evaluator_class(cfg: dict) -> type[Evaluator]:
     """The evaluator registered under cfg['evaluator'] (a dataset that only needs a YAML), else under cfg['name']."""
     if cfg.get("evaluator") is None:
@@ -361,12 +396,14 @@ def evaluator_class(cfg: dict) -> type[Evaluator]:
 
 
 def build_dataset(cfg: dict) -> Evaluator:
-    """The evaluator of dataset cfg['name'], built with its options (every key but the runner's and the names);
-    every key is checked (its type against the evaluator's constructor) before any data is loaded. The
-    evaluator takes the dataset's name, which rows and summaries record."""
+    """The evaluator of dataset cfg['name'], built with its options (every key but the prompt keys, the names and
+    the budget); every key is checked (its type against the evaluator's constructor, the budget as an integer
+    >= 1 or null) before any data is loaded. The evaluator takes the dataset's name, which rows and summaries
+    record."""
     cls = evaluator_class(cfg)
     check_prompt_keys(cfg)
-    options = {k: v for k, v in cfg.items() if k not in PROMPT_KEYS + NAME_KEYS}
+    integer(cfg.get(BUDGET_KEY), f"dataset.{BUDGET_KEY}", low=1, null=True)
+    options = {k: v for k, v in cfg.items() if k not in (*PROMPT_KEYS, *NAME_KEYS, BUDGET_KEY)}
     evaluator = cls(**check_options(cls, options, "dataset", f"dataset {cfg['name']!r}"))
     evaluator.name = cfg["name"]
     return evaluator

@@ -34,6 +34,10 @@ class Rule:
         """(ok [w], fallback [w+1]) for drafts x [w] ~ q [w, V] against p [w+1, V]."""
         raise NotImplementedError  # pragma: no cover - abstract
 
+    def relaxed(self, n: int) -> int:
+        """Of the first n drafts of the last call, how many were accepted only by a relaxation (here: none)."""
+        return 0
+
 
 @RULES.register("greedy")
 class Greedy(Rule):
@@ -84,7 +88,8 @@ class JSRelaxed(Rule):
     d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations.
 
     The distances d_JS(p_i, q_i) [w] of the last call stay in `js`, so the engine logs them without
-    computing them again.
+    computing them again, and the base rule's verdicts [w] in `exact`, so that the drafts accepted
+    only by the relaxation are counted apart (`relaxed`).
     """
 
     lossless = False
@@ -94,11 +99,16 @@ class JSRelaxed(Rule):
         self.threshold = threshold
         self.name = f"js_relaxed({base.name})"
         self.js: torch.Tensor | None = None
+        self.exact: torch.Tensor | None = None
 
     def __call__(self, x, q, p, generator):
         self.js = js_distance(p[: x.shape[0]], q)  # [w]
-        ok, fallback = self.base(x, q, p, generator)
-        return ok | (self.js <= self.threshold), fallback
+        self.exact, fallback = self.base(x, q, p, generator)
+        return self.exact | (self.js <= self.threshold), fallback
+
+    def relaxed(self, n: int) -> int:
+        """#{i < n : the base rule rejected x_i}: accepted drafts that only d_JS <= T_V let through."""
+        return int((~self.exact[:n]).sum().item()) if n else 0
 
 
 def make_rule(spec: str, greedy: bool = False, threshold: float = 0.0) -> Rule:

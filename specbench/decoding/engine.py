@@ -5,7 +5,8 @@ KV cache per model that covers buf[:cache_len]. One iteration, one named step ea
   1. draft: x_1..x_w with x_i drawn from q_i = q(. | buf[:L+i-1]), asking the method's policy after each token;
   2. verify: one target forward over buf[target_len : L+w] gives p_1..p_{w+1} (the first iteration's
      forward is also the prompt prefill, as in transformers' assisted generation);
-  3. accept: the method's rule gives n accepted drafts and the next token buf[L+n]; L <- L + n + 1;
+  3. accept: the method's rule gives n accepted drafts and the next token buf[L+n]; L <- L + n + 1
+     (a relaxed rule also says how many of the n only its relaxation accepted);
   4. roll back: both caches are cropped to the accepted prefix buf[:L+n];
   5. update: the method's policy is updated with the iteration record;
   6. stop: the block's tokens are checked one by one as an autoregressive decoder would check them
@@ -85,13 +86,19 @@ class Generation:
     stop_reason: str  # eos / stop_string / length / context
     records: list[IterationRecord]
     decode_s: float
-    prefill_s: float  # wall time to the first committed token (first iteration, prefill included)
+    first_block_s: float  # wall time from the first model call to the first committed block (1st iteration)
     target_model_s: float  # summed forward time of the pair's target model
     draft_model_s: float  # summed forward time of the model in the draft role (draft_only's generator included)
     target_calls: int  # forward calls of the target model
     draft_calls: int  # forward calls of the draft-role model
     text: str = ""
     extra: dict = field(default_factory=dict)
+    turn_stops: list[str] | None = None  # a multi-turn example's: why each turn ended (concat_generations)
+
+    @property
+    def stop_reasons(self) -> list[str]:
+        """Why each turn ended [turns]: one entry for a single-turn generation."""
+        return self.turn_stops or [self.stop_reason]
 
 
 def concat_generations(gens: list[Generation], text: str) -> Generation:
@@ -101,12 +108,13 @@ def concat_generations(gens: list[Generation], text: str) -> Generation:
         stop_reason=gens[-1].stop_reason,
         records=[r for g in gens for r in g.records],
         decode_s=sum(g.decode_s for g in gens),
-        prefill_s=gens[0].prefill_s,
+        first_block_s=gens[0].first_block_s,
         target_model_s=sum(g.target_model_s for g in gens),
         draft_model_s=sum(g.draft_model_s for g in gens),
         target_calls=sum(g.target_calls for g in gens),
         draft_calls=sum(g.draft_calls for g in gens),
         text=text,
+        turn_stops=[g.stop_reason for g in gens],
     )
 
 
@@ -140,7 +148,7 @@ class Engine:
         draft = states["draft"] if method.uses_draft else None
         buf = torch.zeros((1, P + max_new_tokens + 1), dtype=torch.long, device=self.device)
         buf[0, :P] = torch.tensor(prompt_ids, dtype=torch.long)
-        L, stop_reason, records, prefill_s = P, "", [], 0.0
+        L, stop_reason, records, first_block_s = P, "", [], 0.0
         out: list[int] = []  # buf[0, P:L] as a list, for the stop checks
         method.reset()
         sync(self.device)
@@ -165,7 +173,8 @@ class Engine:
             roll_back(target, draft, L + n)
             L += n + 1
             # 5. record the iteration and update the policy
-            rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1)
+            rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1,
+                                  accepted_relaxed=method.rule.relaxed(n))
             if stats and w:
                 rec.entropy, rec.js = self.statistics(q, p, method.rule)
             method.update(rec)
@@ -176,7 +185,7 @@ class Engine:
             del out[k:]  # the block's tokens after the stop
             if len(records) == 1:
                 sync(self.device)
-                prefill_s = time.perf_counter() - t_start
+                first_block_s = time.perf_counter() - t_start
         sync(self.device)
         decode_s = time.perf_counter() - t_start
         t, d = states.get("target"), states.get("draft")
@@ -185,7 +194,7 @@ class Engine:
             stop_reason=stop_reason,
             records=records,
             decode_s=decode_s,
-            prefill_s=prefill_s,
+            first_block_s=first_block_s,
             target_model_s=t.seconds if t else 0.0,
             draft_model_s=d.seconds if d else 0.0,
             target_calls=t.calls if t else 0,

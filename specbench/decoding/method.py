@@ -25,10 +25,11 @@ class IterationRecord:
     """One draft-verify iteration (design.md section 3)."""
 
     drafted: int  # w
-    accepted: int  # n
+    accepted: int  # n, exact and relaxed acceptances together
     stop: str  # why drafting ended: policy / window / eos / length / none (no drafter)
     draft_s: float  # wall seconds of the draft phase
     verify_s: float  # wall seconds of the target forward
+    accepted_relaxed: int = 0  # of the n, accepted only by a relaxation (AdaSD's d_JS <= T_V); 0 for exact rules
     entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
     js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)
     state: dict[str, float] = field(default_factory=dict)  # policy state after the update

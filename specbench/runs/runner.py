@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from specbench.runs import provenance
 from specbench.runs import wandb_log
-from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
+from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, max_new_tokens, select
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
@@ -63,7 +63,7 @@ def build_method(cfg: dict) -> Method:
 
 def sampling_params(decode: dict) -> SamplingParams:
     """Validated decode settings: each value's type and range, the error naming its `decode.` key."""
-    integer(decode["max_new_tokens"], "decode.max_new_tokens", low=1)
+    integer(decode["max_new_tokens"], "decode.max_new_tokens", low=1, null=True)  # null: the dataset's
     if "seed" in decode:
         integer(decode["seed"], "decode.seed", low=0, high=2**63 - 1)  # torch seeds are 64-bit
     return SamplingParams(real(decode["temperature"], "decode.temperature", low=0),
@@ -309,6 +309,7 @@ def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict
     return {"id": ex.id, "method": job.method.name, "pair": c["pair"]["name"], "dataset": job.evaluator.name,
             **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.lossless, "seed": job.seed,
             **example_metrics(g), **job.evaluator.score(ex, g.text),
+            "truncated": job.evaluator.truncated(ex, g.text, g.stop_reasons),
             **({"carried_state": carried} if carried is not None else {})}
 
 
@@ -338,7 +339,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     check_run_settings(c)
     check_selection(c.get("limit"), c.get("shard"))
     params = sampling_params(c["decode"])
-    max_new, seed = int(c["decode"]["max_new_tokens"]), int(c["decode"]["seed"])
+    max_new, seed = max_new_tokens(c["decode"], c["dataset"]), int(c["decode"]["seed"])
     method = build_method(c["method"])
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])

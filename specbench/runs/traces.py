@@ -14,7 +14,8 @@ def trace_frame(example_id: str, records: list[IterationRecord], repeat: int = 0
     """One row per iteration; policy state keys become columns (t_g, t_v, gamma, ...)."""
     rows = []
     for i, r in enumerate(records):
-        rows.append({"id": example_id, "repeat": repeat, "iteration": i, "drafted": r.drafted, "accepted": r.accepted, "stop": r.stop,
+        rows.append({"id": example_id, "repeat": repeat, "iteration": i, "drafted": r.drafted, "accepted": r.accepted,
+                     "accepted_relaxed": r.accepted_relaxed, "stop": r.stop,
                      "draft_s": r.draft_s, "verify_s": r.verify_s, "entropy": r.entropy, "js": r.js, **r.state})
     return pd.DataFrame(rows)
 
