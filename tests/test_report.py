@@ -383,6 +383,9 @@ def test_repeats_acceptance_truncation_and_predicted_speedup(tmp_path):
                {"repeats": 3, "tokens_per_s_median": 45.0, "tokens_per_s_spread": {"min": 40.0, "max": 48.0},
                 "acceptance_exact": 0.5, "acceptance_relaxed": 0.3, "predicted_speedup": 4.0},
                [{"accepted_exact": 5, "accepted_relaxed": 3}])
+    summary = tmp_path / "adasd" / "summary.json"  # an older summary: no truncation counts
+    summary.write_text(json.dumps({k: v for k, v in json.loads(summary.read_text()).items()
+                                   if k not in ("n_truncated", "truncated_frac")}))
     runs = load.load_runs(tmp_path)
     by = runs.set_index("method")
     assert by.loc["adasd", "missing"] == ("n_truncated", "truncated_frac", "decoded", "resumed")
