@@ -410,3 +410,14 @@ def test_repeats_acceptance_truncation_and_predicted_speedup(tmp_path):
     # no JS relaxation anywhere: no exact / relaxed columns
     plain = report.build_report(runs[runs["method"] != "adasd"])
     assert ("", "relaxed") not in next(t for t in plain.tables if t.name == "overview").values.columns
+
+
+def test_a_null_budget_is_the_datasets_in_the_setting():
+    """decode.max_new_tokens null decodes with the dataset's budget: the same setting as that budget given."""
+    def record(decode_budget, dataset_budget=128):
+        return {"config": {"method": {"name": "m"}, "dataset": {"name": "d", "max_new_tokens": dataset_budget},
+                           "decode": {"seed": 0, "max_new_tokens": decode_budget}}, "device_info": {}}
+
+    assert load.setting_of(record(None)) == load.setting_of(record(128)) != load.setting_of(record(32))
+    assert [load.budget(record(b)["config"]) for b in (None, 128, 32)] == [128, 128, 32]
+    assert load.budget(record(None, None)["config"]) is None  # neither set: no budget (such a run cannot exist)

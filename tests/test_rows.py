@@ -10,7 +10,8 @@ import yaml
 
 from helpers import ROOT, compose_cfg, small
 from specbench.common.options import OptionError
-from specbench.data.dataset import Evaluator, Example, build_dataset, max_new_tokens
+from specbench.common.options import max_new_tokens
+from specbench.data.dataset import Evaluator, Example, build_dataset
 from specbench.decoding.metrics import TRUNCATED_WARN_FRAC, summarize
 from specbench.evaluators.gsm8k import GSM8K
 from specbench.evaluators.mmlu import MMLU

@@ -39,6 +39,7 @@ import yaml
 
 from specbench.common.aggregate import run_metrics
 from specbench.common.configs import MISSING, differences, flatten
+from specbench.common.options import OptionError, max_new_tokens
 from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_measured, read_rows, without_keys
 from specbench.runs.traces import read_traces
 
@@ -103,8 +104,18 @@ def setting_of(record: dict) -> dict:
     (limit is resumable: the runs' example ids are compared instead.)
     """
     out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
+    if "decode" in out and budget(record["config"]) is not None:  # the budget that ran (null: the dataset's)
+        out["decode"] = {**out["decode"], "max_new_tokens": budget(record["config"])}
     out["device_info"] = record.get("device_info", {})
     return out
+
+
+def budget(config: dict) -> int | None:
+    """The new-token budget a run decoded with (specbench.common.options.max_new_tokens); None if it has none."""
+    try:
+        return max_new_tokens(config.get("decode", {}), config.get("dataset", {}))
+    except OptionError:
+        return None
 
 
 def pair_label(pair: dict) -> str:
@@ -178,7 +189,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir), "pair": cfg["pair"]["name"], "pair_label": pair_label(cfg["pair"]),
         "dataset": cfg["dataset"]["name"], "method": method["name"], "options": options,
         "decode": record.get("choices", {}).get("decode"), "temperature": float(decode["temperature"]),
-        "top_k": decode.get("top_k"), "top_p": decode.get("top_p"), "max_new_tokens": decode["max_new_tokens"],
+        "top_k": decode.get("top_k"), "top_p": decode.get("top_p"), "max_new_tokens": budget(cfg),
         "seed": int(decode["seed"]), "device": record.get("device_info", {}).get("device"),
         "gamma": _num(options.get("gamma")),
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
@@ -186,7 +197,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         **summary_numbers(summary, rows, str(run_dir / ROWS)),
         "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
-        "config": cfg, "flat": {**flatten(cfg), **flatten({"device_info": setting["device_info"]})},
+        "config": cfg, "flat": {**flatten(cfg), **flatten({"decode": setting.get("decode", {})}),
+                                **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),
         "example_ids": tuple(sorted(r["id"] for r in rows)),
     }

@@ -24,13 +24,13 @@ import numpy as np
 import pandas as pd
 
 from specbench.analysis import figures, load, tables
+from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-TRUNCATION_WARN = 0.05  # a run with more than this fraction of truncated rows is warned about
 
 
 def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> list:
@@ -108,10 +108,10 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
 
 
 def _truncation_notes(runs: pd.DataFrame) -> list[str]:
-    """A warning per run with more than TRUNCATION_WARN of its rows truncated at max_new_tokens."""
-    bad = runs[runs["truncated_frac"] > TRUNCATION_WARN]
+    """A warning per run with more than TRUNCATED_WARN_FRAC of its rows truncated at max_new_tokens."""
+    bad = runs[runs["truncated_frac"] > TRUNCATED_WARN_FRAC]
     return [f"warning: {r['run_dir']}: {r['n_truncated']:.0f} rows ({r['truncated_frac']:.0%}) stopped at "
-            f"max_new_tokens={r['max_new_tokens']} before the answer: its score measures the cut, not the model; "
+            f"max_new_tokens={r['max_new_tokens']:.0f} before the answer: its score measures the cut, not the model; "
             "raise decode.max_new_tokens" for _, r in bad.iterrows()]
 
 

@@ -15,6 +15,10 @@ log = logging.getLogger(__name__)
 
 COUNT = "draft_iterations"  # the row field: iterations that drafted anything (the divisor of #cand, #match)
 
+# A run whose share of truncated rows (stopped at max_new_tokens before the answer was complete) is above
+# this gets a warning, in its log and in the report: its scores measure the token budget more than the model.
+TRUNCATED_WARN_FRAC = 0.05
+
 
 def ratio(a: float, b: float) -> float | None:
     """a / b, or None where b is 0 (no data)."""

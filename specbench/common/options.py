@@ -215,3 +215,21 @@ def check_run_settings(cfg: dict[str, Any]) -> None:
     choice(cfg.get("on_long_prompt", "error"), "on_long_prompt", ON_LONG_PROMPT)
     choice(cfg.get("progress", "auto"), "progress", ("auto", True, False, None))
     text(cfg.get("device", "auto"), "device")
+
+
+BUDGET_KEY = "max_new_tokens"  # the dataset's new-token budget (max_new_tokens below): the runner's, not an evaluator option
+
+
+def max_new_tokens(decode: dict, dataset: dict) -> int:
+    """The new-token budget of a run: decode.max_new_tokens when set (an explicit choice wins), else null there
+    means the dataset's own (dataset.max_new_tokens, conf/dataset/*.yaml: long enough for real models to
+    finish the task's answers); an error naming both keys when neither is set."""
+    explicit = integer(decode.get(BUDGET_KEY), f"decode.{BUDGET_KEY}", low=1, null=True)
+    if explicit is not None:
+        return explicit
+    own = integer(dataset.get(BUDGET_KEY), f"dataset.{BUDGET_KEY}", low=1, null=True)
+    if own is None:
+        raise OptionError(f"no new-token budget: decode.{BUDGET_KEY} is null (= the dataset's) and dataset "
+                          f"{dataset.get('name')!r} sets no {BUDGET_KEY}; set one of them, e.g. "
+                          f"decode.{BUDGET_KEY}=256 or dataset.{BUDGET_KEY}=256")
+    return own

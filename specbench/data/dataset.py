@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specbench.common.options import OptionError, check_options, choice, integer, shown, text
+from specbench.common.options import BUDGET_KEY, OptionError, check_options, choice, integer, shown, text
 from specbench.common.registry import Registry, UnknownNameError
 
 log = logging.getLogger(__name__)
@@ -354,7 +354,6 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
 
 # The prompt keys of every dataset node (conf/dataset_base/default.yaml): never options of the evaluator.
 PROMPT_KEYS = ("system_prompt", "chat_template")
-BUDGET_KEY = "max_new_tokens"  # the dataset's new-token budget (max_new_tokens below), the runner's: no option
 SELECTION_KEYS = ("limit", "shard")  # the runner's top-level keys (conf/config.yaml), never in a dataset node
 NAME_KEYS = ("name", "evaluator")  # the dataset's name, and the registered evaluator it runs (default: the name)
 
@@ -367,21 +366,6 @@ def check_prompt_keys(cfg: dict) -> None:
                               f"`{key}` (e.g. {key}=8 on the command line)")
     text(cfg.get("system_prompt"), "dataset.system_prompt", null=True)
     choice(cfg.get("chat_template", "auto"), "dataset.chat_template", ("auto", True, False))
-
-
-def max_new_tokens(decode: dict, dataset: dict) -> int:
-    """The new-token budget of a run: decode.max_new_tokens when set (an explicit choice wins), else null there
-    means the dataset's own (dataset.max_new_tokens, conf/dataset/*.yaml: long enough for real models to
-    finish the task's answers); an error naming both keys when neither is set."""
-    explicit = integer(decode.get(BUDGET_KEY), f"decode.{BUDGET_KEY}", low=1, null=True)
-    if explicit is not None:
-        return explicit
-    own = integer(dataset.get(BUDGET_KEY), f"dataset.{BUDGET_KEY}", low=1, null=True)
-    if own is None:
-        raise OptionError(f"no new-token budget: decode.{BUDGET_KEY} is null (= the dataset's) and dataset "
-                          f"{dataset.get('name')!r} sets no {BUDGET_KEY}; set one of them, e.g. "
-                          f"decode.{BUDGET_KEY}=256 or dataset.{BUDGET_KEY}=256")
-    return own
 
 
 def evaluator_class(cfg: dict) -> type[Evaluator]:

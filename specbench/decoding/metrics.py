@@ -11,14 +11,11 @@ import logging
 from statistics import fmean
 from typing import Any
 
-from specbench.common.aggregate import ratio, run_metrics, total
+from specbench.common.aggregate import TRUNCATED_WARN_FRAC, ratio, run_metrics, total
 from specbench.decoding.engine import Generation
 
 log = logging.getLogger(__name__)
 
-# A run whose share of truncated rows (stopped at max_new_tokens before the answer was complete) is above
-# this gets a warning: its scores measure the token budget more than the model.
-TRUNCATED_WARN_FRAC = 0.05
 
 
 def _mean_state(gen: Generation, key: str) -> float | None:

@@ -18,12 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from specbench.runs import provenance
 from specbench.runs import wandb_log
-from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, max_new_tokens, select
+from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
-from specbench.common.options import (check_mandatory, check_options, check_run_settings, integer, real,
+from specbench.common.options import (check_mandatory, check_options, check_run_settings, integer, max_new_tokens, real,
                                       threads_setting)
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
