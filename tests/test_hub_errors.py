@@ -17,7 +17,7 @@ from huggingface_hub import constants as hf_constants
 from omegaconf import OmegaConf
 
 from helpers import ROOT, compose_cfg
-from specbench.models import pairs
+from specbench.models import hub, pairs
 from specbench.runs.sweep import summary
 
 MISSING = "specbench-test/missing-7b"
@@ -33,15 +33,15 @@ def online(monkeypatch):
     """The hub not marked offline, no earlier answer remembered, and a count of the requests made to it."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(pairs, "_HUB_DOWN", {})
+    monkeypatch.setattr(hub, "_HUB_DOWN", {})
     asked: list[str] = []
-    real = pairs.HfApi.model_info
+    real = hub.HfApi.model_info
 
     def counted(self, repo_id, **kwargs):
         asked.append(repo_id)
         return real(self, repo_id, **kwargs)
 
-    monkeypatch.setattr(pairs.HfApi, "model_info", counted)
+    monkeypatch.setattr(hub.HfApi, "model_info", counted)
     return asked
 
 
@@ -84,7 +84,7 @@ def fake_hub(monkeypatch, online):
 
 
 def test_offline_pair_fails_without_asking_the_hub_and_says_what_it_needs(online, no_download):
-    with pytest.raises(pairs.ModelUnavailable) as err:
+    with pytest.raises(hub.ModelUnavailable) as err:
         with pytest.MonkeyPatch.context() as m:
             m.setenv("HF_HUB_OFFLINE", "1")
             pairs.build_hub(pair_cfg("pair=llama70b_8b"), torch.device("cpu"))
@@ -119,7 +119,7 @@ def test_an_unreachable_hub_is_asked_once_without_retries(online, no_download, m
     monkeypatch.setattr(hf_constants, "ENDPOINT", UNREACHABLE)
     cfg = pair_cfg("pair=qwen25coder_1p5b_0p5b", f"pair.target.path={MISSING}", "pair.draft.path=specbench-test/missing-1b")
     for _ in range(2):  # two jobs of a sweep in one process
-        with pytest.raises(pairs.ModelUnavailable) as err:
+        with pytest.raises(hub.ModelUnavailable) as err:
             pairs.build_hub(cfg, torch.device("cpu"))
         assert f"hf download {MISSING}" in str(err.value) and "hf download specbench-test/missing-1b" in str(err.value)
         assert f"the hub ({UNREACHABLE}) is unreachable" in str(err.value)
@@ -127,33 +127,33 @@ def test_an_unreachable_hub_is_asked_once_without_retries(online, no_download, m
 
 
 def test_gated_and_missing_models_say_why(fake_hub, no_download):
-    with pytest.raises(pairs.ModelUnavailable, match="(?s)org/gated .*gated and this account has not accepted its "
+    with pytest.raises(hub.ModelUnavailable, match="(?s)org/gated .*gated and this account has not accepted its "
                                                      "licence.*hf download org/gated.*HF_TOKEN"):
         pairs.load_model({"path": "org/gated"}, torch.device("cpu"))
-    with pytest.raises(pairs.ModelUnavailable, match=r"org/nothing \(revision main\) is not in the local .*, and the hub has no such model"):
+    with pytest.raises(hub.ModelUnavailable, match=r"org/nothing \(revision main\) is not in the local .*, and the hub has no such model"):
         pairs.load_tokenizer("org/nothing")
     assert fake_hub == ["org/gated", "org/nothing"]
 
 
 def test_a_reachable_hub_downloads_and_a_cached_model_loads_without_it(fake_hub, monkeypatch, tmp_path):
-    assert pairs.hub_source("org/there") == "hub"  # not cached, the hub has it: from_pretrained downloads
+    assert hub.hub_source("org/there") == "hub"  # not cached, the hub has it: from_pretrained downloads
     snapshot = tmp_path / "models--org--cached" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
     (tmp_path / "models--org--cached" / "refs").mkdir()
     (tmp_path / "models--org--cached" / "refs" / "main").write_text("abc")
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))
-    assert pairs.hub_source("org/cached") == "cache"  # the hub does not have it, the cache does
+    assert hub.hub_source("org/cached") == "cache"  # the hub does not have it, the cache does
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
-    assert pairs.hub_source("org/cached") == "cache" and fake_hub == ["org/there", "org/cached"]
-    assert pairs.hub_source(str(tmp_path)) == "local"
+    assert hub.hub_source("org/cached") == "cache" and fake_hub == ["org/there", "org/cached"]
+    assert hub.hub_source(str(tmp_path)) == "local"
 
 
 def test_download_command_follows_the_installed_huggingface_hub(monkeypatch):
-    assert pairs.download_command("a/b", "v1") == "hf download a/b --revision v1"  # huggingface_hub 2.x here
-    monkeypatch.setattr(pairs.huggingface_hub, "__version__", "0.30.2")  # before the `hf` CLI
-    assert pairs.download_command("a/b") == "huggingface-cli download a/b"
-    assert "`huggingface-cli login`" in pairs.access_hints(["a/b"])
+    assert hub.download_command("a/b", "v1") == "hf download a/b --revision v1"  # huggingface_hub 2.x here
+    monkeypatch.setattr(hub.huggingface_hub, "__version__", "0.30.2")  # before the `hf` CLI
+    assert hub.download_command("a/b") == "huggingface-cli download a/b"
+    assert "`huggingface-cli login`" in hub.access_hints(["a/b"])
 
 
 def test_a_repeated_error_is_shown_once_in_the_summary():
