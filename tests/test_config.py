@@ -185,7 +185,7 @@ def test_a_drafter_folder_stays_out_of_the_folder_name_and_in_the_identity():
     a = compose_cfg("method=distilled")
     b = compose_cfg("method=distilled", "paths.drafters.distilled=/elsewhere")
     assert folder(a) == folder(b)
-    assert differences(identity(a), identity(b)) == ["method.drafter ('results/distill/toy/distilled' vs '/elsewhere')"]
+    assert differences(identity(a), identity(b)) == ["method.drafter ('results/distill/toy/distilled/default' vs '/elsewhere')"]
 
 
 # ---- config hygiene ----------------------------------------------------------------------------------
@@ -233,11 +233,11 @@ def test_paths_name_every_results_and_drafter_folder():
         HydraConfig.instance().cfg = None
     # a sweep's job writes the folder of the same command without -m (sweep.subdir is run.dir made absolute)
     assert folders == {"bench": ("/r/toy/toy_arith/vanilla/greedy/default",) * 2,
-                       "synth": ("/r/synth/toy/toy_train/",) * 2,
-                       "distill": ("/r/distill/toy/distilled/",) * 2}
-    assert compose_cfg("task=distill", "paths.results=/r").task.data == "/r/synth/toy/toy_train"
+                       "synth": ("/r/synth/toy/toy_train/default",) * 2,
+                       "distill": ("/r/distill/toy/distilled/default",) * 2}
+    assert compose_cfg("task=distill", "paths.results=/r").task.data == "/r/synth/toy/toy_train/default"
     for kind in ("distilled", "sd2"):
-        assert compose_cfg(f"method={kind}", "paths.results=/r").method.drafter == f"/r/distill/toy/{kind}"
+        assert compose_cfg(f"method={kind}", "paths.results=/r").method.drafter == f"/r/distill/toy/{kind}/default"
 
 
 def test_every_run_folder_is_a_leaf_and_a_slash_in_a_value_nests_nothing():

@@ -1,6 +1,6 @@
 """`task=distill`: fine-tune the drafter on the verifier's samples with KL(π_V || π_D), for `distilled` and `sd2`.
 
-    python run.py task=distill task.kind=distilled           toy pair, data results/synth/toy/toy_train
+    python run.py task=distill task.kind=distilled           toy pair, data results/synth/toy/toy_train/default
     python run.py task=distill task.kind=sd2 task.seed=1     + SD² steering (specbench.models.steering)
 
 Data (SD² 3.3): a finished `task=synth` folder (`task.data`); each row is the sequence

@@ -21,7 +21,7 @@ sample of the verifier; ids past the tokenizer's range, i.e. embedding padding, 
 Batch b always holds prompts b*B .. (b+1)*B - 1 and is seeded from (task.seed, b), so a resumed
 run samples exactly what an uninterrupted one would have.
 
-Output folder (Hydra run dir, `results/synth/<pair>/<prompts>/<overrides>`): `rows.jsonl`, one
+Output folder (Hydra run dir, `results/synth/<pair>/<prompts>/<overrides or default>`): `rows.jsonl`, one
 row per prompt (id, source, prompt, prompt_ids [P], token_ids [N] = the verifier's continuation
 with its EOS, stop_reason), appended and fsync'ed; `config.json` (task, pair, provenance; a rerun
 into a folder of another configuration is refused; `task.n` may grow); `summary.json` at the end
