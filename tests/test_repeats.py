@@ -88,3 +88,14 @@ def test_a_persisting_method_starts_every_repeat_afresh(tmp_path):
     first, second = rows[:4], rows[4:]
     assert [r["carried_state"] for r in first] == [r["carried_state"] for r in second]
     assert stable(first) == [{**r, "repeat": 0} for r in stable(second)]
+
+
+def test_a_remeasure_refused_for_another_code_version_leaves_the_folder_as_it_was(tmp_path):
+    runner.run(small(*JOB), tmp_path)
+    record = json.loads((tmp_path / CONFIG).read_text())
+    (tmp_path / CONFIG).write_text(json.dumps({**record, "git_hash": "0" * 40}))  # rows of another version
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(ValueError, match="refusing to mix rows of different code versions"):
+        runner.run(small(*JOB, "remeasure=true"), tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == {
+        k: v for k, v in before.items() if k != ".lock"}  # config.json gained no measure_from

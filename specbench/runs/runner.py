@@ -359,8 +359,8 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
               "runtime": provenance.runtime(method.bound.models, threads)}
     saved = check_resume(run_dir, record)
     writer = RowWriter(run_dir)
-    if c.get("remeasure", False):
-        saved = new_measurement(run_dir, saved, writer.rows)
+    if c.get("remeasure", False):  # the version check first: a refused run leaves config.json as it was
+        saved = new_measurement(run_dir, check_version(run_dir, saved, record, any_version), writer.rows)
     first = saved.get("measure_from", 0)
     repeats = range(first, first + int(c.get("repeats", 1)))
     todo = [(ex, k) for k in repeats for ex in examples if not writer.has(ex.id, k)]  # repeat by repeat
