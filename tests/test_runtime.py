@@ -48,3 +48,23 @@ def test_a_local_checkpoint_loaded_in_another_dtype_is_converted(tmp_path):
     assert (same["converted"], half["converted"]) == (False, True) and same["quantized"] is None
     (tmp_path / "m" / "config.json").write_text((tmp_path / "m" / "config.json").read_text() + " ")
     assert provenance.model_record(AutoModelForCausalLM.from_pretrained(tmp_path / "m"))["revision"] != same["revision"]
+
+
+def test_a_hub_model_without_a_commit_hash_gets_its_cache_snapshot(tmp_path, monkeypatch):
+    from huggingface_hub import constants as hf_constants
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    snapshot = "86107465c6380c0a8b26edbb3bad37f6d3d80898"
+    repo = tmp_path / "models--org--m"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(snapshot)
+    (repo / "snapshots" / snapshot).mkdir(parents=True)
+    (repo / "snapshots" / snapshot / "config.json").write_text(json.dumps({"dtype": "bfloat16"}))
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path))
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    model.config._name_or_path = "org/m"  # as from_pretrained("org/m") sets it; no _commit_hash
+    record = provenance.model_record(model)
+    assert (record["path"], record["revision"], record["converted"]) == ("org/m", snapshot, True)  # bf16 -> fp32
+    model.config._name_or_path = "org/absent"
+    assert provenance.model_record(model)["revision"] is None

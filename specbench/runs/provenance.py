@@ -73,6 +73,16 @@ def folder_fingerprint(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def cache_snapshot(repo_id: str) -> str | None:
+    """The snapshot (commit hash) of a hub id's config.json in the local Hugging Face cache, the one a
+    from_pretrained of `main` reads; None if it is not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    parts = Path(cached).parts if isinstance(cached, str) else ()
+    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
+
+
 def checkpoint_config(path: str, revision: str | None) -> dict[str, Any]:
     """The config.json the weights were saved with (a local folder or the hub cache), {} if not found."""
     local = Path(path) / "config.json"
@@ -92,8 +102,8 @@ def model_record(model: Any) -> dict[str, Any]:
     cfg = model.config
     path = getattr(cfg, "_name_or_path", "") or None
     revision = getattr(cfg, "_commit_hash", None)
-    if path and revision is None and Path(path).is_dir():
-        revision = folder_fingerprint(Path(path))
+    if path and revision is None:
+        revision = folder_fingerprint(Path(path)) if Path(path).is_dir() else cache_snapshot(path)
     quant = getattr(cfg, "quantization_config", None)
     quant = quant if quant is None or isinstance(quant, dict) else quant.to_dict()
     saved = checkpoint_config(path, revision) if path else {}
