@@ -61,7 +61,7 @@ class Recorder(StoppingCriteria):
 
     def start(self) -> None:
         """Mark the start of the generate call."""
-        self.t_start = self.t_iter = time.perf_counter()
+        self.t_start = time.perf_counter()
 
     def _pre(self) -> None:
         self._t0 = time.perf_counter()

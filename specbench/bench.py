@@ -207,7 +207,6 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
     from specbench.runs.runner import run
 
-    torch.set_num_threads(args.threads)
     rows = []
     for name in args.methods.split(","):
         cfg = methods_config(args, name)

@@ -10,8 +10,10 @@ import importlib
 import pkgutil
 from typing import Any, Callable
 
+from specbench.common.errors import UserError
 
-class UnknownNameError(KeyError):
+
+class UnknownNameError(UserError, KeyError):
     """Raised for a name that is not registered; the message lists the valid names."""
 
     def __str__(self) -> str:  # KeyError would quote the message

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.common.errors import UserError
 from specbench.common.options import BUDGET_KEY, OptionError, check_options, choice, integer, shown, text
 from specbench.common.registry import Registry, UnknownNameError
 
@@ -129,7 +130,7 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
     return examples
 
 
-class DataSourceError(RuntimeError):
+class DataSourceError(UserError, RuntimeError):
     """A benchmark set could not be loaded from the source it was asked for."""
 
 

@@ -38,6 +38,12 @@ class Rule:
         """Of the first n drafts of the last call, how many were accepted only by a relaxation (here: none)."""
         return 0
 
+    def count(self, ok: torch.Tensor) -> tuple[int, int]:
+        """(n, relaxed) of the last call's verdicts ok [w]: n = leading accepted drafts, and how many of those
+        only a relaxation accepted (one host sync)."""
+        n = leading_true(ok)
+        return n, self.relaxed(n)
+
 
 @RULES.register("greedy")
 class Greedy(Rule):
@@ -108,7 +114,13 @@ class JSRelaxed(Rule):
 
     def relaxed(self, n: int) -> int:
         """#{i < n : the base rule rejected x_i}: accepted drafts that only d_JS <= T_V let through."""
-        return int((~self.exact[:n]).sum().item()) if n else 0
+        return self.exact[:n].tolist().count(False)
+
+    def count(self, ok: torch.Tensor) -> tuple[int, int]:
+        """(n, relaxed) from one host copy of ok [w] and the base rule's verdicts [w]."""
+        accepted, exact = torch.stack((ok, self.exact)).tolist()
+        n = accepted.index(False) if False in accepted else len(accepted)
+        return n, exact[:n].count(False)
 
 
 def make_rule(spec: str, greedy: bool = False, threshold: float = 0.0) -> Rule:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specbench.decoding.acceptance import JSRelaxed, Rule, leading_true
+from specbench.decoding.acceptance import JSRelaxed, Rule
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding.stopping import StopCriteria
@@ -165,7 +165,7 @@ class Engine:
             t2 = time.perf_counter()
             # 3. accept x_1..x_n and the next token buf[L+n]
             q = torch.stack(qs) if qs else p.new_zeros((0, p.shape[-1]))  # [w, V]
-            n = self.accept(buf, L, q, p, generator)
+            n, relaxed = self.accept(buf, L, q, p, generator)
             if layers:  # states at the last accepted position buf[L+n-1], whose p_{n+1} gave buf[L+n]
                 method.observe_hidden(target.hidden[:, n])  # [len(layers), H]
             out += buf[0, L : L + n + 1].tolist()
@@ -174,7 +174,7 @@ class Engine:
             L += n + 1
             # 5. record the iteration and update the policy
             rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1,
-                                  accepted_relaxed=method.rule.relaxed(n))
+                                  accepted_relaxed=relaxed)
             if stats and w:
                 rec.entropy, rec.js = self.statistics(q, p, method.rule)
             method.update(rec)
@@ -222,13 +222,14 @@ class Engine:
         return qs, "window"
 
     def accept(self, buf: torch.Tensor, L: int, q: torch.Tensor, p: torch.Tensor,
-               generator: torch.Generator | None) -> int:
-        """Step 3: n = the longest prefix of the drafts x = buf[L:L+w] the rule accepts (q [w, V], p [w+1, V]);
-        the rule's next token (correction, or bonus when n = w) goes to buf[L+n]."""
+               generator: torch.Generator | None) -> tuple[int, int]:
+        """Step 3: n = the longest prefix of the drafts x = buf[L:L+w] the rule accepts (q [w, V], p [w+1, V]),
+        and how many of them only a relaxation accepted; the rule's next token (correction, or bonus when
+        n = w) goes to buf[L+n]."""
         ok, fallback = self.method.rule(buf[0, L : L + q.shape[0]], q, p, generator)
-        n = leading_true(ok)
+        n, relaxed = self.method.rule.count(ok)
         buf[0, L + n] = fallback[n]
-        return n
+        return n, relaxed
 
     @staticmethod
     def statistics(q: torch.Tensor, p: torch.Tensor, rule: Rule) -> tuple[list[float], list[float]]:

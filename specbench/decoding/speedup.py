@@ -34,18 +34,11 @@ SECONDS = ("verify_s", "draft_s")  # the row field call_seconds: timings
 def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
     """One generation's sufficient statistics, its first iteration left out: per draft length w (a string key)
     the iterations and their summed verify_s and draft_s; per draft position i = 1.. how often it was
-    verified (`reached`) and accepted."""
-    out: dict[str, Any] = {"iterations": {}, "verify_s": {}, "draft_s": {}, "reached": [], "accepted": []}
-    for r in records[1:]:
-        w = str(r.drafted)
-        for key, value in (("iterations", 1), ("verify_s", r.verify_s), ("draft_s", r.draft_s)):
-            out[key][w] = out[key].get(w, 0) + value
-        seen = min(r.drafted, r.accepted + 1)  # positions 1..accepted+1 were verified (not past w)
-        for key, upto in (("reached", seen), ("accepted", r.accepted)):
-            out[key].extend([0] * (upto - len(out[key])))
-            for i in range(upto):
-                out[key][i] += 1
-    return out
+    verified (`reached`: positions 1..accepted+1, not past w) and accepted."""
+    return merge_stats({"iterations": {str(r.drafted): 1}, "verify_s": {str(r.drafted): r.verify_s},
+                        "draft_s": {str(r.drafted): r.draft_s},
+                        "reached": [1] * min(r.drafted, r.accepted + 1), "accepted": [1] * r.accepted}
+                       for r in records[1:])
 
 
 def row_fields(stats: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specbench.common.errors import UserError
+
 log = logging.getLogger(__name__)
 
 ROWS = "rows.jsonl"
@@ -160,7 +162,7 @@ class RowWriter:
         self.done.add(row_key(row))
 
 
-class FolderLocked(RuntimeError):
+class FolderLocked(UserError, RuntimeError):
     """Another process holds the folder's lock; the message names it."""
 
 

@@ -29,15 +29,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.errors import UserError
-from specbench.common.registry import UnknownNameError
-from specbench.data.dataset import DataSourceError
-from specbench.runs.results import FolderLocked
 from specbench.runs.slurm import submitit_results, sweep_jobs
 
 log = logging.getLogger(__name__)
 
-# Errors whose message says what to fix: shown without a traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (UserError, UnknownNameError, DataSourceError, FolderLocked)
 
 
 class JobError(CompactHydraException):
@@ -46,12 +41,12 @@ class JobError(CompactHydraException):
 
 def for_hydra(err: BaseException) -> BaseException:
     """What main() raises for `err`: JobError(message) for a user error, else `err` itself."""
-    return JobError(str(err)) if isinstance(err, USER_ERRORS) else err
+    return JobError(str(err)) if isinstance(err, UserError) else err
 
 
 def describe(err: BaseException) -> str:
     """A job's error in one message: the text of a user error, else '<type>: <text>'."""
-    return str(err) if isinstance(err, USER_ERRORS + (JobError,)) else f"{type(err).__name__}: {err}"
+    return str(err) if isinstance(err, (UserError, JobError)) else f"{type(err).__name__}: {err}"
 
 
 def log_job_error(err: BaseException) -> None:
