@@ -40,7 +40,8 @@ import yaml
 from specbench.common.aggregate import run_metrics
 from specbench.common.configs import MISSING, differences, flatten
 from specbench.common.options import OptionError, max_new_tokens
-from specbench.runs.results import CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, read_measured, read_rows, without_keys
+from specbench.runs.results import (CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, measured_rows, read_measured, read_rows,
+                                    without_keys)
 from specbench.runs.traces import read_traces
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,9 @@ def setting_of(record: dict) -> dict:
     (limit is resumable: the runs' example ids are compared instead.)
     """
     out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
-    if "decode" in out and budget(record["config"]) is not None:  # the budget that ran (null: the dataset's)
-        out["decode"] = {**out["decode"], "max_new_tokens": budget(record["config"])}
+    ran = budget(record["config"])  # the budget that ran (a null decode.max_new_tokens: the dataset's)
+    if "decode" in out and ran is not None:
+        out["decode"] = {**out["decode"], "max_new_tokens": ran}
     out["device_info"] = record.get("device_info", {})
     return out
 
@@ -148,14 +150,14 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(found)
 
 
-def unfinished(run_dir: Path) -> str | None:
-    """Why run_dir is not a finished run (no summary.json, or fewer rows than its summary counts), else None.
+def unfinished(summary: dict | None, n: int) -> str | None:
+    """Why a run folder with this summary.json (None: none) and n rows in its newest set of repeats is not a
+    finished run (no summary, or other rows than its summary counts), else None.
 
     A summary counts decoded + resumed rows where it has both, else n_examples.
     """
-    if not (run_dir / SUMMARY).exists():
+    if summary is None:
         return "no summary.json (running, crashed or stopped before the end)"
-    summary, n = json.loads((run_dir / SUMMARY).read_text()), len(read_measured(run_dir))
     if summary.get("decoded") is not None and summary.get("resumed") is not None:
         expected = summary["decoded"] + summary["resumed"]
     else:
@@ -177,11 +179,10 @@ def summary_numbers(summary: dict, rows: list[dict], source: str) -> dict[str, f
     return {**out, "tokens_per_s_min": _num(spread.get("min")), "tokens_per_s_max": _num(spread.get("max"))}
 
 
-def load_run(run_dir: Path) -> dict[str, Any]:
-    """One finished run folder as a flat record: identity, setting, provenance and `summary_numbers`."""
-    record = json.loads((run_dir / CONFIG).read_text())
-    cfg, rows = record["config"], read_measured(run_dir)  # the newest set of repeats
-    summary = json.loads((run_dir / SUMMARY).read_text())
+def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> dict[str, Any]:
+    """One finished run folder (its config.json record, summary.json and the rows of its newest set of
+    repeats) as a flat record: identity, setting, provenance and `summary_numbers`."""
+    cfg = record["config"]
     method, decode = dict(cfg["method"]), cfg["decode"]
     options = {k: v for k, v in method.items() if k != "name"}
     setting = setting_of(record)
@@ -193,7 +194,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         "seed": int(decode["seed"]), "device": record.get("device_info", {}).get("device"),
         "gamma": _num(options.get("gamma")),
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
-        "finished": unfinished(run_dir) is None,
+        "finished": True,  # load_runs loads finished runs only
         **summary_numbers(summary, rows, str(run_dir / ROWS)),
         "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
@@ -292,11 +293,17 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
     dirs = find_run_dirs(paths)
     if not dirs:
         raise ReportError(f"no run folders ({CONFIG} + {ROWS}) under {', '.join(map(str, paths))}")
-    why = {d: "no rows yet (a job that has just started?)" if not read_rows(d / ROWS) else unfinished(d) for d in dirs}
-    for d, reason in why.items():
-        if reason:
-            log.warning("left out %s: unfinished: %s", d, reason)
-    runs = pd.DataFrame([load_run(d) for d in dirs if not why[d]])
+    why, loaded = {}, []
+    for d in dirs:  # each file read once
+        record, every = json.loads((d / CONFIG).read_text()), read_rows(d / ROWS)
+        summary = json.loads((d / SUMMARY).read_text()) if (d / SUMMARY).exists() else None
+        rows = measured_rows(every, record)  # the newest set of repeats
+        why[d] = "no rows yet (a job that has just started?)" if not every else unfinished(summary, len(rows))
+        if why[d]:
+            log.warning("left out %s: unfinished: %s", d, why[d])
+        else:
+            loaded.append(load_run(d, record, summary, rows))
+    runs = pd.DataFrame(loaded)
     if runs.empty:
         raise ReportError(f"no finished run folder under {', '.join(map(str, paths))}: {len(dirs)} unfinished "
                           f"({'; '.join(f'{d}: {r}' for d, r in why.items())})")
