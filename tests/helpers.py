@@ -188,7 +188,8 @@ def add_fields(run_dir: Path, summary: dict | None = None, rows: list[dict] | No
     """A run folder from `write_run` with extra summary.json fields and per-row fields (rows[i] into row i),
     for fields newer than write_run (repeats, acceptance_exact / _relaxed, truncation, predicted_speedup)."""
     full = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
-    full = [{**r, **extra} for r, extra in zip(full, rows or [{}] * len(full))]
+    extras = list(rows or []) + [{}] * (len(full) - len(rows or []))  # rows past the given extras keep as they are
+    full = [{**r, **extra} for r, extra in zip(full, extras)]
     (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in full))
     old = json.loads((run_dir / "summary.json").read_text())
     write_json_atomic(run_dir / "summary.json", {**old, **(summary or {})})

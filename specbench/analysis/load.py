@@ -378,10 +378,14 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
                       "settings, seed and device; run the baseline with those settings or select runs with --where.")
 
 
-def speedup(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> float:
-    """median tokens_per_s of run / that of its baseline run (NaN when there is no baseline run)."""
-    base = find_baseline(run, runs, baseline)
+def speedup_over(run: pd.Series, base: pd.Series | None) -> float:
+    """median tokens_per_s of run / that of the baseline run `base` (NaN without one)."""
     return float("nan") if base is None else run["tokens_per_s_median"] / base["tokens_per_s_median"]
+
+
+def speedup(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> float:
+    """speedup_over the run's baseline run among `runs` (NaN when there is none)."""
+    return speedup_over(run, find_baseline(run, runs, baseline))
 
 
 def speedup_spread(run: pd.Series, base: pd.Series | None) -> tuple[float, float]:
@@ -396,6 +400,5 @@ def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> p
     out = runs.copy()
     bases = [find_baseline(r, runs, baseline) for _, r in runs.iterrows()]
     out["baseline_dir"] = [None if b is None else b["run_dir"] for b in bases]
-    out["speedup"] = [float("nan") if b is None else r["tokens_per_s_median"] / b["tokens_per_s_median"]
-                      for (_, r), b in zip(runs.iterrows(), bases)]
+    out["speedup"] = [speedup_over(r, b) for (_, r), b in zip(runs.iterrows(), bases)]
     return out

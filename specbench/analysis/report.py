@@ -84,7 +84,7 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
         except ReportError as e:
             base, notes = None, notes + [f"speedup vs ar of {r['run_dir']} left out: {e}"]
         lo, hi = load.speedup_spread(r, base) if r["repeats"] > 1 else (np.nan, np.nan)
-        sp = np.nan if base is None else r["tokens_per_s_median"] / base["tokens_per_s_median"]
+        sp = load.speedup_over(r, base)
         gone = set(r["missing"])
         nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": sp, "predicted": r["predicted_speedup"],
                 "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shlex
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,7 +32,7 @@ import pandas as pd
 from scipy import stats
 
 from specbench.analysis.load import (MethodSpec, ReportError, differing_keys, find_baseline, select, selectors,
-                                     speedup, speedup_spread, where_args)
+                                     speedup, speedup_over, speedup_spread, where_args)
 from specbench.common.configs import differences
 
 log = logging.getLogger(__name__)
@@ -149,7 +148,7 @@ def _pair_labels(runs: pd.DataFrame) -> dict[str, str]:
 def _ambiguous(table: str, what: str, cands: pd.DataFrame) -> ReportError:
     """The refusal of a cell several runs fit: the keys they differ in and the `--where` that selects each."""
     keys = differing_keys(cands["flat"])
-    picks = [f"{d}: {where_args(w) if w else '--where ' + shlex.quote('run_dir=' + d)}"
+    picks = [f"{d}: {where_args(w or [f'run_dir={d}'])}"
              for d, w in zip(cands["run_dir"], selectors(cands, keys))]
     return ReportError(f"{table}: {len(cands)} runs fit {what}; they differ in "
                        f"{', '.join(keys) or 'nothing but their folder'}; select one with " + "; ".join(picks))
@@ -181,12 +180,13 @@ def _has_data(values: pd.DataFrame, baseline_label: str) -> bool:
 
 # ---- AdaSD -------------------------------------------------------------------------------------
 
-def _spread(run: pd.Series, runs: pd.DataFrame, key: str, base: MethodSpec) -> tuple[float, float]:
-    """(min, max) over the run's repeats of tk/sec or speedup (NaN, NaN for other columns or one repeat)."""
+def _spread(run: pd.Series, key: str, base: pd.Series | None) -> tuple[float, float]:
+    """(min, max) over the run's repeats of tk/sec or speedup over the baseline run `base` (NaN, NaN for other
+    columns or one repeat)."""
     if not run["repeats"] > 1:
         return float("nan"), float("nan")
     if key == "speedup":
-        return speedup_spread(run, find_baseline(run, runs, base))
+        return speedup_spread(run, base)
     if key == "tokens_per_s_median":
         return run["tokens_per_s_min"], run["tokens_per_s_max"]
     return float("nan"), float("nan")
@@ -206,10 +206,11 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
                 run = _pick(runs, table, pair, d, label, spec)
                 if run is None:
                     continue
+                b = find_baseline(run, runs, base) if any(ADASD_COLUMNS[c] == "speedup" for c in columns) else None
                 for col in columns:
                     key, at = ADASD_COLUMNS[col], ((plabel, label), (DATASET_LABELS.get(d, d), col))
-                    v.loc[at] = speedup(run, runs, base) if key == "speedup" else run[key]
-                    spread[at] = _spread(run, runs, key, base)
+                    v.loc[at] = speedup_over(run, b) if key == "speedup" else run[key]
+                    spread[at] = _spread(run, key, b)
     cells = _fmt(v, ".3f")
     for (row, col), (lo, hi) in spread.items():
         if pd.notna(lo) and pd.notna(hi):
@@ -369,10 +370,8 @@ def sd2_numbers(runs: pd.DataFrame, temperature: float, baseline: str | None = N
                 raise _ambiguous("sd2", f"{label} ({spec}) with seed {dup.iloc[0]['seed']} on {pair}/{d}", dup)
             _same_setting(c, "sd2", f"the seeds of {label} on {pair}/{d}", ignore=("decode.seed",))
             for _, r in c.iterrows():
-                b = find_baseline(r, runs, base)
                 recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "seed": r["seed"],
-                             "tau": r["block_efficiency"],
-                             "alpha": np.nan if b is None else r["tokens_per_s_median"] / b["tokens_per_s_median"]})
+                             "tau": r["block_efficiency"], "alpha": speedup(r, runs, base)})
     return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
 
 
