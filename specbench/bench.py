@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel
 
 from specbench.common.aggregate import run_metrics, total
-from specbench.common.files import CONF_DIR
+from specbench.common.configs import compose_config
 from specbench.data.dataset import Example, build_dataset
 from specbench.decoding.engine import Engine, Generation, ModelState, sync
 from specbench.decoding.metrics import example_metrics
@@ -36,10 +36,7 @@ from specbench.runs.runner import build_method, make_engine, sampling_params
 
 def load(name: str, device: torch.device) -> Pair:
     """The pair conf/pair/<name>.yaml, composed through Hydra as the runner does."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"pair={name}"])
+    cfg = compose_config([f"pair={name}"])
     return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
 
 
@@ -191,14 +188,11 @@ def table_row(name: str, summary: dict) -> dict:
 
 def methods_config(args: argparse.Namespace, name: str) -> DictConfig:
     """The config `python run.py` composes for method `name` with the command's options (hydra node included)."""
-    from hydra import compose, initialize_config_dir
-
     overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"limit={args.limit}",
                  f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
                  f"threads={args.threads}", f"paths.results={args.out}",
                  *([f"device={args.device}"] if args.device is not None else []), *args.overrides]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=True)
+    return compose_config(overrides, hydra=True)
 
 
 def cmd_methods(args: argparse.Namespace) -> int:

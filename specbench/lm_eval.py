@@ -45,8 +45,9 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from specbench.common.configs import compose_config
 from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, check_run_settings, integer
 from specbench.decoding.engine import Engine
@@ -71,14 +72,6 @@ def to_override(key: str, value: Any) -> str:
     elif isinstance(value, (list, dict)):
         value = json.dumps(value)
     return f"{key}={value}"
-
-
-def compose_config(overrides: list[str], config_dir: str | Path = CONF_DIR) -> DictConfig:
-    """conf/config.yaml composed with Hydra overrides, as run.py composes it."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 def task_sampling(gen_kwargs: dict[str, Any], default: SamplingParams) -> SamplingParams:

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from scipy.stats import chisquare
 
+from specbench.common.configs import compose_config
 from specbench.common.files import write_json_atomic
 from specbench.decoding.acceptance import Rule
 from specbench.decoding.engine import Engine
@@ -53,8 +53,7 @@ def require_data(*parts: str) -> Path:
 
 def compose_cfg(*overrides: str) -> DictConfig:
     """conf/config.yaml composed with overrides (hydra node included, as under @hydra.main)."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    return compose_config(list(overrides), CONF, hydra=True)
 
 
 def small(*overrides: str) -> DictConfig:

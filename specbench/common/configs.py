@@ -1,10 +1,14 @@
-"""Nested configs as flat key -> value maps, and the keys where two configs differ."""
+"""Composing conf/config.yaml outside a Hydra app, nested configs as flat key -> value maps, and the keys where
+two configs differ."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from specbench.common.files import CONF_DIR
 
 MISSING = "<missing>"  # the value shown for a key one config lacks
 
@@ -24,3 +28,12 @@ def differing(a: dict, b: dict) -> dict[str, tuple[Any, Any]]:
 def differences(a: dict, b: dict) -> list[str]:
     """'key (a-value vs b-value)' for every flattened key where two configs differ."""
     return [f"{k} ({x!r} vs {y!r})" for k, (x, y) in differing(a, b).items()]
+
+
+def compose_config(overrides: list[str], config_dir: str | Path = CONF_DIR, hydra: bool = False) -> Any:
+    """conf/config.yaml composed with Hydra overrides (no sweeps), as run.py composes it; with `hydra` the
+    hydra node too (runtime choices, the run folder)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=hydra)

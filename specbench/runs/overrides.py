@@ -15,13 +15,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from specbench.common.configs import compose_config
 from specbench.common.files import CONF_DIR
 from specbench.common.options import init_options, unknown_options
 from specbench.common.registry import UnknownNameError
@@ -39,28 +39,26 @@ def valid_keys(group: str, node: dict[str, Any]) -> set[str]:
     return set(node) | set(init_options(cls))
 
 
-def composed(overrides: list[str], config_dir: Path) -> Any:
-    """conf/config.yaml with `overrides` (no sweeps), the hydra node included."""
-    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=True)
-
-
 def group_choices(group: str, overrides: list[Override], cfg: Any) -> list[str]:
     """The choices of `group` the command runs: the command line's (a sweep gives several), else an experiment's
     sweep parameter, else the composed default."""
     for o in overrides:
         if o.key_or_group == group and not o.is_delete():
-            return list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
+            return values(o)
     param = OmegaConf.select(cfg, f"hydra.sweeper.params.{group}")
     if param is not None:
         return choices_of(f"{group}={param}")
     return [cfg.hydra.runtime.choices[group]]
 
 
-def choices_of(line: str) -> list[str]:
-    """The values of one override line: several for a choice sweep (a,b), one otherwise."""
-    o = OverridesParser.create().parse_overrides([line])[0]
+def values(o: Override) -> list[str]:
+    """The values of one parsed override: several for a choice sweep (a,b), one otherwise."""
     return list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
+
+
+def choices_of(line: str) -> list[str]:
+    """The values of one override line (values of its parse)."""
+    return values(OverridesParser.create().parse_overrides([line])[0])
 
 
 def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> None:
@@ -77,12 +75,12 @@ def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> None
         return
     rest = [line for line, o in zip(lines, parsed) if line not in keyed and not o.is_sweep_override()]
     try:
-        cfg = composed(rest, config_dir)
+        cfg = compose_config(rest, config_dir, hydra=True)
         for group in GROUPS:
             given = [(line, key[1]) for line, key in keyed.items() if key[0] == group]
             for name in group_choices(group, parsed, cfg) if given else []:
                 same = name == cfg.hydra.runtime.choices[group]
-                node = cfg[group] if same else composed([*rest, f"{group}={name}"], config_dir)[group]
+                node = cfg[group] if same else compose_config([*rest, f"{group}={name}"], config_dir, hydra=True)[group]
                 check_node(group, OmegaConf.to_container(node, resolve=False), given)
     except (HydraException, OmegaConfBaseException, UnknownNameError) as err:  # Hydra or the run reports these
         log.debug("option keys not checked: %s", err)
