@@ -77,6 +77,11 @@ def submitit_results(config: DictConfig) -> str | None:
     return str(Path(str(folder).replace("%j", "*")) / "*_result.pkl") if folder else None
 
 
+def result_files(pattern: str, since: float) -> list[str]:
+    """The submitit result files matching `pattern` written since `since` (a time.time()), sorted."""
+    return sorted(f for f in glob.glob(pattern) if os.stat(f).st_mtime >= since)
+
+
 class SweepProgress(Callback):
     """A progress bar over the jobs of a multirun (rate and ETA), shown on a terminal only."""
 
@@ -120,7 +125,7 @@ class SweepProgress(Callback):
         assert self._stop is not None
         while not self._stop.wait(self.poll_s):
             try:
-                done = sum(1 for f in glob.glob(pattern) if os.stat(f).st_mtime >= since)
+                done = len(result_files(pattern, since))
                 if self._bar is not None and done > self._bar.n:
                     self._bar.update(min(done, self._bar.total) - self._bar.n)
             except Exception as e:  # noqa: BLE001

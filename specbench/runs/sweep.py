@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import time
-from glob import glob
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.errors import UserError
-from specbench.runs.slurm import submitit_results, sweep_jobs
+from specbench.runs.slurm import result_files, submitit_results, sweep_jobs
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +76,7 @@ def submitit_failures(pattern: str, since: float) -> list[tuple[str, str]]:
     from submitit.core.utils import pickle_load
 
     out = []
-    for path in sorted(glob(pattern)):
-        if os.stat(path).st_mtime < since:
-            continue
+    for path in result_files(pattern, since):
         outcome, value = pickle_load(path)
         if outcome == "success" and isinstance(value, JobReturn) and value.status is JobStatus.FAILED:
             out.append(failure(value))
