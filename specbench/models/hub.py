@@ -55,9 +55,15 @@ def hub_offline() -> bool:
     return hf_constants.HF_HUB_OFFLINE or any(f in hf_constants.ENV_VARS_TRUE_VALUES for f in flags)
 
 
+def cached_config(repo_id: str, revision: str | None = None) -> Path | None:
+    """The model's config.json in the local Hugging Face cache at `revision` (default: main), None if absent."""
+    found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
 def in_hf_cache(repo_id: str, revision: str | None) -> bool:
     """Is the model's config.json in the local Hugging Face cache at `revision` (default: main)?"""
-    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    return cached_config(repo_id, revision) is not None
 
 
 def ask_hub(repo_id: str, revision: str | None) -> str | None:

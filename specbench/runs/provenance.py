@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from specbench.common.files import ROOT
+from specbench.models.hub import cached_config
 
 PACKAGES = ["specbench", "torch", "transformers", "accelerate", "datasets", "hydra-core", "omegaconf",
             "tokenizers", "numpy", "scipy", "pandas", "scikit-learn", "lm-eval"]
@@ -73,25 +74,17 @@ def folder_fingerprint(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def cache_snapshot(repo_id: str) -> str | None:
-    """The snapshot (commit hash) of a hub id's config.json in the local Hugging Face cache, the one a
-    from_pretrained of `main` reads; None if it is not cached."""
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(repo_id, "config.json")
-    parts = Path(cached).parts if isinstance(cached, str) else ()
-    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
-
-
-def checkpoint_config(path: str, revision: str | None) -> dict[str, Any]:
-    """The config.json the weights were saved with (a local folder or the hub cache), {} if not found."""
+def saved_config(path: str, revision: str | None) -> Path | None:
+    """The config.json the weights were saved with: a local folder's, else the hub id's in the local Hugging Face
+    cache at `revision` (None: main); None if not found."""
     local = Path(path) / "config.json"
-    if not local.exists():
-        from huggingface_hub import try_to_load_from_cache
+    return local if local.exists() else cached_config(path, revision)
 
-        cached = try_to_load_from_cache(path, "config.json", revision=revision)
-        local = Path(cached) if isinstance(cached, str) else local
-    return json.loads(local.read_text()) if local.exists() else {}
+
+def snapshot_of(config_file: Path | None) -> str | None:
+    """The snapshot (commit hash) of a file in the Hugging Face cache (.../snapshots/<hash>/...), else None."""
+    parts = config_file.parts if config_file else ()
+    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
 
 
 def model_record(model: Any) -> dict[str, Any]:
@@ -102,11 +95,12 @@ def model_record(model: Any) -> dict[str, Any]:
     cfg = model.config
     path = getattr(cfg, "_name_or_path", "") or None
     revision = getattr(cfg, "_commit_hash", None)
+    config_file = saved_config(path, revision) if path else None
     if path and revision is None:
-        revision = folder_fingerprint(Path(path)) if Path(path).is_dir() else cache_snapshot(path)
+        revision = folder_fingerprint(Path(path)) if Path(path).is_dir() else snapshot_of(config_file)
     quant = getattr(cfg, "quantization_config", None)
     quant = quant if quant is None or isinstance(quant, dict) else quant.to_dict()
-    saved = checkpoint_config(path, revision) if path else {}
+    saved = json.loads(config_file.read_text()) if config_file else {}
     saved_dtype = saved.get("dtype") or saved.get("torch_dtype")
     converted = bool(getattr(cfg, "gguf_file", None)) or (
         quant is None and saved_dtype is not None and f"torch.{saved_dtype}" != str(model.dtype))
