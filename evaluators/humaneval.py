@@ -24,6 +24,7 @@ continued function body.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Any
 
@@ -53,6 +54,7 @@ def parses(code: str) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=64)  # a row's score and answer_complete ask for the same output
 def extract(output: str, entry_point: str) -> tuple[str, bool]:
     """(completion, complete): what is appended to the prompt and run (see the module docstring), and whether
     that code ended before the output did (a closed block; parsing top-level code; a stop after the body)."""

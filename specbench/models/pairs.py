@@ -160,16 +160,23 @@ def pair_needs(cfg: dict) -> str:
     return "\n".join(lines)
 
 
-def check_pair_sources(cfg: dict) -> dict[tuple[str, str | None], str]:
-    """hub_source of every model and tokenizer of a hub pair, before anything is loaded; one error names all
-    that are missing, with what the pair needs."""
+def pair_files(cfg: dict) -> dict[str, tuple[str, str | None]]:
+    """(path, revision) of each thing a hub pair loads, by what it is: tokenizer, target, and with a draft
+    draft_tokenizer and draft."""
     t_spec, d_spec = cfg["target"], cfg.get("draft")
-    wanted = [(cfg.get("tokenizer") or t_spec["path"], t_spec.get("revision")), (t_spec["path"], t_spec.get("revision"))]
+    files = {"tokenizer": (cfg.get("tokenizer") or t_spec["path"], t_spec.get("revision")),
+             "target": (t_spec["path"], t_spec.get("revision"))}
     if d_spec:
-        wanted += [(d_spec.get("tokenizer") or d_spec["path"], d_spec.get("revision")),
-                   (d_spec["path"], d_spec.get("revision"))]
+        files |= {"draft_tokenizer": (d_spec.get("tokenizer") or d_spec["path"], d_spec.get("revision")),
+                  "draft": (d_spec["path"], d_spec.get("revision"))}
+    return files
+
+
+def check_pair_sources(cfg: dict) -> dict[tuple[str, str | None], str]:
+    """hub_source of every model and tokenizer of a hub pair (pair_files), before anything is loaded; one error
+    names all that are missing, with what the pair needs."""
     sources, problems, missing = {}, [], []
-    for key in dict.fromkeys(wanted):  # distinct, in order
+    for key in dict.fromkeys(pair_files(cfg).values()):  # distinct, in order
         check_hub_id(key[0])
         try:
             sources[key] = hub_source(*key)
@@ -233,19 +240,13 @@ def shared_vocab_size(tokenizer: PreTrainedTokenizerBase, models: list[PreTraine
 def build_hub(cfg: dict, device: torch.device) -> Pair:
     """Load target and draft from hub ids or local paths, once each is known to be loadable."""
     t_spec, d_spec = cfg["target"], cfg.get("draft")
-    sources = check_pair_sources(cfg)
-
-    def src(path: str, spec: dict) -> str:
-        return sources[(path, spec.get("revision"))]
-
-    t_tok = cfg.get("tokenizer") or t_spec["path"]
-    tok = load_tokenizer(t_tok, t_spec.get("revision"), src(t_tok, t_spec))
+    files, sources = pair_files(cfg), check_pair_sources(cfg)
+    tok = load_tokenizer(*files["tokenizer"], sources[files["tokenizer"]])
     if d_spec:
-        d_tok_path = d_spec.get("tokenizer") or d_spec["path"]
-        d_tok = load_tokenizer(d_tok_path, d_spec.get("revision"), src(d_tok_path, d_spec))
+        d_tok = load_tokenizer(*files["draft_tokenizer"], sources[files["draft_tokenizer"]])
         check_vocab(t_spec["path"], tok, d_spec["path"], d_tok)
-    target = load_model(t_spec, device, src(t_spec["path"], t_spec))
-    draft = load_model(d_spec, device, src(d_spec["path"], d_spec)) if d_spec else None
+    target = load_model(t_spec, device, sources[files["target"]])
+    draft = load_model(d_spec, device, sources[files["draft"]]) if d_spec else None
     models = [m for m in (target, draft) if m is not None]
     return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, models))
 
