@@ -186,6 +186,15 @@ class HFAssisted(Method):
     def carried_state(self) -> dict[str, Any] | None:
         return dict(self.carried or self.settings) if self.persist else None
 
+    def check_batch(self, batch_size: int) -> None:
+        """transformers' assisted generation decodes one sequence at a time: batch_size must be 1."""
+        from specbench.common.options import OptionError
+
+        if batch_size > 1:
+            raise OptionError(f"method 'hf_assisted' runs transformers' assisted generation, which supports batch "
+                              f"size 1 only (got batch_size={batch_size}); set batch_size=1, or use method=vanilla "
+                              "or heuristic, which run batched in specbench's engine")
+
     def restore_state(self, state: dict[str, Any]) -> None:
         self.carried = dict(zip(ASSISTANT_KEYS, state_values(self.name, state, ASSISTANT_KEYS)))
 

@@ -92,6 +92,8 @@ class Generation:
     target_calls: int  # forward calls of the target model
     draft_calls: int  # forward calls of the draft-role model
     text: str = ""
+    latency_s: float = 0.0  # wall seconds from the batch's first model call to this row's stop (B = 1: decode_s)
+    batch_rows: int = 1  # rows of the batch this generation was decoded in, when the batch started
     extra: dict = field(default_factory=dict)
     turn_stops: list[str] | None = None  # a multi-turn example's: why each turn ended (concat_generations)
 
@@ -128,6 +130,17 @@ class Engine:
         self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
         self.context_length = b.context_length
         self.device = method.verifier_model.device
+
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                       generators: list[torch.Generator | None] | None = None, trace: bool = False) -> list[Generation]:
+        """Decode the prompts [B][P_b] together; one Generation per row (PROVISIONAL: rows one after another)."""
+        gens = generators or [None] * len(prompts)
+        out = [self.generate(p, max_new_tokens, g, trace) for p, g in zip(prompts, gens)]
+        t = 0.0
+        for g in out:
+            t += g.decode_s
+            g.latency_s, g.batch_rows = t, len(prompts)
+        return out
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
                  trace: bool = False) -> Generation:

@@ -144,6 +144,16 @@ class Method:
         """Continue from a state that carried_state() returned."""
         raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")
 
+    def check_batch(self, batch_size: int) -> None:
+        """Fail with an OptionError naming the key when this method cannot decode `batch_size` rows together
+        (called by the runner before any model loads)."""
+        from specbench.common.options import OptionError
+
+        if batch_size > 1 and self.carried_state() is not None:
+            raise OptionError(f"method {self.name!r}: method.persist=true carries state from one example to the "
+                              f"next, which needs batch_size=1 (got batch_size={batch_size}); set "
+                              "method.persist=false or batch_size=1")
+
     def observe_hidden(self, states: torch.Tensor) -> None:
         """After a verify: the verifier's states [len(hidden_layers), H] at the last accepted position."""
 
