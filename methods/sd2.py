@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from specbench.methods.distilled import Distilled
-from specbench.decoding.method import METHODS, Binding
+from specbench.decoding.method import METHODS, Binding, Method
 
 
 @METHODS.register("sd2")
@@ -29,8 +29,22 @@ class SD2(Distilled):
         self.hidden_layers = self.steered.steering.layers
 
     def reset(self) -> None:
+        self.states: torch.Tensor | None = None  # the first block is drafted before the verifier has run
         if self.steered is not None:
-            self.steered.clear()  # the first block is drafted before the verifier has run
+            self.steered.clear()
 
     def observe_hidden(self, states: torch.Tensor) -> None:
-        self.steered.set_block(states)
+        """Keep this row's verifier states [3, H_v] for its next block."""
+        self.states = states
+
+    def before_draft(self, rows: list[Method]) -> None:
+        """Steer each row's next block from its own states: biases [B, 1, I_D] per drafter layer (g = 0, so
+        b = 0, for a row not verified yet); no hook output at all while no row has been verified."""
+        if self.steered is None:
+            return
+        states = [m.states for m in rows]
+        if all(s is None for s in states):
+            self.steered.clear()
+            return
+        ref = next(s for s in states if s is not None)
+        self.steered.set_block(torch.stack([ref.new_zeros(ref.shape) if s is None else s for s in states]))

@@ -30,12 +30,20 @@ class TableLM(torch.nn.Module):
         g = torch.Generator().manual_seed(int.from_bytes(h[:8], "little"))
         return self.scale * torch.randn(self.vocab, generator=g)
 
-    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=0):
-        n = input_ids.shape[1]
-        kv = input_ids.to(torch.float64).view(1, 1, n, 1)
-        keys, _ = past_key_values.update(kv, kv, 0)  # the real cache now holds the whole prefix
-        prefix = keys.view(-1).long().tolist()
+    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=0, attention_mask=None,
+                position_ids=None):
+        """Logits [B, keep, V] of the last `keep` columns; a row's prefix is its tokens at the columns its
+        attention mask [B, columns] marks (every column without one), holes get zero logits."""
+        B, n = input_ids.shape
+        kv = input_ids.to(torch.float64).view(B, 1, n, 1)
+        keys, _ = past_key_values.update(kv, kv, 0)  # the real cache now holds every column of every row
+        cols = keys.shape[2]
+        mask = torch.ones((B, cols), dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         keep = logits_to_keep or n
-        start = len(prefix) - keep
-        rows = [self.logits_for(prefix[: start + j + 1]) for j in range(keep)]
-        return SimpleNamespace(logits=torch.stack(rows)[None])
+        out = torch.zeros((B, keep, self.vocab))
+        for b in range(B):
+            ids = keys[b].view(-1).long().tolist()
+            for j, c in enumerate(range(cols - keep, cols)):
+                if mask[b, c]:
+                    out[b, j] = self.logits_for([t for t, m in zip(ids[: c + 1], mask[b, : c + 1].tolist()) if m])
+        return SimpleNamespace(logits=out)

@@ -1,19 +1,39 @@
-"""The one speculative decoding loop every method runs through (design.md section 3). Batch size 1.
+"""The one speculative decoding loop every method runs through (design.md section 3), for B >= 1 rows at once.
 
-State: a token buffer buf [1, P + max_new_tokens + 1] whose first L entries are committed, and one
-KV cache per model that covers buf[:cache_len]. One iteration, one named step each:
-  1. draft: x_1..x_w with x_i drawn from q_i = q(. | buf[:L+i-1]), asking the method's policy after each token;
-  2. verify: one target forward over buf[target_len : L+w] gives p_1..p_{w+1} (the first iteration's
-     forward is also the prompt prefill, as in transformers' assisted generation);
-  3. accept: the method's rule gives n accepted drafts and the next token buf[L+n]; L <- L + n + 1
+State: a token buffer buf [B, max P_b + max_new_tokens + 1] whose row b holds its committed tokens in
+buf[b, :L_b] (the prompt first, no padding: a token's buffer index is its position), and one KV cache per
+model. One iteration, one named step each, every row with its own L_b, window, rule and policy:
+  1. draft: x_1..x_w with x_i drawn from q_i = q(. | buf[b, :L_b+i-1]), asking the row's policy after each token;
+  2. verify: one target forward over the row's uncached tokens and drafts gives p_1..p_{w+1} (the first
+     iteration's forward is also the prompt prefill, as in transformers' assisted generation);
+  3. accept: the row's rule gives n accepted drafts and the next token buf[b, L_b+n]; L_b <- L_b + n + 1
      (a relaxed rule also says how many of the n only its relaxation accepted);
-  4. roll back: both caches are cropped to the accepted prefix buf[:L+n];
-  5. update: the method's policy is updated with the iteration record;
+  4. roll back: both caches keep the row's accepted prefix buf[b, :L_b+n];
+  5. update: the row's policy is updated with its iteration record;
   6. stop: the block's tokens are checked one by one as an autoregressive decoder would check them
      (specbench.decoding.stopping: EOS, stop string, length, context); tokens after the first that ends it are dropped.
 `ar` and `draft_only` are the same loop with w = 0: one forward, one token per iteration, so
 every method's tokens are produced and counted by the same code. Model calls and seconds are
 counted per pair role: draft_only's calls are draft calls.
+
+Batches (B > 1). The KV cache is one rectangular tensor per model whose columns all rows share; a row's
+tokens occupy some of the columns and the others are holes, masked out by a 2-D attention mask [B, columns],
+while position ids give every token its own row position (its buffer index), so a row attends to exactly its
+own tokens at their own positions, as alone. A forward feeds each row its uncached tokens right-aligned in a
+block of the widest row's width (shorter rows padded on the left of the block with masked holes): prompts of
+different lengths are left-padded this way, and the last columns hold every row's newest tokens, whose logits
+are kept. Roll-back masks a row's rejected columns (they become holes) and crops the columns no row uses any
+more from the end; with one row every roll-back is such a crop and no mask is built, which is the B = 1 loop
+as it was. A row whose generation stopped leaves the batch at once: the caches, masks and buffer keep the
+other rows (`Cache.batch_select_indices`), so a finished row costs nothing more; the batch is not refilled.
+Drafting when rows want different lengths: the batch drafts to the longest window still open; a row that has
+stopped drafting (window, policy, EOS or length) feeds a masked hole in the remaining draft forwards. Its
+record's `draft_steps` (the batch's draft forwards that iteration) next to its own `drafted` shows that cost.
+Every row owns its method instance (Method.fork: policy state, rule, thresholds) and its random generator,
+so under greedy decoding each row's schedule and tokens are the ones it gets at B = 1 (up to the float
+rounding of batched kernels). Time is shared: each iteration's wall time and each forward's seconds are split
+equally among the rows in it, so a row's decode_s is its share and the shares of a batch sum to its wall
+time; latency_s is the wall time from the batch's start to the row's stop.
 """
 
 from __future__ import annotations
@@ -24,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specbench.decoding.acceptance import JSRelaxed, Rule
+from specbench.decoding.acceptance import Greedy, JSRelaxed, Rule
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding.stopping import StopCriteria
@@ -37,45 +57,104 @@ def sync(device: torch.device) -> None:
 
 
 class ModelState:
-    """A model plus its KV cache, which holds the first `length` tokens of the buffer."""
+    """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, rows: int = 1) -> None:
         self.model = model
         self.device = model.device
         self.cache = DynamicCache(config=model.config)
-        self.length = 0
+        self.fed = [0] * rows  # tokens of each row in the cache
+        self.columns = 0  # cache columns, shared by the rows
+        # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
+        self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
+                                                                            device=self.device)
         self.seconds = 0.0  # summed wall time of forward calls
         self.calls = 0
-        self.hidden: torch.Tensor | None = None  # [len(layers), keep, H] of the last forward given layers
+        self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
+        self.row_calls = [0] * rows  # forward calls each row took part in
+        self.hidden: torch.Tensor | None = None  # [len(layers), B, keep, H] of the last forward given layers
+
+    @property
+    def length(self) -> int:
+        """Tokens of a one-row cache."""
+        return self.fed[0]
 
     @torch.inference_mode()
-    def forward(self, buf: torch.Tensor, upto: int, keep: int, layers: tuple[int, ...] = ()) -> torch.Tensor:
-        """Feed buf[:, length:upto]; return logits [keep, V_model] of the last `keep` positions.
+    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
+                ) -> torch.Tensor:
+        """Feed each row b its tokens buf[b, fed[b]:upto[b]]; return logits [B, keep, V_model] of the block's last
+        `keep` columns (row b's newest tokens, right-aligned).
 
         With `layers` (hidden_states indices: k = output of decoder layer k), the same forward also
-        keeps those hidden states of the last `keep` positions in self.hidden [len(layers), keep, H].
+        keeps those hidden states of the last `keep` columns in self.hidden [len(layers), B, keep, H].
         """
         t0 = time.perf_counter()
-        ids = buf[:, self.length : upto].to(self.device)  # no-op unless the models sit on different devices
-        extra = {"output_hidden_states": True} if layers else {}
+        upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
+        if self.mask is None:  # one row, no holes: the plain causal forward
+            ids, extra = buf[:, self.fed[0] : upto[0]].to(self.device), {}
+            width = upto[0] - self.fed[0]
+        else:
+            ids, extra, width = self.block(buf, upto)
+        if layers:
+            extra["output_hidden_states"] = True
         out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **extra)
         if layers:
-            self.hidden = torch.stack([out.hidden_states[k][0, -keep:] for k in layers])
+            self.hidden = torch.stack([out.hidden_states[k][:, -keep:] for k in layers])
         sync(self.device)
-        self.seconds += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.seconds += dt
         self.calls += 1
-        self.length = upto
-        return out.logits[0, -keep:]
+        share = dt / len(self.fed)  # the forward's time, split among its rows
+        self.shares = [x + share for x in self.shares]
+        self.row_calls = [c + 1 for c in self.row_calls]
+        self.fed = list(upto)
+        self.columns += width
+        return out.logits[:, -keep:]
 
-    def crop(self, length: int) -> None:
-        """Roll the cache back to its first `length` tokens.
+    def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
+        """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
+        the k_b = upto[b] - fed[b] tokens buf[b, fed[b]:upto[b]] right-aligned, K = max k_b (holes on the left)."""
+        k = torch.tensor([u - f for u, f in zip(upto, self.fed)], device=buf.device)  # [B]
+        width = max(1, int(k.max()))
+        end = torch.tensor(upto, device=buf.device)
+        pos = (end[:, None] - width + torch.arange(width, device=buf.device)).clamp_min(0)  # [B, K] buffer index
+        valid = (torch.arange(width, device=buf.device) >= width - k[:, None]).long()  # [B, K]
+        ids = buf.gather(1, pos).to(self.device)
+        self.mask = torch.cat([self.mask, valid.to(self.device)], dim=1)
+        return ids, {"attention_mask": self.mask, "position_ids": pos.to(self.device)}, width
 
-        transformers 5.x `Cache.crop(k)` takes k <= 0 = minus the number of tokens to remove
-        (a positive k raises); tests/test_engine.py pins this against a fresh forward.
+    def crop(self, length: int | list[int]) -> None:
+        """Roll row b back to its first length[b] tokens (length[b] <= fed[b]).
+
+        One row: the cache is cropped. transformers 5.x `Cache.crop(k)` takes k <= 0 = minus the number of
+        tokens to remove (a positive k raises); tests/test_engine.py pins this against a fresh forward.
+        Several rows: row b's last fed[b] - length[b] tokens become holes, then the columns no row uses any
+        more are cropped from the end.
         """
-        if length < self.length:
-            self.cache.crop(length - self.length)
-            self.length = length
+        length = [length] * len(self.fed) if isinstance(length, int) else length
+        if self.mask is None:
+            if length[0] < self.fed[0]:
+                self.cache.crop(length[0] - self.fed[0])
+                self.columns, self.fed = length[0], [length[0]]
+            return
+        drop = torch.tensor([f - n for f, n in zip(self.fed, length)], device=self.device)  # [B]
+        if int(drop.max()) > 0:
+            after = self.mask.flip(1).cumsum(1).flip(1)  # [B, columns]: the row's tokens at or after column c
+            self.mask = self.mask * (after > drop[:, None]).long()
+            used = self.mask.any(0).nonzero()  # columns some row still uses
+            keep = int(used.max()) + 1 if used.numel() else 0
+            if keep < self.columns:
+                self.cache.crop(keep - self.columns)
+                self.mask, self.columns = self.mask[:, :keep], keep
+        self.fed = list(length)
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only the given rows (indices into the current batch), in that order."""
+        self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+        self.mask = self.mask[rows]
+        self.fed = [self.fed[b] for b in rows]
+        self.shares = [self.shares[b] for b in rows]
+        self.row_calls = [self.row_calls[b] for b in rows]
 
 
 @dataclass
@@ -85,12 +164,12 @@ class Generation:
     token_ids: list[int]
     stop_reason: str  # eos / stop_string / length / context
     records: list[IterationRecord]
-    decode_s: float
+    decode_s: float  # this row's share of the decode wall time (B = 1: the wall time)
     first_block_s: float  # wall time from the first model call to the first committed block (1st iteration)
-    target_model_s: float  # summed forward time of the pair's target model
+    target_model_s: float  # summed forward time of the pair's target model (this row's share)
     draft_model_s: float  # summed forward time of the model in the draft role (draft_only's generator included)
-    target_calls: int  # forward calls of the target model
-    draft_calls: int  # forward calls of the draft-role model
+    target_calls: int  # forward calls of the target model (that this row took part in)
+    draft_calls: int  # forward calls of the draft-role model (that this row took part in)
     text: str = ""
     latency_s: float = 0.0  # wall seconds from the batch's first model call to this row's stop (B = 1: decode_s)
     batch_rows: int = 1  # rows of the batch this generation was decoded in, when the batch started
@@ -116,12 +195,35 @@ def concat_generations(gens: list[Generation], text: str) -> Generation:
         target_calls=sum(g.target_calls for g in gens),
         draft_calls=sum(g.draft_calls for g in gens),
         text=text,
+        latency_s=sum(g.latency_s for g in gens),
+        batch_rows=gens[0].batch_rows,
         turn_stops=[g.stop_reason for g in gens],
     )
 
 
+@dataclass
+class Row:
+    """One example's generation inside a batch: its method instance, generator, limits and progress."""
+
+    index: int  # its prompt's place in the batch
+    method: Method
+    generator: torch.Generator | None
+    P: int  # prompt tokens
+    ctx: int  # the context limit of this row
+    L: int  # committed tokens in buf (prompt included)
+    out: list[int] = field(default_factory=list)  # buf[b, P:L] as a list, for the stop checks
+    records: list[IterationRecord] = field(default_factory=list)
+    stop_reason: str = ""
+    decode_s: float = 0.0  # share of the wall time
+    latency_s: float = 0.0
+    qs: list[torch.Tensor] = field(default_factory=list)  # this iteration's q_1..q_w, each [V]
+    why: str = "none"  # why this iteration's drafting ended
+    seconds: dict = field(default_factory=dict)  # role -> forward seconds (share)
+    calls: dict = field(default_factory=dict)  # role -> forward calls taken part in
+
+
 class Engine:
-    """Runs one bound method (Method.bind) on the models of its binding, one example at a time."""
+    """Runs one bound method (Method.bind) on the models of its binding, on one example or a batch of them."""
 
     def __init__(self, method: Method, stop_strings: tuple[str, ...] = ()) -> None:
         b = method.bound
@@ -131,118 +233,189 @@ class Engine:
         self.context_length = b.context_length
         self.device = method.verifier_model.device
 
-    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
-                       generators: list[torch.Generator | None] | None = None, trace: bool = False) -> list[Generation]:
-        """Decode the prompts [B][P_b] together; one Generation per row (PROVISIONAL: rows one after another)."""
-        gens = generators or [None] * len(prompts)
-        out = [self.generate(p, max_new_tokens, g, trace) for p, g in zip(prompts, gens)]
-        t = 0.0
-        for g in out:
-            t += g.decode_s
-            g.latency_s, g.batch_rows = t, len(prompts)
-        return out
-
     def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
                  trace: bool = False) -> Generation:
         """Decode up to max_new_tokens new tokens after prompt_ids [P] with the engine's method."""
-        method = self.method
+        if self.method.external:  # a method that decodes with another library's loop (hf_assisted)
+            if max_new_tokens <= 0:
+                raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+            return self.method.generate_external(prompt_ids, max_new_tokens, self.stop, generator, trace)
+        return self.generate_batch([prompt_ids], max_new_tokens, [generator], trace)[0]
+
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                       generators: list[torch.Generator | None] | None = None, trace: bool = False) -> list[Generation]:
+        """Decode up to max_new_tokens new tokens after each prompt [B][P_b] together; one Generation per row."""
+        method, B = self.method, len(prompts)
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if method.external:  # a method that decodes with another library's loop (hf_assisted)
-            return method.generate_external(prompt_ids, max_new_tokens, self.stop, generator, trace)
-        P = len(prompt_ids)
-        ctx = self.context_length or (P + max_new_tokens + 1)
-        if P >= ctx:
-            raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
+        if B == 0:
+            return []
+        method.check_batch(B)
+        if method.external:
+            return [self.generate(prompts[0], max_new_tokens, (generators or [None])[0], trace)]
+        generators = generators or [None] * B
+        rows = [self.new_row(i, method if B == 1 else method.fork(), g, len(p), max_new_tokens)
+                for i, (p, g) in enumerate(zip(prompts, generators))]
+        for i, r in enumerate(rows):
+            if r.P >= r.ctx:
+                raise ValueError(f"prompt {i} of {r.P} tokens does not fit the model context of {r.ctx} tokens")
         stats = trace or method.needs_stats
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
-        states = {role: ModelState(model) for role, model in method.bound.models.items()}  # by pair role
+        states = {role: ModelState(model, B) for role, model in method.bound.models.items()}  # by pair role
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
         draft = states["draft"] if method.uses_draft else None
-        buf = torch.zeros((1, P + max_new_tokens + 1), dtype=torch.long, device=self.device)
-        buf[0, :P] = torch.tensor(prompt_ids, dtype=torch.long)
-        L, stop_reason, records, first_block_s = P, "", [], 0.0
-        out: list[int] = []  # buf[0, P:L] as a list, for the stop checks
-        method.reset()
+        buf = torch.zeros((B, max(r.P for r in rows) + max_new_tokens + 1), dtype=torch.long, device=self.device)
+        for b, p in enumerate(prompts):
+            buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        for r in rows:
+            r.method.reset()
+        done: list[Row] = []
+        first_block_s = 0.0
         sync(self.device)
-        t_start = time.perf_counter()
-        while not stop_reason:
-            # 1. draft at most min(window, tokens left - 1, context left - 1) tokens
-            w_max = min(method.window(), P + max_new_tokens - L - 1, ctx - L - 1) if draft else 0
-            t0 = time.perf_counter()
-            qs, why = self.draft(draft, buf, L, w_max, generator) if draft else ([], "none")
-            w = len(qs)
+        t_start = t_prev = time.perf_counter()  # t_prev: the end of the previous iteration
+        while rows:
+            t_iter = time.perf_counter()
+            # 1. draft: row b at most min(window, tokens left - 1, context left - 1) tokens
+            if draft:
+                method.before_draft([r.method for r in rows])
+                steps = self.draft(draft, buf, rows, max_new_tokens)
+            else:
+                steps = 0
             t1 = time.perf_counter()
-            # 2. verify: p_1..p_{w+1} in one target forward
-            p = self.sampler.probs(target.forward(buf, L + w, w + 1, layers))  # [w+1, V]
+            # 2. verify: row b's p_1..p_{w_b+1} are the last w_b + 1 of one target forward's kept columns
+            w = [len(r.qs) for r in rows]
+            keep = max(w) + 1
+            p_all = self.sampler.probs(target.forward(buf, [r.L + n for r, n in zip(rows, w)], keep, layers))
             t2 = time.perf_counter()
-            # 3. accept x_1..x_n and the next token buf[L+n]
-            q = torch.stack(qs) if qs else p.new_zeros((0, p.shape[-1]))  # [w, V]
-            n, relaxed = self.accept(buf, L, q, p, generator)
-            if layers:  # states at the last accepted position buf[L+n-1], whose p_{n+1} gave buf[L+n]
-                method.observe_hidden(target.hidden[:, n])  # [len(layers), H]
-            out += buf[0, L : L + n + 1].tolist()
-            # 4. roll back: the caches keep the accepted prefix buf[:L+n]
-            roll_back(target, draft, L + n)
-            L += n + 1
-            # 5. record the iteration and update the policy
-            rec = IterationRecord(drafted=w, accepted=n, stop=why, draft_s=t1 - t0, verify_s=t2 - t1,
-                                  accepted_relaxed=relaxed)
-            if stats and w:
-                rec.entropy, rec.js = self.statistics(q, p, method.rule)
-            method.update(rec)
-            rec.state = method.state()
-            records.append(rec)
-            # 6. stop where an autoregressive decoder would: the first of the block's tokens that ends it
-            stop_reason, k = self.stop.first_stop(out, len(out) - n - 1, max_new_tokens, ctx - P)
-            del out[k:]  # the block's tokens after the stop
-            if len(records) == 1:
-                sync(self.device)
-                first_block_s = time.perf_counter() - t_start
-        sync(self.device)
-        decode_s = time.perf_counter() - t_start
-        t, d = states.get("target"), states.get("draft")
+            # 3. accept x_1..x_n and the next token buf[b, L_b+n] per row
+            accepted = self.accept(buf, rows, p_all, keep)
+            if layers:  # states at the last accepted position buf[b, L_b+n-1], whose p_{n+1} gave buf[b, L_b+n]
+                for b, (r, (n, _)) in enumerate(zip(rows, accepted)):
+                    r.method.observe_hidden(target.hidden[:, b, keep - w[b] - 1 + n])  # [len(layers), H]
+            # 4. roll back: the caches keep each row's accepted prefix buf[b, :L_b+n]
+            target.crop([r.L + n for r, (n, _) in zip(rows, accepted)])
+            if draft:
+                draft.crop([min(f, r.L + n) for f, r, (n, _) in zip(draft.fed, rows, accepted)])
+            # 5. record the iteration and update each row's policy
+            for b, (r, (n, relaxed)) in enumerate(zip(rows, accepted)):
+                r.out += buf[b, r.L : r.L + n + 1].tolist()
+                r.L += n + 1
+                rec = IterationRecord(drafted=w[b], accepted=n, stop=r.why, draft_s=t1 - t_iter, verify_s=t2 - t1,
+                                      accepted_relaxed=relaxed, draft_steps=steps)
+                if stats and w[b]:
+                    q = torch.stack(r.qs)
+                    rec.entropy, rec.js = self.statistics(q, p_all[b, keep - w[b] - 1 :], r.method.rule)
+                r.method.update(rec)
+                rec.state = r.method.state()
+                r.records.append(rec)
+                # 6. stop where an autoregressive decoder would: the first of the block's tokens that ends it
+                r.stop_reason, k = self.stop.first_stop(r.out, len(r.out) - n - 1, max_new_tokens, r.ctx - r.P)
+                del r.out[k:]  # the block's tokens after the stop
+            sync(self.device)
+            now = time.perf_counter()
+            if not first_block_s:
+                first_block_s = now - t_start
+            for r in rows:  # the shares of all iterations sum to the batch's wall time
+                r.decode_s += (now - t_prev) / len(rows)
+            t_prev = now
+            live = [b for b, r in enumerate(rows) if not r.stop_reason]
+            if len(live) < len(rows):  # finished rows leave the batch
+                for b, r in enumerate(rows):
+                    if r.stop_reason:
+                        r.latency_s = now - t_start
+                        self.settle(r, b, states)
+                        done.append(r)
+                rows = [rows[b] for b in live]
+                if rows:
+                    for s in states.values():
+                        s.select(live)
+                    buf = buf[live]
+        return [self.result(r, first_block_s, B) for r in sorted(done, key=lambda r: r.index)]
+
+    def new_row(self, index: int, method: Method, generator: torch.Generator | None, P: int, max_new_tokens: int
+                ) -> Row:
+        """Row `index` of the batch, for a prompt of P tokens: its context limit and committed length."""
+        return Row(index, method, generator, P, self.context_length or (P + max_new_tokens + 1), P)
+
+    @staticmethod
+    def settle(row: Row, b: int, states: dict[str, ModelState]) -> None:
+        """Copy row b's forward-time shares and calls out of the model states before it leaves the batch."""
+        for role, s in states.items():
+            row.seconds[role], row.calls[role] = s.shares[b], s.row_calls[b]
+
+    def result(self, r: Row, first_block_s: float, B: int) -> Generation:
+        """The Generation of a finished row."""
         return Generation(
-            token_ids=out,
-            stop_reason=stop_reason,
-            records=records,
-            decode_s=decode_s,
+            token_ids=r.out,
+            stop_reason=r.stop_reason,
+            records=r.records,
+            decode_s=r.decode_s,
             first_block_s=first_block_s,
-            target_model_s=t.seconds if t else 0.0,
-            draft_model_s=d.seconds if d else 0.0,
-            target_calls=t.calls if t else 0,
-            draft_calls=d.calls if d else 0,
-            text=self.stop.text(out, stop_reason),
+            target_model_s=r.seconds.get("target", 0.0),
+            draft_model_s=r.seconds.get("draft", 0.0),
+            target_calls=r.calls.get("target", 0),
+            draft_calls=r.calls.get("draft", 0),
+            text=self.stop.text(r.out, r.stop_reason),
+            latency_s=r.latency_s,
+            batch_rows=B,
         )
 
-    def draft(self, draft: ModelState, buf: torch.Tensor, L: int, w_max: int, generator: torch.Generator | None
-              ) -> tuple[list[torch.Tensor], str]:
-        """Step 1: x_i drawn from q_i = q(. | buf[:L+i-1]) into buf[L+i-1], for i = 1..w_max until an EOS or the
-        method's stop; returns q_1..q_w (each [V]) and why drafting ended (window / eos / policy / length)."""
-        if w_max <= 0:
-            return [], "length"
-        qs: list[torch.Tensor] = []
-        for i in range(w_max):
-            q_i = self.sampler.probs(draft.forward(buf, L + i, 1))[0].to(self.device)  # [V]
-            x_i = int(self.sampler.pick(q_i[None], generator)[0])
-            buf[0, L + i] = x_i
-            qs.append(q_i)
-            keep = self.method.keep_drafting(i + 1, q_i, x_i)  # asked for EOS too: confidence learns from it
-            if x_i in self.stop.eos_ids:
-                return qs, "eos"
-            if not keep:
-                return qs, "policy"
-        return qs, "window"
+    def draft(self, draft: ModelState, buf: torch.Tensor, rows: list[Row], max_new_tokens: int) -> int:
+        """Step 1: for every row b, x_i drawn from q_i = q(. | buf[b, :L_b+i-1]) into buf[b, L_b+i-1], i = 1..w_max_b,
+        until an EOS or the row's policy stops it; leaves q_1..q_w (each [V]) and why drafting ended (window / eos /
+        policy / length) in the row; returns the draft forwards run (the batch drafts to its longest window)."""
+        w_max = [min(r.method.window(), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
+        for r, m in zip(rows, w_max):
+            r.qs, r.why = [], "length" if m <= 0 else "window"
+        open_ = [b for b, m in enumerate(w_max) if m > 0]  # rows still drafting
+        i = 0
+        while open_:
+            upto = [r.L + i if b in open_ else draft.fed[b] for b, r in enumerate(rows)]
+            q = self.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(self.device)  # [B, V]
+            x = self.pick(q, open_, rows)
+            still = []
+            for b in open_:
+                r = rows[b]
+                buf[b, r.L + i] = x[b]
+                r.qs.append(q[b])
+                keep = r.method.keep_drafting(i + 1, q[b], x[b])  # asked for EOS too: confidence learns from it
+                if x[b] in self.stop.eos_ids:
+                    r.why = "eos"
+                elif not keep:
+                    r.why = "policy"
+                elif i + 1 < w_max[b]:
+                    still.append(b)
+            open_, i = still, i + 1
+        return i
 
-    def accept(self, buf: torch.Tensor, L: int, q: torch.Tensor, p: torch.Tensor,
-               generator: torch.Generator | None) -> tuple[int, int]:
-        """Step 3: n = the longest prefix of the drafts x = buf[L:L+w] the rule accepts (q [w, V], p [w+1, V]),
-        and how many of them only a relaxation accepted; the rule's next token (correction, or bonus when
-        n = w) goes to buf[L+n]."""
-        ok, fallback = self.method.rule(buf[0, L : L + q.shape[0]], q, p, generator)
-        n, relaxed = self.method.rule.count(ok)
-        buf[0, L + n] = fallback[n]
-        return n, relaxed
+    def pick(self, q: torch.Tensor, open_: list[int], rows: list[Row]) -> dict[int, int]:
+        """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""
+        if self.sampler.params.greedy:
+            top = q.argmax(-1).tolist()
+            return {b: top[b] for b in open_}
+        return {b: int(self.sampler.pick(q[b : b + 1], rows[b].generator)[0]) for b in open_}
+
+    def accept(self, buf: torch.Tensor, rows: list[Row], p_all: torch.Tensor, keep: int) -> list[tuple[int, int]]:
+        """Step 3, per row b: n = the longest prefix of the drafts x = buf[b, L_b:L_b+w] the row's rule accepts
+        (q [w, V], p = the last w+1 of p_all[b] [keep, V]), and how many of them only a relaxation accepted; the
+        rule's next token (correction, or bonus when n = w) goes to buf[b, L_b+n]. Greedy rows share one argmax."""
+        top = p_all.argmax(-1).tolist() if any(type(r.method.rule) is Greedy for r in rows) else None  # [B, keep]
+        out = []
+        for b, r in enumerate(rows):
+            w = len(r.qs)
+            if type(r.method.rule) is Greedy:  # accept while x_i == argmax p_i; next = argmax p_{n+1}
+                t = top[b][keep - w - 1 :]
+                x = buf[b, r.L : r.L + w].tolist()
+                n = next((i for i in range(w) if x[i] != t[i]), w)
+                buf[b, r.L + n] = t[n]
+                out.append((n, 0))
+                continue
+            q = torch.stack(r.qs) if r.qs else p_all.new_zeros((0, p_all.shape[-1]))  # [w, V]
+            ok, fallback = r.method.rule(buf[b, r.L : r.L + w], q, p_all[b, keep - w - 1 :], r.generator)
+            n, relaxed = r.method.rule.count(ok)
+            buf[b, r.L + n] = fallback[n]
+            out.append((n, relaxed))
+        return out
 
     @staticmethod
     def statistics(q: torch.Tensor, p: torch.Tensor, rule: Rule) -> tuple[list[float], list[float]]:
@@ -250,10 +423,3 @@ class Engine:
         just computed the distances."""
         js = rule.js if isinstance(rule, JSRelaxed) else js_distance(p[: q.shape[0]], q)
         return entropy_bits(q).tolist(), js.tolist()
-
-
-def roll_back(target: ModelState, draft: ModelState | None, length: int) -> None:
-    """Step 4: both caches keep at most the accepted prefix buf[:length] (the draft's may be shorter)."""
-    target.crop(length)
-    if draft:
-        draft.crop(min(draft.length, length))

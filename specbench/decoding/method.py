@@ -8,6 +8,7 @@ decode settings); everything a method knows about the pair comes from there.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ class IterationRecord:
     stop: str  # why drafting ended: policy / window / eos / length / none (no drafter)
     draft_s: float  # wall seconds of the draft phase
     verify_s: float  # wall seconds of the target forward
+    draft_steps: int = 0  # draft forwards the batch ran in this iteration (= drafted at B = 1; more for a row
+    #                       that stopped drafting before the batch's longest window)
     accepted_relaxed: int = 0  # of the n, accepted only by a relaxation (AdaSD's d_JS <= T_V); 0 for exact rules
     entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
     js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)
@@ -112,6 +115,17 @@ class Method:
         """Are the outputs distributed as the target's autoregressive ones (`ar`)? The verifier must be the
         target and the rule must keep its distribution (draft_only verifies with the draft: False)."""
         return self.verifier == "target" and self.rule.lossless
+
+    def fork(self) -> "Method":
+        """An instance for one row of a batch: the same binding and models, its own rule and policy state (reset()
+        gives the state its start values; a method that carries state across examples cannot be forked)."""
+        twin = copy.copy(self)
+        twin.rule = copy.deepcopy(self.rule)
+        return twin
+
+    def before_draft(self, rows: list["Method"]) -> None:
+        """Before each drafting phase, on the engine's method, with the instances of the rows still decoding
+        (one per row; at B = 1 the method itself): a hook for drafters that read per-row state (sd2)."""
 
     def reset(self) -> None:
         """Start of a generation call (per example)."""

@@ -105,7 +105,7 @@ class Steering(nn.Module):
 class SteeredDrafter:
     """A drafter with steering hooks on every MLP up-projection, and the steering module that feeds them.
 
-    Each hook adds the current block's b_l [I_D] (inference: computed once per block by
+    Each hook adds the current block's b_l [I_D] (or [B, 1, I_D], one per row) (inference: computed once per block by
     `set_block`), or b_l of per-position vectors g [B, T, H_v] (training: `set_positions`; computed
     in the hook, so gradients reach W_s and W_hml), or nothing (`clear`).
     """
@@ -132,9 +132,12 @@ class SteeredDrafter:
         return add_bias
 
     def set_block(self, states: torch.Tensor) -> None:
-        """Steer the next block from the verifier's states [3, H_v] at the last accepted position."""
+        """Steer the next block from the verifier's states [3, H_v] at the last accepted position, or each row of a
+        batch from its own, states [B, 3, H_v] (biases [B, 1, I_D], broadcast over the row's positions)."""
         with torch.no_grad():
-            g = self.steering.vector(states)
+            g = self.steering.vector(states)  # [H_v] or [B, H_v]
+            if g.dim() == 2:
+                g = g[:, None]  # [B, 1, H_v]
             self._block = [self.steering.bias(g, i).to(self.model.dtype) for i in range(self.steering.draft_layers)]
         self.g = None
 
