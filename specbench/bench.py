@@ -284,9 +284,8 @@ def batch_table(summaries: dict[tuple[str, int], dict]) -> pd.DataFrame:
     mem = memory_key(list(summaries.values()))
     df = pd.DataFrame([{"B": b, "method": m, **{k: s.get(k) for k in BATCH_TABLE if k != "speedup_vs_ar"},
                         mem: s.get(mem)} for (m, b), s in summaries.items()])
-    df = df.sort_values("B", kind="stable").reset_index(drop=True).astype({k: float for k in
-                                                                           ("tokens_per_s", "acceptance_rate",
-                                                                            "block_efficiency", mem)})
+    df = df.astype({k: float for k in ("tokens_per_s", "acceptance_rate", "block_efficiency", mem)})
+    df = df.sort_values("B", kind="stable", ignore_index=True)
     ar = df[df["method"] == "ar"].set_index("B")["tokens_per_s"]
     df.insert(3, "speedup_vs_ar", df["tokens_per_s"] / df["B"].map(ar))
     return df
@@ -335,7 +334,7 @@ def cmd_batch(args: argparse.Namespace, command: str) -> int:
           f"max_new_tokens {args.max_new_tokens}, device {first['device_info']['device']}, {args.threads} thread(s); "
           f"run folders under {args.out}")
     print("tokens_per_s: total new tokens / total decode wall time; speedup_vs_ar: over ar at the same B; "
-          f"acceptance_rate; block_efficiency: τ; {mem}: {MEMORY[mem]}")
+          f"acceptance_rate: accepted / drafted tokens; block_efficiency: τ; {mem}: {MEMORY[mem]}")
     print(*batch_lines(table), sep="\n")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_every_method_and_batch_size_is_its_own_run(tmp_path, monkeypatch, capsy
         folder = tmp_path / f"{method}{size}"
         folder.mkdir()
         (folder / "summary.json").write_text(json.dumps(FAKE[(method, size)]))
-        return type("Done", (), {"returncode": 0, "stderr": ""})(), folder
+        return subprocess.CompletedProcess(["run.py", *overrides], 0, "", ""), folder
 
     monkeypatch.setattr(bench, "run_child", fake_child)
     assert bench.main(["batch", "--methods", "ar,vanilla", "--batch-sizes", "1,4,8", "--out", str(tmp_path)]) == 0
@@ -94,6 +95,16 @@ def test_every_method_and_batch_size_is_its_own_run(tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     assert "python -m specbench.bench batch --methods ar,vanilla --batch-sizes 1,4,8" in out
     assert "vanilla stops beating ar at: B=8" in out and "peak_rss_mb: peak resident memory" in out
+
+
+def test_a_failed_run_stops_the_command_with_its_error(tmp_path, monkeypatch, capsys):
+    def failing(overrides: list[str]):
+        return subprocess.CompletedProcess(["run.py", *overrides], 1, "", "OptionError: method.gamma=0"), tmp_path
+
+    monkeypatch.setattr(bench, "run_child", failing)
+    assert bench.main(["batch", "--methods", "vanilla", "--batch-sizes", "2", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "run failed (exit status 1): vanilla at batch_size=2" in err and "OptionError: method.gamma=0" in err
 
 
 def printed_table(out: str) -> list[dict[str, str]]:
