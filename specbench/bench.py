@@ -6,30 +6,45 @@
       constant schedule of the same γ and the confidence stop off, interleaved per prompt, and
       checks that both produce identical token ids (exit status 1 if not);
   (c) the median cost of single model calls (target 1 token, target γ+1 tokens, draft 1 token).
+
+`methods` runs each method through the runner on one pair and dataset and prints the design.md metric table.
+
+`batch` runs `ar`, `vanilla`, `gammatune` and `adasd` on the toy pair at batch sizes 1..32, each (method,
+batch size) as its own `python run.py` process (peak memory is per process), and prints per batch size and
+method: tokens/s (total new tokens / total decode wall time), speedup over `ar` at the same batch size,
+acceptance rate, τ and peak memory, then the batch size at which `vanilla` stops beating `ar` and the
+throughput ratio ar(B=8) / ar(B=1).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import PreTrainedModel
 
 from specbench.common.aggregate import run_metrics, total
 from specbench.common.configs import compose_config
+from specbench.common.files import ROOT
 from specbench.data.dataset import Example, build_dataset
 from specbench.decoding.engine import Engine, Generation, ModelState, sync
 from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.data.prompting import encode
 from specbench.runs.layout import discard_job_dir, job_dir
+from specbench.runs.results import SUMMARY
 from specbench.runs.runner import build_method, make_engine, sampling_params
 
 
@@ -186,19 +201,21 @@ def table_row(name: str, summary: dict) -> dict:
             "lossless": summary["lossless"]}
 
 
+def run_overrides(args: argparse.Namespace, name: str) -> list[str]:
+    """The `python run.py` overrides for method `name` with the command's options."""
+    return [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"limit={args.limit}",
+            f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
+            f"threads={args.threads}", f"paths.results={args.out}",
+            *([f"device={args.device}"] if args.device is not None else []), *args.overrides]
+
+
 def methods_config(args: argparse.Namespace, name: str) -> DictConfig:
     """The config `python run.py` composes for method `name` with the command's options (hydra node included)."""
-    overrides = [f"pair={args.pair}", f"method={name}", f"dataset={args.dataset}", f"limit={args.limit}",
-                 f"decode={args.decode}", f"decode.max_new_tokens={args.max_new_tokens}", "progress=false",
-                 f"threads={args.threads}", f"paths.results={args.out}",
-                 *([f"device={args.device}"] if args.device is not None else []), *args.overrides]
-    return compose_config(overrides, hydra=True)
+    return compose_config(run_overrides(args, name), hydra=True)
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
     """Run each method through the runner on one pair and dataset, in the folders run.py uses; print the table."""
-    import pandas as pd
-
     from specbench.runs.runner import run
 
     rows = []
@@ -220,8 +237,110 @@ def cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run the subcommand."""
+BATCH_METHODS = "ar,vanilla,gammatune,adasd"
+BATCH_SIZES = "1,2,4,8,16,32"
+# the batch table's columns: summary.json keys (speedup_vs_ar computed here; the memory column is one of MEMORY)
+BATCH_TABLE = ["tokens_per_s", "speedup_vs_ar", "acceptance_rate", "block_efficiency", "n_examples"]
+# summary.json's peak memory fields (specbench.runs.provenance.peak_memory) and what each measures
+MEMORY = {"peak_cuda_mb": "peak CUDA memory allocated by torch in the run's own process (MiB)",
+          "peak_rss_mb": "peak resident memory of the run's own process (MiB: Python, torch, both models, "
+                         "caches; ru_maxrss, so one process per run)"}
+BATCH_FORMAT = {"tokens_per_s": ".2f", "speedup_vs_ar": ".3f", "acceptance_rate": ".3f", "block_efficiency": ".3f",
+                "peak_cuda_mb": ".1f", "peak_rss_mb": ".1f", "n_examples": "d"}
+
+
+def batch_sizes(text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, unique); argparse's error for anything but integers >= 1."""
+    try:
+        sizes = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1, e.g. 1,2,4,8")
+    return sizes
+
+
+def batch_overrides(args: argparse.Namespace, name: str, size: int) -> list[str]:
+    """run_overrides plus batch_size=<size> (left out at 1, the default: its folder is run.py's default one)."""
+    return [*run_overrides(args, name), *([f"batch_size={size}"] if size != 1 else [])]
+
+
+def run_child(overrides: list[str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """`python run.py <overrides>` in its own process (printed first), and the run folder it writes."""
+    folder = job_dir(compose_config(overrides, hydra=True))
+    print("$ " + shlex.join(["python", "run.py", *overrides]), flush=True)
+    done = subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True)
+    return done, folder
+
+
+def memory_key(summaries: list[dict]) -> str:
+    """The MEMORY field the runs report: peak_cuda_mb where a run ran on CUDA, else peak_rss_mb."""
+    return "peak_cuda_mb" if any(s.get("peak_cuda_mb") is not None for s in summaries) else "peak_rss_mb"
+
+
+def batch_table(summaries: dict[tuple[str, int], dict]) -> pd.DataFrame:
+    """One row per (batch size B, method) from the runs' summaries {(method, B): summary}: BATCH_TABLE plus the
+    memory_key column; speedup_vs_ar = tokens_per_s / tokens_per_s of `ar` at the same B (NaN without one)."""
+    mem = memory_key(list(summaries.values()))
+    df = pd.DataFrame([{"B": b, "method": m, **{k: s.get(k) for k in BATCH_TABLE if k != "speedup_vs_ar"},
+                        mem: s.get(mem)} for (m, b), s in summaries.items()])
+    df = df.astype({k: float for k in ("tokens_per_s", "acceptance_rate", "block_efficiency", mem)})
+    df = df.sort_values("B", kind="stable", ignore_index=True)
+    ar = df[df["method"] == "ar"].set_index("B")["tokens_per_s"]
+    df.insert(3, "speedup_vs_ar", df["tokens_per_s"] / df["B"].map(ar))
+    return df
+
+
+def stops_beating(table: pd.DataFrame, method: str = "vanilla") -> int | None:
+    """The first (smallest) batch size at which `method`'s speedup over ar is below 1; None if there is none."""
+    mine = table[(table["method"] == method) & (table["speedup_vs_ar"] < 1)]
+    return int(mine["B"].min()) if len(mine) else None
+
+
+def ar_ratio(table: pd.DataFrame, big: int = 8, small: int = 1) -> float | None:
+    """tokens_per_s of ar at B=big over that at B=small; None unless both ran."""
+    ar = table[table["method"] == "ar"].set_index("B")["tokens_per_s"]
+    return float(ar[big] / ar[small]) if big in ar.index and small in ar.index else None
+
+
+def batch_lines(table: pd.DataFrame) -> list[str]:
+    """The table (one line per row, numbers in BATCH_FORMAT, '-' where undefined) and the two verdicts."""
+    formats = {k: (lambda x, f=f: format(x, f)) for k, f in BATCH_FORMAT.items() if k in table}
+    measured = table.loc[(table["method"] == "vanilla") & table["speedup_vs_ar"].notna(), "B"]
+    stop, ratio = stops_beating(table), ar_ratio(table)
+    verdict = ("n/a (needs ar and vanilla at one batch size)" if measured.empty
+               else f"B={stop}" if stop is not None else f"none up to B={measured.max()}")
+    return [table.to_string(index=False, formatters=formats, na_rep="-"), f"vanilla stops beating ar at: {verdict}",
+            "ar tokens_per_s B=8 / B=1: " + (f"{ratio:.3f}" if ratio is not None else "n/a (needs ar at B=1 and B=8)")]
+
+
+def cmd_batch(args: argparse.Namespace, command: str) -> int:
+    """Each (method, batch size) as its own run.py process under args.out; print the table of their summaries."""
+    args.out = str(Path(args.out or tempfile.mkdtemp(prefix="specbench_bench_batch_")).resolve())
+    args.limit = args.batch_sizes[-1] if args.limit is None else args.limit
+    summaries = {}
+    for size in args.batch_sizes:
+        for name in args.methods.split(","):
+            done, folder = run_child(batch_overrides(args, name, size))
+            if done.returncode != 0:
+                print(f"run failed (exit status {done.returncode}): {name} at batch_size={size}:\n"
+                      f"{done.stderr[-3000:]}", file=sys.stderr)
+                return 1
+            summaries[(name, size)] = json.loads((folder / SUMMARY).read_text())
+    table = batch_table(summaries)
+    first = next(iter(summaries.values()))
+    mem = memory_key(list(summaries.values()))
+    print(f"\n{command}\npair {args.pair}, dataset {args.dataset} (limit {args.limit}), decode {args.decode}, "
+          f"max_new_tokens {args.max_new_tokens}, device {first['device_info']['device']}, {args.threads} thread(s); "
+          f"run folders under {args.out}")
+    print("tokens_per_s: total new tokens / total decode wall time; speedup_vs_ar: over ar at the same B; "
+          f"acceptance_rate: accepted / drafted tokens; block_efficiency: τ; {mem}: {MEMORY[mem]}")
+    print(*batch_lines(table), sep="\n")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: subcommands engine, methods and batch with their options."""
     ap = argparse.ArgumentParser(prog="python -m specbench.bench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("engine", help="engine overhead and throughput against transformers' assisted generation")
@@ -246,10 +365,33 @@ def main(argv: list[str] | None = None) -> int:
                    help="results root (paths.results): each method's run folder below it is the one run.py writes "
                         "for the same overrides (resumable)")
     m.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. warmup=0")
-    args = ap.parse_args(argv)
+    b = sub.add_parser("batch", help="ar and the draft-model methods at batch sizes 1..32: throughput, speedup "
+                                     "over ar at the same batch size, acceptance, τ, peak memory")
+    b.add_argument("--pair", default="toy")
+    b.add_argument("--methods", default=BATCH_METHODS, help="comma-separated method names")
+    b.add_argument("--batch-sizes", type=batch_sizes, default=batch_sizes(BATCH_SIZES),
+                   help=f"comma-separated batch sizes (default {BATCH_SIZES})")
+    b.add_argument("--dataset", default="toy_arith")
+    b.add_argument("--limit", type=int, default=None, help="examples per run (default: the largest batch size)")
+    b.add_argument("--decode", default="greedy")
+    b.add_argument("--max-new-tokens", type=int, default=64)
+    b.add_argument("--device", default=None, help="the config's device (auto) unless given")
+    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--out", default=None, help="results root (paths.results) of the runs (default: a new temporary "
+                                               "folder); each run's folder below it is the one run.py writes")
+    b.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. warmup=0")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the subcommand."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    if args.cmd == "batch":
+        return cmd_batch(args, shlex.join(["python", "-m", "specbench.bench", *argv]))
     return cmd_engine(args) if args.cmd == "engine" else cmd_methods(args)
 
 

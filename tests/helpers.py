@@ -193,3 +193,19 @@ def add_fields(run_dir: Path, summary: dict | None = None, rows: list[dict] | No
     old = json.loads((run_dir / "summary.json").read_text())
     write_json_atomic(run_dir / "summary.json", {**old, **(summary or {})})
     return run_dir
+
+
+def at_batch_size(run_dir: Path, size: int, to: Path | None = None, speed: float = 1.0) -> Path:
+    """A run folder (copied to `to` when given) whose config.json says batch_size `size` and whose summary.json's
+    tokens_per_s and tokens_per_s_median are `speed` times the source's, as a run at that batch size writes them."""
+    import shutil
+
+    if to is not None:
+        run_dir = Path(shutil.copytree(run_dir, to))
+    record = json.loads((run_dir / "config.json").read_text())
+    record["config"]["batch_size"] = size
+    write_json_atomic(run_dir / "config.json", record)
+    s = json.loads((run_dir / "summary.json").read_text())
+    s.update({k: s[k] * speed for k in ("tokens_per_s", "tokens_per_s_median") if s.get(k) is not None})
+    write_json_atomic(run_dir / "summary.json", s)
+    return run_dir

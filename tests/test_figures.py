@@ -13,7 +13,7 @@ import pytest
 from specbench.analysis import figures
 from specbench.analysis import load
 from specbench.analysis.load import ReportError
-from helpers import small, write_run
+from helpers import at_batch_size, small, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -95,3 +95,41 @@ def test_labels_leave_out_runtime_keys_and_no_traces_is_said(tmp_path, caplog):
     assert sorted(runs["label"]) == ["vanilla gamma=5", "vanilla gamma=8"]
     assert figures.make_figures(runs, tmp_path / "fig") == []
     assert figures.NO_TRACES in caplog.text
+
+
+def test_speedup_against_batch_size(tmp_path, monkeypatch, caplog):
+    """Real runs at batch size 1 and copies at 2 and 4 with other throughputs; a vanilla at 8 has no ar run there.
+    The figure plots tokens_per_s(method, B) / tokens_per_s(ar, B) from the summaries, never across batch sizes."""
+    from specbench.runs.runner import run
+
+    res = tmp_path / "res"
+    for m in ("ar", "vanilla", "gammatune"):
+        run(small(f"method={m}", "limit=2", "decode.max_new_tokens=8", "threads=1"), res / m / "b1")
+    speed = {("ar", 2): 1.5, ("vanilla", 2): 1.2, ("gammatune", 2): 2.0, ("ar", 4): 3.0, ("vanilla", 4): 2.0,
+             ("gammatune", 4): 2.5, ("vanilla", 8): 9.0}
+    for (m, b), x in speed.items():
+        at_batch_size(res / m / "b1", b, res / m / f"b{b}", x)
+    tps = {(m, int(d.name[1:])): json.loads((d / "summary.json").read_text())["tokens_per_s"]
+           for m in ("ar", "vanilla", "gammatune") for d in (res / m).iterdir()}
+    drawn = []
+
+    def plot(data, path, title=None):
+        drawn.append((data, path, title))
+        return plot_batch_speedup(data, path, title)
+
+    plot_batch_speedup = figures.plot_batch_speedup
+    monkeypatch.setattr(figures, "plot_batch_speedup", plot)
+    caplog.set_level("INFO")
+    paths = figures.make_figures(load.load_runs(res), tmp_path / "fig")
+    (data, path, title), = drawn
+    assert path == tmp_path / "fig" / "fig_batch_speedup__tiny_random__smoke.png" and path in paths
+    assert title == "tiny_random · smoke · greedy"
+    check_png(path)
+    got = {(r.label, r.batch_size): r.speedup for r in data.itertuples()}
+    assert got == pytest.approx({(m, b): tps[(m, b)] / tps[("ar", b)] for m in ("vanilla", "gammatune") for b in (1, 2, 4)})
+    assert "vanilla at batch_size=8 left out" in caplog.text  # no ar at 8: not divided by another batch size's ar
+    # ar at one batch size only: no figure, a log line
+    caplog.clear()
+    runs = load.load_runs(res)
+    figures.make_figures(runs[(runs["method"] != "ar") | (runs["batch_size"] == 1)], tmp_path / "fig1")
+    assert len(drawn) == 1 and "no batch-size figure for tiny_random · smoke" in caplog.text

@@ -14,7 +14,7 @@ from scipy import stats
 
 from specbench.analysis import load, report
 from specbench.analysis import tables
-from helpers import add_fields, small, write_run
+from helpers import add_fields, at_batch_size, small, write_run
 from specbench import bench
 from specbench.analysis.load import ReportError
 from specbench.common.aggregate import run_metrics
@@ -421,3 +421,37 @@ def test_a_null_budget_is_the_datasets_in_the_setting():
     assert load.setting_of(record(None)) == load.setting_of(record(128)) != load.setting_of(record(32))
     assert [load.budget(record(b)["config"]) for b in (None, 128, 32)] == [128, 128, 32]
     assert load.budget(record(None, None)["config"]) is None  # neither set: no budget (such a run cannot exist)
+
+
+def test_speedups_over_ar_pair_runs_of_the_same_batch_size(tmp_path):
+    """ar at B = 1, 2; vanilla at B = 1, 2, 4 (no ar at 4): each vanilla run is divided by the ar run of its own
+    batch size only; a config without batch_size is batch_size 1; the overview has a block per batch size."""
+    write_run(tmp_path, "ar1", "ar", tps(10))  # no batch_size key: batch_size 1
+    at_batch_size(write_run(tmp_path, "ar2", "ar", tps(16)), 2)
+    at_batch_size(write_run(tmp_path, "v1", "vanilla", tps(25)), 1)  # the key, at 1
+    at_batch_size(write_run(tmp_path, "v2", "vanilla", tps(20)), 2)
+    at_batch_size(write_run(tmp_path, "v4", "vanilla", tps(30)), 4)
+    runs = load.load_runs(tmp_path)
+    by = runs.set_index(runs["run_dir"].map(lambda d: Path(d).name))
+    assert by["batch_size"].to_dict() == {"ar1": 1, "ar2": 2, "v1": 1, "v2": 2, "v4": 4}
+    assert by.loc["ar1", "setting"] == by.loc["v1", "setting"] != by.loc["v2", "setting"]
+    assert load.find_baseline(by.loc["v1"], runs, "ar")["run_dir"] == str(tmp_path / "ar1")
+    assert load.find_baseline(by.loc["v2"], runs, "ar")["run_dir"] == str(tmp_path / "ar2")
+    with pytest.raises(ReportError, match=r"differ in batch_size \(4 vs 1\)"):  # never ar of another batch size
+        load.find_baseline(by.loc["v4"], runs, "ar")
+    assert list(load.where(runs, ["batch_size=1"])["run_dir"]) == [str(tmp_path / "ar1"), str(tmp_path / "v1")]
+    (g,) = load.groups(runs)  # batch_size is a table axis, like the seed: one group
+    assert load.labels(runs) == ["ar batch_size=1", "ar batch_size=2", "vanilla batch_size=1",
+                                 "vanilla batch_size=2", "vanilla batch_size=4"]
+    ov, notes = report.overview(g)
+    assert ov.index_names == ("pair · dataset · batch_size", "run")
+    sp = ov.values[("", "speedup vs ar")]
+    assert sp[("p · gsm8k · batch_size=1", "vanilla")] == pytest.approx(25 / 10)
+    assert sp[("p · gsm8k · batch_size=2", "vanilla")] == pytest.approx(20 / 16)
+    assert sp[("p · gsm8k · batch_size=2", "ar")] == pytest.approx(1.0)
+    assert math.isnan(sp[("p · gsm8k · batch_size=4", "vanilla")])
+    assert [n.split(":")[0] for n in notes] == [f"speedup vs ar of {tmp_path / 'v4'} left out"]
+    assert "*p · gsm8k · batch_size=2*" in ov.markdown()
+    # one batch size: the overview as before, no batch_size in the headings
+    (one,) = load.groups(load.where(runs, ["batch_size=2"]))
+    assert report.overview(one)[0].values.index.get_level_values(0).tolist() == ["p · gsm8k", "p · gsm8k"]

@@ -13,7 +13,9 @@ importing this module changes no global backend (a notebook keeps its own).
 - position: mean accepted drafts per block against the position of the block's last token (SD²
   Figure 4), positions in bins of 2·half_width tokens, plotted at the bin centre (the paper's x ± 8);
   positions count the new tokens of an example, turns of a multi-turn example one after another;
-- task_throughput: tokens/s per Spec-Bench category, mean ± std over initial γ (GammaTune Figure 1).
+- task_throughput: tokens/s per Spec-Bench category, mean ± std over initial γ (GammaTune Figure 1);
+- batch_speedup: speedup over the `ar` run of the same setting and batch size against batch size (log2
+  axis), one line per method, drawn where a pair and dataset have `ar` runs at 2 or more batch sizes.
 
 `make_figures` draws per comparable group of runs (`load.groups`: same setting but pair, dataset, seed)
 and per pair and dataset, titled "pair · dataset · decode"; a legend names each run only by the keys
@@ -191,9 +193,60 @@ def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None
     return _save(fig, path, title)
 
 
-def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: str, baseline: str | None) -> list[Path]:
-    """The figures of one comparable group of runs, per pair and dataset, file names ending in `tag`."""
+def batch_speedups(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run but `ar` of one comparable group: pair, dataset, label (batch_size left out), batch_size,
+    speedup = median tokens_per_s / that of the `ar` run with the same setting and batch size (load.find_baseline).
+    A run with no such `ar` run is left out, with a log line."""
+    runs = runs.assign(label=load.labels(runs, ("batch_size",)))
+    recs = []
+    for _, r in runs[runs["method"] != "ar"].iterrows():
+        try:
+            base = load.find_baseline(r, runs, "ar")
+        except ReportError as e:
+            log.info("batch-size figure: %s at batch_size=%d left out: %s", r["label"], r["batch_size"], e)
+            continue
+        if base is not None:
+            recs.append({"pair": r["pair"], "dataset": r["dataset"], "label": r["label"],
+                         "batch_size": r["batch_size"], "speedup": load.speedup_over(r, base)})
+    return pd.DataFrame(recs, columns=["pair", "dataset", "label", "batch_size", "speedup"])
+
+
+def plot_batch_speedup(data: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+    """Speedup over `ar` at the same batch size against batch size (log2 axis), one line per run label; y = 1: ar."""
+    if data.empty:
+        raise ReportError("plot_batch_speedup: no speedups over ar (runs with an ar run at their batch size)")
+    fig, (ax,) = _figure()
+    ax.axhline(1.0, color="grey", ls="--", lw=1, label="ar")
+    for label, g in data.sort_values("batch_size").groupby("label", sort=False):
+        ax.plot(g["batch_size"], g["speedup"], marker="o", ms=4, label=label)
+    sizes = sorted(set(data["batch_size"]))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.set(xlabel="batch size", ylabel="speedup over ar (same batch size)")
+    _legend(ax)
+    return _save(fig, path, title)
+
+
+def _batch_figure(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ...]) -> list[Path]:
+    """fig_batch_speedup per pair and dataset of one comparable group whose `ar` runs span 2 or more batch sizes."""
     paths = []
+    for (pair, d), g in runs.groupby(["pair", "dataset"], sort=False):
+        with_ar = sorted(set(g.loc[g["method"] == "ar", "batch_size"]))
+        if len(with_ar) < 2:
+            level = logging.INFO if g["batch_size"].nunique() > 1 else logging.DEBUG
+            log.log(level, "no batch-size figure for %s · %s · %s: ar ran at batch sizes %s (needs 2 or more)",
+                    pair, d, title, with_ar)
+            continue
+        data = batch_speedups(g)
+        if not data.empty:
+            paths.append(plot_batch_speedup(data, out / f"fig_batch_speedup__{load.slug(pair, d, *tag)}.png",
+                                            f"{pair} · {d} · {title}"))
+    return paths
+
+
+def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ...], baseline: str | None) -> list[Path]:
+    """The figures of one comparable group of runs, per pair and dataset, file names ending in `tag`."""
+    paths = _batch_figure(runs, out, title, tag)
     runs = runs.assign(label=load.labels(runs))
     traces = load.load_traces(runs)
     for (pair, d), t in (traces.groupby(["pair", "dataset"], sort=False) if len(traces) else []):

@@ -11,12 +11,13 @@ recomputed from rows.jsonl with the same function. Throughput and speedups use `
 (repeats, acceptance_exact/relaxed, truncation, predicted_speedup) are NaN and listed in `missing`.
 
 `groups` splits runs into comparable groups: runs that share their setting except the table axes
-(pair, dataset, decode.seed); each group has the exact `--where` expressions that select it alone.
+(pair, dataset, decode.seed, batch_size); each group has the exact `--where` expressions that select it alone.
 
 A speedup divides a run's tokens_per_s by that of one baseline run (`MethodSpec`, e.g. `vanilla` or
 `vanilla:gamma=8`) with the same *setting*: the resolved config without the method node and the keys a
 resumed run may change, plus the recorded device (device, CPU, platform, torch threads, GPU). So pair,
-dataset, decode settings, seed and device must agree, and both runs must hold the same example ids.
+dataset, decode settings, seed, batch_size and device must agree, and both runs must hold the same example
+ids. A config without `batch_size` (runs older than the key) counts as batch_size 1.
 A baseline that exists but differs is refused (`ReportError` naming the differing keys); with no
 baseline run at all for the pair and dataset the speedup is empty. Git hash and package versions are
 recorded per run (columns `git_hash`, `versions`) but not compared: a sweep may span commits.
@@ -47,14 +48,14 @@ from specbench.runs.traces import read_traces
 log = logging.getLogger(__name__)
 
 # gamma: the method option `gamma`, the fixed or initial speculation length (GammaTune's sweep axis).
-SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", "gamma", "n_examples",
+SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", "batch_size", "gamma", "n_examples",
                    "tokens_per_s", "mean_drafted", "mean_accepted", "acceptance_rate", "block_efficiency",
                    "mean_t_v", "score", "lossless", "finished"]
 # summary.json fields newer than some runs: NaN (and named in the run's `missing`) where a summary lacks them
 NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptance_relaxed", "n_truncated",
                 "truncated_frac", "predicted_speedup", "decoded", "resumed"]
-# the table axes: a table spans pairs, datasets and seeds; every other setting key must agree within it
-AXES = ("pair.", "dataset.", "decode.seed")
+# the table axes: a table spans pairs, datasets, seeds and batch sizes; every other setting key must agree within it
+AXES = ("pair.", "dataset.", "decode.seed", "batch_size")
 # keys that say how a run ran, not what it measured (the resumable keys): never part of a label
 RUNTIME = tuple(".".join(k) for k in sorted(RESUMABLE_KEYS))
 
@@ -99,12 +100,20 @@ def select(runs: pd.DataFrame, keep: Iterable[bool]) -> pd.DataFrame:
     return runs[pd.Series(list(keep), index=runs.index, dtype=bool)]
 
 
+def batch_size(config: dict) -> int:
+    """The rows a run decoded together (config key batch_size; a config without it: 1)."""
+    return int(config.get("batch_size", 1))
+
+
 def setting_of(record: dict) -> dict:
     """What two runs must share to be compared: config minus method and resumable keys, plus the device.
 
-    (limit is resumable: the runs' example ids are compared instead.)
+    (limit is resumable: the runs' example ids are compared instead.) batch_size 1 is left out, so a run
+    at batch_size=1 has the setting of one from before the key existed.
     """
     out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
+    if batch_size(record["config"]) == 1:
+        out.pop("batch_size", None)
     ran = budget(record["config"])  # the budget that ran (a null decode.max_new_tokens: the dataset's)
     if "decode" in out and ran is not None:
         out["decode"] = {**out["decode"], "max_new_tokens": ran}
@@ -191,14 +200,15 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         "dataset": cfg["dataset"]["name"], "method": method["name"], "options": options,
         "decode": record.get("choices", {}).get("decode"), "temperature": float(decode["temperature"]),
         "top_k": decode.get("top_k"), "top_p": decode.get("top_p"), "max_new_tokens": budget(cfg),
-        "seed": int(decode["seed"]), "device": record.get("device_info", {}).get("device"),
+        "seed": int(decode["seed"]), "batch_size": batch_size(cfg), "device": record.get("device_info", {}).get("device"),
         "gamma": _num(options.get("gamma")),
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
         "finished": True,  # load_runs loads finished runs only
         **summary_numbers(summary, rows, str(run_dir / ROWS)),
         "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
-        "config": cfg, "flat": {**flatten(cfg), **flatten({"decode": setting.get("decode", {})}),
+        "config": cfg, "flat": {"batch_size": batch_size(cfg), **flatten(cfg),
+                                **flatten({"decode": setting.get("decode", {})}),
                                 **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),
         "example_ids": tuple(sorted(r["id"] for r in rows)),
@@ -222,13 +232,13 @@ def differing_keys(flats: Iterable[dict], skip: tuple[str, ...] = ()) -> list[st
     return sorted(k for k in keys if len({json.dumps(f.get(k, MISSING), default=str) for f in flats}) > 1)
 
 
-def labels(runs: pd.DataFrame) -> list[str]:
+def labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
     """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8');
-    runtime-only keys (threads, trace, limit, ...) and the device never name a run."""
+    runtime-only keys (threads, trace, limit, ...), the device and the `skip` keys (shown elsewhere) never name a run."""
     out = []
     for _, run in runs.iterrows():
         same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
-        keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset."))
+        keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset.") + skip)
         out.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
     return out
 
@@ -252,7 +262,7 @@ def where_args(exprs: list[str]) -> str:
 
 @dataclass
 class Group:
-    """Runs comparable in one table: the same setting but for the table axes (pair, dataset, seed)."""
+    """Runs comparable in one table: the same setting but for the table axes (pair, dataset, seed, batch_size)."""
 
     runs: pd.DataFrame
     keys: list[str]  # the setting keys whose values tell this group from the others
@@ -350,6 +360,11 @@ def where(runs: pd.DataFrame, conditions: Iterable[str]) -> pd.DataFrame:
     return runs
 
 
+def full_setting(run: pd.Series) -> dict:
+    """The run's setting with its batch_size also where it is 1 (for naming differences)."""
+    return {"batch_size": int(run["batch_size"]), **json.loads(run["setting"])}
+
+
 def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> pd.Series | None:
     """The baseline run with run's pair, dataset and setting; None if the pair and dataset have no baseline run.
 
@@ -370,12 +385,12 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
             raise ReportError(f"refusing to compare {run['run_dir']} ({run['n_examples']} examples) with baseline "
                               f"{base['run_dir']} ({base['n_examples']} examples): they hold different example ids")
         return base
-    mine = json.loads(run["setting"])
-    diffs, other = min(((differences(mine, json.loads(c["setting"])), c["run_dir"]) for _, c in cands.iterrows()),
+    mine = full_setting(run)
+    diffs, other = min(((differences(mine, full_setting(c)), c["run_dir"]) for _, c in cands.iterrows()),
                        key=lambda d: len(d[0]))  # the closest baseline run
     raise ReportError(f"refusing to compare {run['run_dir']} ({run['method']}) with baseline {spec} at {other}: "
                       f"they differ in {'; '.join(diffs)}. A speedup needs the same pair, dataset, decode "
-                      "settings, seed and device; run the baseline with those settings or select runs with --where.")
+                      "settings, seed, batch_size and device; run the baseline with those settings or select runs with --where.")
 
 
 def speedup_over(run: pd.Series, base: pd.Series | None) -> float:

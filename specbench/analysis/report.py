@@ -7,8 +7,9 @@ Runs are read by `specbench.analysis.load`; the tables are `specbench.analysis.t
 split into comparable groups (`load.groups`) and every table is built per group; the notes say what each
 group is, the exact `--where` that selects it, and every table, cell or speedup left out and why.
 Each group also gets an overview table: per run the median tok/s (with its spread over repeats), the
-measured speedup over the `ar` run beside the run's predicted speedup, acceptance (exact and
-JS-relaxed where relaxed is nonzero), τ, score and truncated rows.
+measured speedup over the `ar` run of the same batch_size beside the run's predicted speedup, acceptance
+(exact and JS-relaxed where relaxed is nonzero), τ, score and truncated rows; a group of runs at several
+batch sizes gets a block of rows per batch size.
 """
 
 from __future__ import annotations
@@ -70,11 +71,18 @@ OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed"
 
 def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
     """One row per run of the group: median tok/s [min–max], measured speedup over the same setting's `ar`
-    run beside predicted_speedup, AccRate (exact + relaxed where relaxed > 0), τ, score, truncated rows;
-    and the notes on speedups left empty."""
+    run (same batch_size) beside predicted_speedup, AccRate (exact + relaxed where relaxed > 0), τ, score,
+    truncated rows; and the notes on speedups left empty. A group of several batch sizes has a block of
+    rows per batch size."""
     runs, notes = group.runs.copy(), []
-    runs["label"] = load.labels(runs)
-    index = pd.MultiIndex.from_arrays([runs["pair"] + " · " + runs["dataset"], runs["label"]])
+    by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading
+    if by_batch:
+        runs = runs.sort_values(["pair", "dataset", "batch_size"], kind="stable")
+    runs["label"] = load.labels(runs, ("batch_size",) if by_batch else ())
+    where = runs["pair"] + " · " + runs["dataset"]
+    if by_batch:
+        where += " · batch_size=" + runs["batch_size"].astype(str)
+    index = pd.MultiIndex.from_arrays([where, runs["label"]])
     cols = [c for c in OVERVIEW if c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any()]
     v = pd.DataFrame(np.nan, index=index, columns=pd.MultiIndex.from_product([[""], cols]))
     cells = pd.DataFrame("", index=index, columns=v.columns)
@@ -103,7 +111,8 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
             v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
     title = ("Runs: median tok/s [min–max over repeats], measured speedup over ar beside the predicted one, "
              "acceptance (exact / JS-relaxed), τ, score, rows truncated at max_new_tokens")
-    t = Table("overview", title, v, cells, index_names=("pair · dataset", "run"))
+    t = Table("overview", title, v, cells,
+              index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"))
     return _in_group(t, group, many), notes
 
 
