@@ -55,14 +55,23 @@ RESUMABLE_KEYS = {("limit",), ("warmup",), ("progress",), ("trace",), ("threads"
 
 
 # Top-level keys that joined the run identity after run folders existed, with the value a config without
-# them ran at: a folder written before `batch_size` decoded one example at a time.
+# them ran at (a folder written before `batch_size` decoded one example at a time): at that value they are
+# left out of an identity, so such a folder and a new one at that value are the same run.
 IDENTITY_DEFAULTS = {"batch_size": 1}
 
 
+def with_defaults(config: dict) -> dict:
+    """The config with the IDENTITY_DEFAULTS it lacks filled in (how an identity's differences are shown)."""
+    return {**IDENTITY_DEFAULTS, **config}
+
+
 def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
-    """A deep copy of the config with the keys at `paths` (e.g. ("limit",)) removed and the IDENTITY_DEFAULTS
-    it lacks filled in."""
-    out = {**IDENTITY_DEFAULTS, **json.loads(json.dumps(config, default=str))}
+    """A deep copy of the config with the keys at `paths` (e.g. ("limit",)) removed, and the IDENTITY_DEFAULTS
+    at their default value."""
+    out = json.loads(json.dumps(config, default=str))
+    for key, value in IDENTITY_DEFAULTS.items():
+        if key in out and type(out[key]) is type(value) and out[key] == value:
+            del out[key]
     for path in paths:
         node = out
         for k in path[:-1]:

@@ -31,7 +31,7 @@ from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.common.aggregate import repeat_spread
 from specbench.runs.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows,
-                                     without_keys)
+                                     with_defaults, without_keys)
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import SamplingParams
@@ -111,7 +111,7 @@ def check_resume(run_dir: Path, record: dict) -> dict:
         if saved != now:
             raise ValueError(
                 f"{run_dir} holds results of a different configuration (saved vs now: "
-                f"{'; '.join(differences(saved, now))}); refusing to mix them. Use another output folder "
+                f"{'; '.join(differences(with_defaults(saved), with_defaults(now)))}); refusing to mix them. Use another output folder "
                 f"(hydra.run.dir=...) or delete it. Saved: {path}"
             )
         return old
