@@ -449,9 +449,9 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             if b.repeat != current:
                 start_repeat(method, initial, writer.rows, b.repeat, run_dir)
                 current = b.repeat
-            rows = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir)
-            writer.append_many(rows)  # one write: a crash leaves whole batches
-            bar.update(len(rows))
+            new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir)
+            writer.append_many(new)  # one write: a crash leaves whole batches
+            bar.update(len(new))
 
     rows = measured_rows(writer.rows, saved)
     summary = {**summarize(rows), **repeat_spread(rows), "decoded": to_decode, "resumed": len(rows) - to_decode,
