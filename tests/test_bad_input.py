@@ -424,7 +424,7 @@ def test_a_job_failing_before_its_first_row_leaves_nothing(tmp_path, monkeypatch
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "decode_example", interrupted)
+    monkeypatch.setattr(runner, "decode_batch", interrupted)
     root = tmp_path / "results"
     cfg = small("limit=2", "decode.max_new_tokens=4", f"paths.results={root}")
     folder = job_dir(cfg)

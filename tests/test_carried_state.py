@@ -11,7 +11,7 @@ from specbench.runs.results import ROWS, read_rows
 from specbench.runs.runner import build_method
 from specbench.runs.traces import read_traces
 
-TIMING = {"decode_s", "first_block_s", "tokens_per_s", "model_s", "call_seconds", "draft_s", "verify_s"}
+TIMING = {"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds", "draft_s", "verify_s"}
 COMMON = ("limit=6", "decode.max_new_tokens=32", "trace=true")
 HF_SAME_VOCAB = ("pair.target.vocab_size=259", "pair.draft.vocab_size=259")  # hf_assisted needs equal sizes
 
@@ -44,8 +44,9 @@ class Crash(RuntimeError):
 
 
 def crash_after(monkeypatch, k: int) -> None:
-    """Make runner.decode_example raise when asked for example k + 1 (a job killed after k rows)."""
-    real, calls = runner.decode_example, {"n": 0}
+    """Make runner.decode_batch raise when asked for batch k + 1 (example k + 1 at batch_size 1: a job killed
+    after k rows)."""
+    real, calls = runner.decode_batch, {"n": 0}
 
     def crashing(*args, **kwargs):
         calls["n"] += 1
@@ -53,7 +54,7 @@ def crash_after(monkeypatch, k: int) -> None:
             raise Crash(f"killed after {k} rows")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "decode_example", crashing)
+    monkeypatch.setattr(runner, "decode_batch", crashing)
 
 
 @pytest.mark.parametrize("name", sorted(PERSISTING))

@@ -107,7 +107,7 @@ def test_bench_methods_writes_the_folders_run_py_writes(tmp_path, monkeypatch, c
     def interrupted(*a):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "decode_example", interrupted)
+    monkeypatch.setattr(runner, "decode_batch", interrupted)
     with pytest.raises(KeyboardInterrupt):
         bench.main([*args, "--methods", "draft_only", "warmup=0"])
     assert not (tmp_path / "tiny_random/smoke/draft_only").exists() and len(list(tmp_path.rglob("config.json"))) == 2

@@ -20,7 +20,7 @@ from specbench.runs.results import LOCK, ROWS, SUMMARY, FolderLocked, folder_loc
 from specbench.common.files import write_json_atomic
 from specbench.runs.runner import run
 
-TIMING = {"decode_s", "first_block_s", "tokens_per_s", "model_s", "call_seconds"}
+TIMING = {"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds"}
 JOB = ("method=vanilla", "decode=t1", "decode.max_new_tokens=24")
 
 # A process that takes a folder's lock and keeps it until killed.
@@ -42,12 +42,12 @@ sys.path.insert(0, sys.argv[1])
 import specbench.runs.runner as runner
 from helpers import small
 out, gate, overrides = sys.argv[2], Path(sys.argv[3]), sys.argv[4:]
-real = runner.decode_example
-def gated(job, ex, trace):
-    while ex.id == "smoke-02" and not gate.exists():
+real = runner.decode_batch
+def gated(job, examples, trace):
+    while any(ex.id == "smoke-02" for ex in examples) and not gate.exists():
         time.sleep(0.05)
-    return real(job, ex, trace)
-runner.decode_example = gated
+    return real(job, examples, trace)
+runner.decode_batch = gated
 runner.run(small(*overrides), out)
 """
 

@@ -4,7 +4,7 @@ from omegaconf import OmegaConf
 
 from helpers import small
 from specbench.data.dataset import Evaluator, Example
-from specbench.runs.runner import Job, build_method, decode_example, make_engine, sampling_params
+from specbench.runs.runner import Job, build_method, decode_batch, make_engine, sampling_params
 
 
 class TwoTurns(Evaluator):
@@ -20,7 +20,7 @@ def test_second_turn_sees_the_first_answer(tiny_pair):
     engine = make_engine(tiny_pair, method, sampling_params(c["decode"]), ())
     job = Job(engine, method, tiny_pair, TwoTurns(), c["dataset"], 12, 0, "error", False)
     ex = TwoTurns().examples()[0]
-    g, info = decode_example(job, ex, False)
+    [(g, info)] = decode_batch(job, [ex], False)
     a1, a2 = info["turn_outputs"]
     assert g.text == a2 and len(g.token_ids) == 24
     assert g.stop_reasons == ["length", "length"]  # each turn's, so a cut first answer is flagged too

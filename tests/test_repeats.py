@@ -63,7 +63,7 @@ def test_remeasure_appends_a_new_set_that_the_summary_uses(tmp_path):
 def test_a_crash_mid_repeat_then_resume_gives_the_uninterrupted_rows(tmp_path, monkeypatch):
     job = (*JOB, "repeats=2", "decode=t1")
     runner.run(small(*job), tmp_path / "whole")
-    real, calls = runner.decode_example, {"n": 0}
+    real, calls = runner.decode_batch, {"n": 0}
 
     def crashing(*args, **kwargs):
         calls["n"] += 1
@@ -72,7 +72,7 @@ def test_a_crash_mid_repeat_then_resume_gives_the_uninterrupted_rows(tmp_path, m
         return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(runner, "decode_example", crashing)
+        m.setattr(runner, "decode_batch", crashing)
         with pytest.raises(RuntimeError, match="killed"):
             runner.run(small(*job), tmp_path / "resumed")
     assert len(read_rows(tmp_path / "resumed" / ROWS)) == 4

@@ -27,7 +27,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_rows(tmp_path, monkeypatch
     whole = read_rows(tmp_path / "whole" / ROWS)
     assert len(whole) == 8
 
-    real = runner.decode_example
+    real = runner.decode_batch
     calls = {"n": 0}
 
     def crashing(*args, **kwargs):
@@ -36,14 +36,14 @@ def test_resume_after_a_crash_gives_the_uninterrupted_rows(tmp_path, monkeypatch
             raise Crash("simulated crash on the 4th example")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "decode_example", crashing)
+    monkeypatch.setattr(runner, "decode_batch", crashing)
     with pytest.raises(Crash):
         runner.run(small(*overrides), tmp_path / "resumed")
     part = tmp_path / "resumed" / ROWS
     assert len(read_rows(part)) == 3 and not (tmp_path / "resumed" / "summary.json").exists()
     with open(part, "a") as f:
         f.write('{"id": "smoke-03", "token_ids": [1, 2')  # a row cut off mid-write by the crash
-    monkeypatch.setattr(runner, "decode_example", real)
+    monkeypatch.setattr(runner, "decode_batch", real)
     summary = runner.run(small(*overrides), tmp_path / "resumed")
     resumed = read_rows(part)
     assert stable(resumed) == stable(whole)

@@ -24,14 +24,14 @@ from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import slurm_unavailable
 
-TIMING = {"decode_s", "first_block_s", "tokens_per_s", "model_s", "call_seconds"}
+TIMING = {"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds"}
 BASE = ["pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", "threads=1"]
 JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "limit=12"]
 
 
-def untimed(rows: list[dict]) -> list[dict]:
-    """Rows without the wall-clock fields (everything else is deterministic for a config)."""
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+def untimed(rows: list[dict], drop: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+    """Rows without the wall-clock fields and those in `drop` (everything else is deterministic for a config)."""
+    return [{k: v for k, v in r.items() if k not in TIMING | drop} for r in rows]
 
 
 def read(path: Path) -> list[dict]:
@@ -151,7 +151,8 @@ def test_shards_merge_into_the_unsharded_run(shards, capsys):
     assert out == tmp_path / "results/tiny_random/smoke/vanilla/t1/decode.max_new_tokens=48,device=cpu"
     assert f"-> {out}" in capsys.readouterr().out
     rows = read(out / "rows.jsonl")
-    assert untimed(rows) == untimed(ref)  # the dataset's order, the same outputs
+    assert untimed(rows, {"batch"}) == untimed(ref, {"batch"})  # the dataset's order, the same outputs
+    assert [r["batch"] for r in rows] == [0, 0, 0, 1, 1, 1, 2]  # each shard numbers the chunks of its examples
     s = json.loads((out / "summary.json").read_text())
     assert s["n_examples"] == 7 and s["total_new_tokens"] == sum(r["new_tokens"] for r in ref)
     assert s["acceptance_rate"] == sum(r["accepted"] for r in ref) / sum(r["drafted"] for r in ref)

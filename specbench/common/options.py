@@ -208,6 +208,7 @@ def check_run_settings(cfg: dict[str, Any]) -> None:
     integer(cfg.get("warmup", 0), "warmup", low=0)
     threads_setting(cfg.get("threads", "auto"))
     integer(cfg.get("repeats", 1), "repeats", low=1)
+    integer(cfg.get("batch_size", 1), "batch_size", low=1)
     boolean(cfg.get("remeasure", False), "remeasure")
     boolean(cfg.get("trace", False), "trace")
     boolean(cfg.get("resume_any_version", False), "resume_any_version")

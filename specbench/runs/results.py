@@ -1,11 +1,13 @@
 """Append-only, resumable results: rows.jsonl (one JSON row per example) and summary.json.
 
-Each row is written with a single write() of one complete line, then flushed and fsync'ed, so a
-crash leaves every finished row readable. On reopening, a trailing partial line (a crash in the
-middle of a write) is cut off before anything is appended. Rows are unique by id on read: a file
-holding an id twice (two writers on one folder, before the folder lock existed) reads as its first
-row of each id. JSON files such as summary.json are written to a temporary file of a unique name and
-renamed, so they are either the old or the new version.
+The rows of a batch (one row at batch_size 1) are written with a single write() of complete lines,
+then flushed and fsync'ed, so a crash leaves every finished batch readable and no part of an unfinished
+one: while the write is under way, `.rows.pending` holds the file's size before it, and a reader stops
+there while a reopening writer cuts the file back to it (a write that fails cuts it back at once). A
+trailing partial line (a crash of a version that wrote no marker) is cut off too. Rows are unique by id
+on read: a file holding an id twice (two writers on one folder, before the folder lock existed) reads as
+its first row of each id. JSON files such as summary.json are written to a temporary file of a unique
+name and renamed, so they are either the old or the new version.
 
 One writer per folder: `folder_lock` holds an exclusive flock on `<folder>/.lock` for the whole
 run (specbench.runs.runner.run takes it for every task, specbench.runs.merge for its output folder). The
@@ -29,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from specbench.common.errors import UserError
+from specbench.common.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
 ROWS = "rows.jsonl"
+PENDING = ".rows.pending"  # while a batch of rows is appended: rows.jsonl's size before it (JSON {"size": n})
 LOCK = ".lock"
 LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 
@@ -50,9 +54,24 @@ RESUMABLE_KEYS = {("limit",), ("warmup",), ("progress",), ("trace",), ("threads"
                   ("repeats",), ("remeasure",)}
 
 
+# Top-level keys that joined the run identity after run folders existed, with the value a config without
+# them ran at (a folder written before `batch_size` decoded one example at a time): at that value they are
+# left out of an identity, so such a folder and a new one at that value are the same run.
+IDENTITY_DEFAULTS = {"batch_size": 1}
+
+
+def with_defaults(config: dict) -> dict:
+    """The config with the IDENTITY_DEFAULTS it lacks filled in (how an identity's differences are shown)."""
+    return {**IDENTITY_DEFAULTS, **config}
+
+
 def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
-    """A deep copy of the config with the keys at `paths` (e.g. ("limit",)) removed."""
+    """A deep copy of the config with the keys at `paths` (e.g. ("limit",)) removed, and the IDENTITY_DEFAULTS
+    at their default value."""
     out = json.loads(json.dumps(config, default=str))
+    for key, value in IDENTITY_DEFAULTS.items():
+        if key in out and type(out[key]) is type(value) and out[key] == value:
+            del out[key]
     for path in paths:
         node = out
         for k in path[:-1]:
@@ -94,16 +113,30 @@ def read_measured(run_dir: Path) -> list[dict]:
     return measured_rows(read_rows(Path(run_dir) / ROWS), record)
 
 
+def pending_size(path: Path) -> int | None:
+    """The size a rows file had before an append that has not finished (its PENDING marker), else None."""
+    marker = Path(path).parent / PENDING
+    if not marker.exists():
+        return None
+    try:
+        return int(json.loads(marker.read_text())["size"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{marker}: not a pending-append marker ({e}); delete it if {path} holds no "
+                         "rows of an interrupted append") from None
+
+
 def read_rows(path: Path) -> list[dict]:
     """The complete rows of a rows.jsonl file, unique by (id, repeat) (the first row of each; a trailing
-    partial line is ignored)."""
+    partial line and the rows of an unfinished append are ignored)."""
     if not path.exists():
         return []
     rows, seen, repeated = [], set(), 0
+    end, pos = pending_size(path), 0
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
-            if not line.endswith(b"\n"):
-                break  # partial last line from a crash
+            pos += len(line)
+            if not line.endswith(b"\n") or (end is not None and pos > end):
+                break  # partial last line, or a batch, from a crash
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -129,6 +162,7 @@ class RowWriter:
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / ROWS
+        self.pending = Path(run_dir) / PENDING
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair()
         self.rows = read_rows(self.path)
@@ -139,27 +173,43 @@ class RowWriter:
         return (example_id, repeat) in self.done
 
     def _repair(self) -> None:
-        """Cut a partial trailing line left by a crash, so appends start on a fresh line."""
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end != len(data):
-            log.warning("%s: dropping a partial last row (%d bytes) left by an interrupted run", self.path, len(data) - end)
-            with open(self.path, "r+b") as f:
-                f.truncate(end)
+        """Cut the rows of an unfinished append and a partial trailing line left by a crash, so appends
+        start on a fresh line after whole batches."""
+        end = pending_size(self.path)
+        if self.path.exists():
+            data = self.path.read_bytes()
+            keep = data.rfind(b"\n", 0, len(data) if end is None else end) + 1
+            if keep != len(data):
+                log.warning("%s: dropping %d bytes of rows an interrupted run left unfinished", self.path,
+                            len(data) - keep)
+                with open(self.path, "r+b") as f:
+                    f.truncate(keep)
+        self.pending.unlink(missing_ok=True)
 
     def append(self, row: dict) -> None:
         """Write one row as one line, flushed to disk."""
-        if row_key(row) in self.done:
-            raise ValueError(f"example {row['id']!r} (repeat {row.get('repeat', 0)}) is already in {self.path}")
-        line = json.dumps(_clean(row), sort_keys=True) + "\n"
-        with open(self.path, "a") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-        self.rows.append(row)
-        self.done.add(row_key(row))
+        self.append_many([row])
+
+    def append_many(self, rows: list[dict]) -> None:
+        """Write the rows of one batch as lines in one write, flushed to disk: all of them or, after a crash, none."""
+        keys = [row_key(r) for r in rows]
+        for i, key in enumerate(keys):
+            if key in self.done or key in keys[:i]:
+                where = self.path if key in self.done else "the rows to append"
+                raise ValueError(f"example {key[0]!r} (repeat {key[1]}) is already in {where}")
+        data = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in rows)
+        write_json_atomic(self.pending, {"size": self.path.stat().st_size if self.path.exists() else 0})
+        try:
+            with open(self.path, "a") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            self._repair()  # back to the size before this batch
+            raise
+        self.pending.unlink()
+        self.rows.extend(rows)
+        self.done.update(keys)
 
 
 class FolderLocked(UserError, RuntimeError):

@@ -1,5 +1,5 @@
-"""One run: config -> lock the folder -> seed -> pair -> method -> examples -> warm-up -> decode, score,
-append -> summary."""
+"""One run: config -> lock the folder -> seed -> pair -> method -> examples -> warm-up -> decode a batch, score,
+append its rows -> summary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import time
 import zlib
 from statistics import median
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.common.aggregate import repeat_spread
 from specbench.runs.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows,
-                                     without_keys)
+                                     with_defaults, without_keys)
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import SamplingParams
@@ -111,7 +111,7 @@ def check_resume(run_dir: Path, record: dict) -> dict:
         if saved != now:
             raise ValueError(
                 f"{run_dir} holds results of a different configuration (saved vs now: "
-                f"{'; '.join(differences(saved, now))}); refusing to mix them. Use another output folder "
+                f"{'; '.join(differences(with_defaults(saved), with_defaults(now)))}); refusing to mix them. Use another output folder "
                 f"(hydra.run.dir=...) or delete it. Saved: {path}"
             )
         return old
@@ -227,34 +227,77 @@ class Job:
                        f"example {ex.id!r} of dataset {self.evaluator.name!r}")
 
 
-def decode_example(job: Job, ex: Example, trace: bool) -> tuple[Generation, dict[str, Any]]:
-    """Decode every turn of one example with one per-example generator; returns the merged Generation."""
-    gen = torch.Generator(device=job.engine.device).manual_seed(example_seed(job.seed, ex.id))
-    answers: list[str] = []
-    gens: list[Generation] = []
-    info: dict[str, Any] = {"prompt_tokens": 0, "prompt_truncated_from": None}
-    stats = []  # per turn: its first iteration includes the turn's prompt (speedup.call_stats leaves it out)
-    for k in range(len(ex.turns) if ex.turns else 1):
-        ids, cut = fit_prompt(job.encode(ex, answers), job.engine.context_length, job.max_new, job.on_long,
-                              f"example {ex.id!r} turn {k + 1}")
-        g = job.engine.generate(ids, job.max_new, generator=gen, trace=trace)
-        info["prompt_tokens"] += len(ids)
-        info["prompt_truncated_from"] = info["prompt_truncated_from"] or cut
-        gens.append(g)
-        answers.append(g.text)
-        stats.append(speedup.call_stats(g.records))
-    info.update(speedup.row_fields(speedup.merge_stats(stats)))
-    if ex.turns:
-        info["turn_outputs"] = answers
-        return concat_generations(gens, answers[-1]), info
-    return gens[0], info
+@dataclass
+class Batch:
+    """A chunk of one repeat's examples, decoded together: its index among the repeat's chunks and its examples."""
+
+    repeat: int
+    index: int
+    examples: list[Example]
 
 
-def warm_up(job: Job, examples: list[Example]) -> None:
-    """Decode `examples` through the same path without recording them; the method's carried state is kept."""
+def batches(examples: list[Example], repeats: range, size: int) -> list[Batch]:
+    """Each repeat's examples cut into consecutive chunks of `size` (the last may be shorter), repeat by repeat."""
+    return [Batch(k, i, examples[start : start + size])
+            for k in repeats for i, start in enumerate(range(0, len(examples), size))]
+
+
+@dataclass
+class Dialogue:
+    """One example of a batch being decoded: its own generator and the Generation of each turn done so far."""
+
+    example: Example
+    generator: torch.Generator
+    turns: list[Generation] = field(default_factory=list)
+    prompt_tokens: int = 0  # summed over its turns' prompts
+    truncated_from: int | None = None  # the first truncated prompt's length (on_long_prompt=truncate)
+
+    @property
+    def n_turns(self) -> int:
+        """How many turns the example has (1 for a single prompt)."""
+        return len(self.example.turns) if self.example.turns else 1
+
+
+def next_prompt(job: Job, d: Dialogue) -> list[int]:
+    """The prompt ids [P] of d's next turn (the earlier turns and their answers included), fitted to the context."""
+    ids, cut = fit_prompt(job.encode(d.example, [g.text for g in d.turns]), job.engine.context_length, job.max_new,
+                          job.on_long, f"example {d.example.id!r} turn {len(d.turns) + 1}")
+    d.prompt_tokens += len(ids)
+    d.truncated_from = d.truncated_from or cut
+    return ids
+
+
+def finish(d: Dialogue) -> tuple[Generation, dict[str, Any]]:
+    """d's turns merged into one Generation, and its row fields: prompt tokens, call stats (each turn's first
+    iteration includes its prompt: speedup.call_stats leaves it out), latency_s (summed over turns)."""
+    answers = [g.text for g in d.turns]
+    info = {"prompt_tokens": d.prompt_tokens, "prompt_truncated_from": d.truncated_from,
+            **speedup.row_fields(speedup.merge_stats(speedup.call_stats(g.records) for g in d.turns)),
+            "latency_s": sum(g.latency_s for g in d.turns)}
+    if d.example.turns:
+        return concat_generations(d.turns, answers[-1]), {**info, "turn_outputs": answers}
+    return d.turns[0], info
+
+
+def decode_batch(job: Job, examples: list[Example], trace: bool) -> list[tuple[Generation, dict[str, Any]]]:
+    """Decode `examples` together turn by turn (one Engine.generate_batch per turn over the examples that have
+    it), each with its own per-example generator; per example its merged Generation and row fields."""
+    dialogues = [Dialogue(ex, torch.Generator(device=job.engine.device).manual_seed(example_seed(job.seed, ex.id)))
+                 for ex in examples]
+    for k in range(max((d.n_turns for d in dialogues), default=0)):
+        active = [d for d in dialogues if d.n_turns > k]
+        prompts = [next_prompt(job, d) for d in active]
+        for d, g in zip(active, job.engine.generate_batch(prompts, job.max_new, [d.generator for d in active], trace)):
+            d.turns.append(g)
+    return [finish(d) for d in dialogues]
+
+
+def warm_up(job: Job, chunks: list[list[Example]]) -> None:
+    """Decode the `chunks` (batches) through the same path without recording them; the method's carried state
+    is kept."""
     saved = job.method.carried_state()
-    for ex in examples:
-        decode_example(job, ex, False)
+    for examples in chunks:
+        decode_batch(job, examples, False)
     if saved is not None:
         job.method.restore_state(saved)
 
@@ -292,7 +335,11 @@ def calibrate_target_1(job: Job, ex: Example, tokens: int = 32) -> float:
 
 def speedup_summary(job: Job, rows: list[dict], example: Example | None) -> dict[str, Any]:
     """`call_costs` and `predicted_speedup` of a drafting run from its rows' call_stats (null for ar and
-    draft_only, or rows without call_stats); a target_1 the rows never observed is calibrated."""
+    draft_only, or rows without call_stats); a target_1 the rows never observed is calibrated.
+
+    At batch_size > 1 the rows' call times are those of batched calls, so c_target / c_draft are the costs
+    of a call over the batch, not of one sequence's (target_1, when calibrated, is a one-row call's).
+    """
     stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
     if not job.method.uses_draft or not stats["iterations"]:
         return {"call_costs": None, "predicted_speedup": None}
@@ -300,6 +347,25 @@ def speedup_summary(job: Job, rows: list[dict], example: Example | None) -> dict
     if costs["target_1"] is None and example is not None:
         costs = speedup.call_costs(stats, calibrate_target_1(job, example))
     return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs)}
+
+
+def missing(writer: RowWriter, batch: Batch) -> list[Example]:
+    """The examples of `batch` whose row the folder lacks (all or none of them, unless rows were edited by hand)."""
+    return [ex for ex in batch.examples if not writer.has(ex.id, batch.repeat)]
+
+
+def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path) -> list[dict[str, Any]]:
+    """Decode `batch` whole; the rows of its examples whose id is `wanted` (their traces written first with
+    trace=true)."""
+    rows = []
+    for ex, (g, info) in zip(batch.examples, decode_batch(job, batch.examples, job.trace)):
+        if ex.id not in wanted:
+            continue
+        if job.trace:
+            write_trace(run_dir, ex.id, g.records, batch.repeat)
+        rows.append({**make_row(job, ex, g, info, c), "repeat": batch.repeat, "batch": batch.index,
+                     "batch_size": len(batch.examples)})
+    return rows
 
 
 def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict) -> dict[str, Any]:
@@ -341,6 +407,8 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     params = sampling_params(c["decode"])
     max_new, seed = max_new_tokens(c["decode"], c["dataset"]), int(c["decode"]["seed"])
     method = build_method(c["method"])
+    batch_size = int(c.get("batch_size", 1))  # an integer >= 1: check_run_settings checked it
+    method.check_batch(batch_size)
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))
@@ -363,30 +431,32 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         saved = new_measurement(run_dir, check_version(run_dir, saved, record, any_version), writer.rows)
     first = saved.get("measure_from", 0)
     repeats = range(first, first + int(c.get("repeats", 1)))
-    todo = [(ex, k) for k in repeats for ex in examples if not writer.has(ex.id, k)]  # repeat by repeat
-    wanted = len(examples) * len(repeats)
-    log.info("%s: %d examples, %d already done, %d to decode%s", run_dir, wanted, wanted - len(todo), len(todo),
-             f" ({len(examples)} examples x {len(repeats)} repeats)" if len(repeats) > 1 else "")
-    if wanted > len(todo):
+    todo = [b for b in batches(examples, repeats, batch_size) if missing(writer, b)]  # repeat by repeat
+    wanted, to_decode = len(examples) * len(repeats), sum(len(missing(writer, b)) for b in todo)
+    log.info("%s: %d examples, %d already done, %d to decode%s%s", run_dir, wanted, wanted - to_decode, to_decode,
+             f" ({len(examples)} examples x {len(repeats)} repeats)" if len(repeats) > 1 else "",
+             f" in {len(todo)} batches of up to {batch_size}" if batch_size > 1 else "")
+    if wanted > to_decode:
         log.warning("%s: reusing %d rows already in the folder (resume); to measure again, rerun with "
-                    "remeasure=true (a new set of repeats; nothing is deleted)", run_dir, wanted - len(todo))
+                    "remeasure=true (a new set of repeats; nothing is deleted)", run_dir, wanted - to_decode)
     initial = method.carried_state()
     if todo:
         saved = check_version(run_dir, saved, record, any_version)
-    warm_up(job, [ex for ex, k in todo if k == todo[0][1]][: int(c.get("warmup", 0))] if todo else [])
+    warm_up(job, [b.examples for b in todo if b.repeat == todo[0].repeat][: int(c.get("warmup", 0))])
     current = None
-    for ex, k in progress_bar(todo, cfg.get("progress", "auto"), desc=method.name, unit="ex"):
-        if k != current:
-            start_repeat(method, initial, writer.rows, k, run_dir)
-            current = k
-        g, info = decode_example(job, ex, job.trace)
-        if job.trace:
-            write_trace(run_dir, ex.id, g.records, k)
-        writer.append({**make_row(job, ex, g, info, c), "repeat": k})
+    with progress_bar(None, cfg.get("progress", "auto"), total=to_decode, desc=method.name, unit="ex") as bar:
+        for b in todo:
+            if b.repeat != current:
+                start_repeat(method, initial, writer.rows, b.repeat, run_dir)
+                current = b.repeat
+            new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir)
+            writer.append_many(new)  # one write: a crash leaves whole batches
+            bar.update(len(new))
 
     rows = measured_rows(writer.rows, saved)
-    summary = {**summarize(rows), **repeat_spread(rows), "decoded": len(todo), "resumed": len(rows) - len(todo),
-               "measure_from": first, **speedup_summary(job, rows, examples[0] if examples else None),
+    summary = {**summarize(rows), **repeat_spread(rows), "decoded": to_decode, "resumed": len(rows) - to_decode,
+               "measure_from": first, "batch_size": batch_size,
+               **speedup_summary(job, rows, examples[0] if examples else None),
                "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
                "lossless": method.lossless, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                **provenance.peak_memory(device), **record,
