@@ -193,3 +193,13 @@ def test_batched_sampling_follows_each_rows_target(name):
 
 def test_a_wrong_rule_fails_the_batched_test():
     assert max(row_pvalues(AcceptAll())) < 1e-6
+
+
+def test_distilled_rows_equal_ar(tiny_pair, trained_drafter):
+    """`distilled` (vanilla γ = 8 with a trained drafter) at B in {3, 8}: each row is ar's B = 1 output."""
+    _, prompts = pair_and_prompts("tiny_random", "smoke")
+    engine = pair_engine(tiny_pair, build_method({"name": "distilled", "drafter": str(trained_drafter("distilled"))}))
+    ar = pair_engine(tiny_pair, {"name": "ar"})
+    truth = [ar.generate(p, MAX_NEW).token_ids for p in prompts]
+    for B in (3, 8):
+        assert [g.token_ids for g in batched(engine, prompts, B)] == truth

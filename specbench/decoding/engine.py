@@ -370,7 +370,8 @@ class Engine:
         open_ = [b for b, m in enumerate(w_max) if m > 0]  # rows still drafting
         i = 0
         while open_:
-            upto = [r.L + i if b in open_ else draft.fed[b] for b, r in enumerate(rows)]
+            drafting = set(open_)
+            upto = [r.L + i if b in drafting else draft.fed[b] for b, r in enumerate(rows)]  # the others feed a hole
             q = self.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(self.device)  # [B, V]
             x = self.pick(q, open_, rows)
             still = []
