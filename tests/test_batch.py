@@ -203,3 +203,20 @@ def test_distilled_rows_equal_ar(tiny_pair, trained_drafter):
     truth = [ar.generate(p, MAX_NEW).token_ids for p in prompts]
     for B in (3, 8):
         assert [g.token_ids for g in batched(engine, prompts, B)] == truth
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the GPU lane)")
+@pytest.mark.parametrize("name", ["ar", "vanilla", "gammatune", "adasd_gen_only", "confidence"])
+def test_cuda_rows_equal_ar_in_float32(name):
+    """On CUDA, float32: each row of a batch (B in {4, 8}) gets ar's B = 1 tokens on the toy pair."""
+    cfg = compose_cfg("pair=toy", "pair.dtype=float32", "dataset=toy_arith")
+    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cuda"))
+    examples = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:16]
+    prompts = [encode(pair.tokenizer, ex) for ex in examples]
+    prompts[1] = prompts[1] + prompts[2] + prompts[3]
+    eos = pair.eos_ids([pair.target, pair.draft])
+    truth = [pair_engine(pair, {"name": "ar"}, eos_ids=eos).generate(p, 96).token_ids for p in prompts]
+    engine = pair_engine(pair, {"name": name}, eos_ids=eos)
+    for B in (4, 8):
+        got = [g for i in range(0, len(prompts), B) for g in engine.generate_batch(prompts[i : i + B], 96)]
+        assert [g.token_ids for g in got] == truth, f"{name} B={B}"

@@ -260,3 +260,14 @@ def test_a_sweep_job_writes_below_the_working_directory_for_a_relative_results_r
         assert cfg.hydra.sweep.dir.startswith("results/.sweeps/")
     finally:
         HydraConfig.instance().cfg = None
+
+
+def test_a_long_override_list_gets_a_short_distinct_folder_name():
+    """Over 200 bytes a leaf keeps the start of its overrides and a hash of all of them: file systems refuse
+    names over 255 bytes; different overrides stay apart and a shard still merges into its unsharded folder."""
+    many = ",".join(f"pair.target.key_{i}={i * 7}" for i in range(20))
+    a, b = leaf(many), leaf(many.replace("=133", "=134"))
+    assert len(a.encode()) <= 200 and a != b and a.startswith("pair.target.key_0=0,")
+    sharded = leaf(many.replace("key_3=21", "key_3=21,shard=2/8"))
+    assert sharded.endswith(",shard=2of8") and len(sharded.encode()) < 255 and unsharded(sharded) == a
+    assert leaf("limit=3,shard=0/4") == "limit=3,shard=0of4"  # short names are as before

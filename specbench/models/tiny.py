@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specbench.models.pairs import BUILDERS, Pair, shared_vocab_size
+from specbench.models.pairs import BUILDERS, Pair, resolve_dtype, shared_vocab_size
 
 SPECIALS = ["<s>", "</s>", "<pad>"]
 
@@ -66,7 +66,8 @@ def damp_upper_layers(model: LlamaForCausalLM, first: int, scale: float) -> None
 
 @BUILDERS.register("tiny_random")
 def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
-    """Target from cfg.target (LlamaConfig fields), draft = its first cfg.draft.num_hidden_layers layers."""
+    """Target from cfg.target (LlamaConfig fields), draft = its first cfg.draft.num_hidden_layers layers; both
+    built in float32 and run in cfg.dtype (float32 when absent; `+pair.dtype=bfloat16` for GPU figures)."""
     tok = byte_tokenizer()
     seed = int(cfg.get("seed", 0))
     t_cfg = dict(cfg["target"])
@@ -77,6 +78,8 @@ def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
     damp_upper_layers(target, d_cfg["num_hidden_layers"], scale)
     target = target.to(device)
     draft = draft_from_target(target, d_cfg["num_hidden_layers"], d_cfg["vocab_size"], seed + 1).to(device)
+    dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
+    target, draft = target.to(dtype), draft.to(dtype)
     target.name_or_path = f"tiny_random/target(seed={seed})"
     draft.name_or_path = f"tiny_random/draft(seed={seed})"
     return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, [target, draft]))

@@ -16,6 +16,7 @@ first row leaves nothing behind (its error is on stderr; under SLURM in the swee
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -28,16 +29,25 @@ from specbench.runs.results import CONFIG, LOCK, FolderLocked, folder_lock
 DEFAULT_LEAF = "default"  # the leaf of a run without overrides (an override name always holds '=')
 SHARD_VALUE = re.compile(r"(?<==)(\d+)/(\d+)(?=,|$)")  # a value i/n (shard=0/40)
 SHARD_ITEM = re.compile(r"(^|,)shard=\d+of\d+(?=,|$)")  # the shard in a leaf (shard=0of40)
+MAX_LEAF = 200  # bytes of a leaf name before it is shortened (leaf)
 # What a failed job may leave in its folder without it holding results: the runner's record of the
 # config, the folder lock and traces of an example whose row was never written.
 NOT_RESULTS = {CONFIG, LOCK, "traces"}
 
 
 def leaf(override_dirname: str) -> str:
-    """The run folder's name from its overrides: 'default' for none; i/n -> 'iofn', any other '/' -> '--'."""
+    """The run folder's name from its overrides: 'default' for none; i/n -> 'iofn', any other '/' -> '--'; a name
+    longer than MAX_LEAF bytes keeps its shard and the start of the rest, then `~` and a hash of the rest
+    (file systems refuse names over 255 bytes; config.json records every override)."""
     if not override_dirname:
         return DEFAULT_LEAF
-    return SHARD_VALUE.sub(r"\1of\2", override_dirname).replace("/", "--")
+    name = SHARD_VALUE.sub(r"\1of\2", override_dirname).replace("/", "--")
+    if len(name.encode()) <= MAX_LEAF:
+        return name
+    shard = SHARD_ITEM.search(name)
+    rest = SHARD_ITEM.sub("", name).lstrip(",")
+    short = rest.encode()[: MAX_LEAF - 60].decode(errors="ignore") + "~" + hashlib.sha1(rest.encode()).hexdigest()[:12]
+    return short + ("," + shard.group(0).lstrip(",") if shard else "")
 
 
 def unsharded(name: str) -> str | None:
