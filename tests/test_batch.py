@@ -143,7 +143,7 @@ def test_sd2_rows_are_steered_apart(tiny_pair, trained_drafter):
 # --- sampling: each row of a B = 4 batch follows its own exact target distribution ---
 
 PROMPTS4 = [[1, 5, 2], [3], [4, 4, 6, 1, 7, 0, 2], [2, 6]]
-N4 = 6_000  # batches: samples per row
+N4 = 4_000  # batches: samples per row
 
 
 class Gamma2(Method):
