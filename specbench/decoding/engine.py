@@ -253,12 +253,7 @@ class Engine:
         method.check_batch(B)
         if method.external:
             return [self.generate(prompts[0], max_new_tokens, (generators or [None])[0], trace)]
-        generators = generators or [None] * B
-        rows = [self.new_row(i, method if B == 1 else method.fork(), g, len(p), max_new_tokens)
-                for i, (p, g) in enumerate(zip(prompts, generators))]
-        for i, r in enumerate(rows):
-            if r.P >= r.ctx:
-                raise ValueError(f"prompt {i} of {r.P} tokens does not fit the model context of {r.ctx} tokens")
+        rows = self.new_rows(prompts, max_new_tokens, generators or [None] * B)
         stats = trace or method.needs_stats
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
         states = {role: ModelState(model, B) for role, model in method.bound.models.items()}  # by pair role
@@ -318,30 +313,40 @@ class Engine:
             for r in rows:  # the shares of all iterations sum to the batch's wall time
                 r.decode_s += (now - t_prev) / len(rows)
             t_prev = now
-            live = [b for b, r in enumerate(rows) if not r.stop_reason]
-            if len(live) < len(rows):  # finished rows leave the batch
-                for b, r in enumerate(rows):
-                    if r.stop_reason:
-                        r.latency_s = now - t_start
-                        self.settle(r, b, states)
-                        done.append(r)
-                rows = [rows[b] for b in live]
-                if rows:
-                    for s in states.values():
-                        s.select(live)
-                    buf = buf[live]
+            rows, buf = self.leave(rows, buf, states, done, now - t_start)
         return [self.result(r, first_block_s, B) for r in sorted(done, key=lambda r: r.index)]
 
-    def new_row(self, index: int, method: Method, generator: torch.Generator | None, P: int, max_new_tokens: int
-                ) -> Row:
-        """Row `index` of the batch, for a prompt of P tokens: its context limit and committed length."""
-        return Row(index, method, generator, P, self.context_length or (P + max_new_tokens + 1), P)
+    def new_rows(self, prompts: list[list[int]], max_new_tokens: int, generators: list[torch.Generator | None]
+                 ) -> list[Row]:
+        """One Row per prompt [B][P_b]: its method instance (the engine's own at B = 1, else a fork), generator,
+        context limit and committed length; a prompt that does not fit its context fails here."""
+        rows = []
+        for i, (p, g) in enumerate(zip(prompts, generators)):
+            row = Row(i, self.method if len(prompts) == 1 else self.method.fork(), g, len(p),
+                      self.context_length or (len(p) + max_new_tokens + 1), len(p))
+            if row.P >= row.ctx:
+                raise ValueError(f"prompt {i} of {row.P} tokens does not fit the model context of {row.ctx} tokens")
+            rows.append(row)
+        return rows
 
     @staticmethod
-    def settle(row: Row, b: int, states: dict[str, ModelState]) -> None:
-        """Copy row b's forward-time shares and calls out of the model states before it leaves the batch."""
-        for role, s in states.items():
-            row.seconds[role], row.calls[role] = s.shares[b], s.row_calls[b]
+    def leave(rows: list[Row], buf: torch.Tensor, states: dict[str, ModelState], done: list[Row], elapsed: float
+              ) -> tuple[list[Row], torch.Tensor]:
+        """Finished rows leave the batch: their latency, forward-time shares and calls are kept and they go to
+        `done`; the caches, masks and buffer keep the live rows. Returns the live rows and their buffer."""
+        live = [b for b, r in enumerate(rows) if not r.stop_reason]
+        if len(live) == len(rows):
+            return rows, buf
+        for b, r in enumerate(rows):
+            if r.stop_reason:
+                r.latency_s = elapsed
+                for role, s in states.items():
+                    r.seconds[role], r.calls[role] = s.shares[b], s.row_calls[b]
+                done.append(r)
+        if live:
+            for s in states.values():
+                s.select(live)
+        return [rows[b] for b in live], buf[live]
 
     def result(self, r: Row, first_block_s: float, B: int) -> Generation:
         """The Generation of a finished row."""
