@@ -74,11 +74,6 @@ class ModelState:
         self.row_calls = [0] * rows  # forward calls each row took part in
         self.hidden: torch.Tensor | None = None  # [len(layers), B, keep, H] of the last forward given layers
 
-    @property
-    def length(self) -> int:
-        """Tokens of a one-row cache."""
-        return self.fed[0]
-
     @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
                 ) -> torch.Tensor:
