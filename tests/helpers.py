@@ -115,10 +115,17 @@ def next_probs(model, prefix: list[int]) -> torch.Tensor:
         return torch.softmax(model(torch.tensor([prefix])).logits[0, -1].double(), -1)
 
 
-def target_joint(target) -> np.ndarray:
-    """Exact p(t1, t2) [V, V] at temperature 1: p(t1) p(t2 | t1)."""
-    p1 = next_probs(target, PROMPT)
-    return torch.stack([p1[t] * next_probs(target, PROMPT + [t]) for t in range(V)]).numpy()
+def target_joint(target, prompt: list[int] = PROMPT) -> np.ndarray:
+    """Exact p(t1, t2 | prompt) [V, V] at temperature 1: p(t1) p(t2 | t1)."""
+    p1 = next_probs(target, prompt)
+    return torch.stack([p1[t] * next_probs(target, prompt + [t]) for t in range(V)]).numpy()
+
+
+class AcceptAll(Rule):
+    """A wrong rule (always accept the drafts): a distribution test must reject it."""
+
+    def __call__(self, x, q, p, generator):
+        return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
 
 
 class FixedGamma(Method):

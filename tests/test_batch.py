@@ -15,11 +15,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import V, chi2_pvalue, compose_cfg, next_probs, pair_engine, table_engine
+from helpers import V, AcceptAll, FixedGamma, chi2_pvalue, compose_cfg, pair_engine, table_engine, target_joint
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.acceptance import RULES, Rule
-from specbench.decoding.method import Method
 from specbench.models.pairs import load_pair
 from specbench.runs.runner import build_method
 from table_lm import TableLM
@@ -146,44 +145,16 @@ PROMPTS4 = [[1, 5, 2], [3], [4, 4, 6, 1, 7, 0, 2], [2, 6]]
 N4 = 4_000  # batches: samples per row
 
 
-class Gamma2(Method):
-    """vanilla γ = 2 with a given rule object."""
-
-    def __init__(self, rule: Rule) -> None:
-        super().__init__()
-        self.fixed = rule
-
-    def bind(self, binding) -> None:
-        super().bind(binding)
-        self.rule = self.fixed
-
-    def window(self) -> int:
-        return 2
-
-
-class AcceptAll(Rule):
-    """A wrong rule: always accept the drafts."""
-
-    def __call__(self, x, q, p, generator):
-        return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
-
-
-def joint(target, prompt: list[int]) -> np.ndarray:
-    """Exact p(t1, t2 | prompt) [V, V] at temperature 1."""
-    p1 = next_probs(target, prompt)
-    return torch.stack([p1[t] * next_probs(target, prompt + [t]) for t in range(V)]).numpy()
-
-
 def row_pvalues(rule: Rule) -> list[float]:
     """Chi-square p-value of each row's first two tokens over N4 batches of the four prompts."""
     target, draft = TableLM(V, 11), TableLM(V, 12)
-    engine = table_engine(Gamma2(rule), target, draft, 1.0, 64)
+    engine = table_engine(FixedGamma(rule), target, draft, 1.0, 64)
     gens = [torch.Generator().manual_seed(100 + b) for b in range(len(PROMPTS4))]
     counts = np.zeros((len(PROMPTS4), V, V))
     for _ in range(N4):
         for b, g in enumerate(engine.generate_batch(PROMPTS4, 3, gens)):
             counts[b, g.token_ids[0], g.token_ids[1]] += 1
-    return [chi2_pvalue(counts[b], joint(target, p)) for b, p in enumerate(PROMPTS4)]
+    return [chi2_pvalue(counts[b], target_joint(target, p)) for b, p in enumerate(PROMPTS4)]
 
 
 @pytest.mark.parametrize("name", ["rejection", "sample_match"])

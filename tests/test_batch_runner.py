@@ -239,4 +239,4 @@ def test_a_batch_decodes_each_turn_over_the_examples_that_have_it(tiny_pair, mon
         assert (g2.token_ids, g2.text, g2.stop_reasons) == (g1.token_ids, g1.text, g1.stop_reasons)
         assert untimed([info2]) == untimed([info1])  # turn_outputs, prompt_tokens, call_stats
     assert "turn_outputs" not in together[1][1] and len(together[0][1]["turn_outputs"]) == 2
-    assert all(math.isfinite(info["latency_s"]) for _, info in together)
+    assert all(math.isfinite(g.latency_s) for g, _ in together)

@@ -15,8 +15,7 @@ this vanilla γ = 2 block) plus the rule-level tests here; the engine-level vani
 import pytest
 import torch
 
-from helpers import N, PROMPT, V, chi2_pvalue, next_probs, sample_pairs, target_joint
-from specbench.decoding.acceptance import Rule
+from helpers import N, PROMPT, V, AcceptAll, chi2_pvalue, next_probs, sample_pairs, target_joint
 from specbench.models.tiny import tiny_llama
 from table_lm import TableLM
 
@@ -30,13 +29,6 @@ def models(request):
         return TableLM(V, 11), TableLM(V, 12)
     torch.set_num_threads(1)
     return tiny_llama(11, **ARCH), tiny_llama(12, **ARCH)
-
-
-class AcceptAll(Rule):
-    """A wrong rule (always accept the drafts): the test must reject it."""
-
-    def __call__(self, x, q, p, generator):
-        return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
 
 
 def test_draft_differs_from_target(models):

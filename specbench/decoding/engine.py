@@ -109,8 +109,9 @@ class ModelState:
     def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
         """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
         the k_b = upto[b] - fed[b] tokens buf[b, fed[b]:upto[b]] right-aligned, K = max k_b (holes on the left)."""
-        k = torch.tensor([u - f for u, f in zip(upto, self.fed)], device=buf.device)  # [B]
-        width = max(1, int(k.max()))
+        new = [u - f for u, f in zip(upto, self.fed)]
+        width = max(1, *new)
+        k = torch.tensor(new, device=buf.device)  # [B]
         end = torch.tensor(upto, device=buf.device)
         pos = (end[:, None] - width + torch.arange(width, device=buf.device)).clamp_min(0)  # [B, K] buffer index
         valid = (torch.arange(width, device=buf.device) >= width - k[:, None]).long()  # [B, K]
@@ -132,8 +133,9 @@ class ModelState:
                 self.cache.crop(length[0] - self.fed[0])
                 self.columns, self.fed = length[0], [length[0]]
             return
-        drop = torch.tensor([f - n for f, n in zip(self.fed, length)], device=self.device)  # [B]
-        if int(drop.max()) > 0:
+        drops = [f - n for f, n in zip(self.fed, length)]
+        if max(drops) > 0:
+            drop = torch.tensor(drops, device=self.device)  # [B]
             after = self.mask.flip(1).cumsum(1).flip(1)  # [B, columns]: the row's tokens at or after column c
             self.mask = self.mask * (after > drop[:, None]).long()
             used = self.mask.any(0).nonzero()  # columns some row still uses
@@ -231,10 +233,6 @@ class Engine:
     def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
                  trace: bool = False) -> Generation:
         """Decode up to max_new_tokens new tokens after prompt_ids [P] with the engine's method."""
-        if self.method.external:  # a method that decodes with another library's loop (hf_assisted)
-            if max_new_tokens <= 0:
-                raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-            return self.method.generate_external(prompt_ids, max_new_tokens, self.stop, generator, trace)
         return self.generate_batch([prompt_ids], max_new_tokens, [generator], trace)[0]
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
@@ -246,8 +244,8 @@ class Engine:
         if B == 0:
             return []
         method.check_batch(B)
-        if method.external:
-            return [self.generate(prompts[0], max_new_tokens, (generators or [None])[0], trace)]
+        if method.external:  # a method that decodes with another library's loop (hf_assisted; B = 1)
+            return [method.generate_external(prompts[0], max_new_tokens, self.stop, (generators or [None])[0], trace)]
         rows = self.new_rows(prompts, max_new_tokens, generators or [None] * B)
         stats = trace or method.needs_stats
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none

@@ -34,6 +34,7 @@ def example_metrics(gen: Generation) -> dict[str, Any]:
     return {
         "new_tokens": new,
         "decode_s": gen.decode_s,
+        "latency_s": gen.latency_s,
         "first_block_s": gen.first_block_s,
         "tokens_per_s": ratio(new, gen.decode_s),
         "target_calls": gen.target_calls,

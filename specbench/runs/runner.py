@@ -269,11 +269,10 @@ def next_prompt(job: Job, d: Dialogue) -> list[int]:
 
 def finish(d: Dialogue) -> tuple[Generation, dict[str, Any]]:
     """d's turns merged into one Generation, and its row fields: prompt tokens, call stats (each turn's first
-    iteration includes its prompt: speedup.call_stats leaves it out), latency_s (summed over turns)."""
+    iteration includes its prompt: speedup.call_stats leaves it out)."""
     answers = [g.text for g in d.turns]
     info = {"prompt_tokens": d.prompt_tokens, "prompt_truncated_from": d.truncated_from,
-            **speedup.row_fields(speedup.merge_stats(speedup.call_stats(g.records) for g in d.turns)),
-            "latency_s": sum(g.latency_s for g in d.turns)}
+            **speedup.row_fields(speedup.merge_stats(speedup.call_stats(g.records) for g in d.turns))}
     if d.example.turns:
         return concat_generations(d.turns, answers[-1]), {**info, "turn_outputs": answers}
     return d.turns[0], info
