@@ -51,13 +51,19 @@ class Recorder(StoppingCriteria):
         self.t_start = self.t_iter = self.t_verify = self.t_verified = self.first_block_s = 0.0
         self.t_first: float | None = None  # the first model call, where the engine's clock for first_block_s starts
         self._t0 = 0.0
+        self._which = "target"  # the role of the target's call under way (early exit drafts with the target)
+        self.layers = 0  # the target's decoder layers
 
-    def attach(self, target: PreTrainedModel, draft: PreTrainedModel) -> list[Any]:
-        """Register the hooks on both models; returns their handles."""
-        return [target.register_forward_pre_hook(self._target_pre, with_kwargs=True),
-                target.register_forward_hook(lambda m, *_: self._post("target", m.device)),
-                draft.register_forward_pre_hook(lambda *_: self._pre()),
-                draft.register_forward_hook(lambda m, *_: self._post("draft", m.device))]
+    def attach(self, target: PreTrainedModel, draft: PreTrainedModel | None) -> list[Any]:
+        """Register the hooks on the target and the draft model (None: prompt lookup, or early exit, whose drafts
+        are the target's own calls with fewer layers); returns their handles."""
+        self.layers = target.config.get_text_config().num_hidden_layers
+        hooks = [target.register_forward_pre_hook(self._target_pre, with_kwargs=True),
+                 target.register_forward_hook(lambda m, *_: self._post(self._which, m.device))]
+        if draft is not None:
+            hooks += [draft.register_forward_pre_hook(lambda *_: self._pre()),
+                      draft.register_forward_hook(lambda m, *_: self._post("draft", m.device))]
+        return hooks
 
     def start(self) -> None:
         """Mark the start of the generate call."""
@@ -77,6 +83,11 @@ class Recorder(StoppingCriteria):
             self.t_verified = t
 
     def _target_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+        # transformers' early exit drafts with the target itself while its config has fewer layers
+        self._which = "draft" if module.config.get_text_config().num_hidden_layers < self.layers else "target"
+        if self._which == "draft":
+            self._pre()
+            return
         ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
         cache = kwargs.get("past_key_values")
         cached = cache.get_seq_length() if cache is not None else 0
@@ -160,10 +171,26 @@ class HFAssisted(Method):
     name = "hf_assisted"
     external = True
 
+    cross_tokenizer = True  # a draft of another tokenizer: transformers' universal assisted generation
+
     def __init__(self, gamma: int = 20, num_assistant_tokens_schedule: str = "constant",
                  assistant_confidence_threshold: float = 0.4, persist: bool = False,
-                 suppress_padding: bool = True, **options) -> None:
+                 suppress_padding: bool = True, prompt_lookup_num_tokens: int | None = None,
+                 max_matching_ngram_size: int | None = None, assistant_early_exit: int | None = None,
+                 **options) -> None:
         super().__init__(rule="rejection", **options)
+        if prompt_lookup_num_tokens is not None and assistant_early_exit is not None:
+            raise ValueError(f"method {self.name!r}: prompt_lookup_num_tokens and assistant_early_exit choose two "
+                             "different draft sources; set at most one of them")
+        if max_matching_ngram_size is not None and prompt_lookup_num_tokens is None:
+            raise ValueError(f"method {self.name!r}: max_matching_ngram_size applies to prompt lookup only; set "
+                             "prompt_lookup_num_tokens too (or max_matching_ngram_size=null)")
+        self.lookup = {} if prompt_lookup_num_tokens is None else {
+            "prompt_lookup_num_tokens": check_gamma(self.name, prompt_lookup_num_tokens, "prompt_lookup_num_tokens"),
+            "max_matching_ngram_size": check_gamma(self.name, max_matching_ngram_size or 2, "max_matching_ngram_size")}
+        self.early_exit = None if assistant_early_exit is None else check_gamma(self.name, assistant_early_exit,
+                                                                                "assistant_early_exit")
+        self.pair_draft = not self.lookup and self.early_exit is None  # else: no draft model
         if num_assistant_tokens_schedule not in SCHEDULES:
             raise ValueError(f"method {self.name!r}: num_assistant_tokens_schedule must be one of {SCHEDULES}, "
                              f"got {num_assistant_tokens_schedule!r}")
@@ -201,21 +228,24 @@ class HFAssisted(Method):
     def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
                           generator: torch.Generator | None, trace: bool) -> Generation:
         """One transformers assisted generation on the bound pair, returned as the engine's Generation."""
-        target, draft = self.verifier_model, self.drafter
-        check_vocab_sizes(target, draft)
+        target, draft = self.verifier_model, self.assistant()
+        cross = self.bound.pair is not None and self.pair_draft and self.bound.pair.draft_tokenizer is not None
+        if draft is not None and draft is not target and not cross:
+            check_vocab_sizes(target, draft)
         P = len(prompt_ids)
         ctx = self.bound.context_length or (P + max_new_tokens + 1)
         if P >= ctx:
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         max_new = min(max_new_tokens, ctx - P)  # the engine stops at the context too
         settings = self.carried if self.persist and self.carried is not None else self.settings
-        rec = Recorder(stop, P, max_new_tokens, ctx - P, int(settings["num_assistant_tokens"]),
-                       settings["num_assistant_tokens_schedule"])
+        gamma = self.lookup.get("prompt_lookup_num_tokens", settings["num_assistant_tokens"])
+        rec = Recorder(stop, P, max_new_tokens, ctx - P, int(gamma),
+                       "constant" if self.lookup else settings["num_assistant_tokens_schedule"])
         x = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
-        kwargs = self.generate_kwargs(target, max_new)
-        gc = draft.generation_config
+        kwargs = self.generate_kwargs(target, max_new) | self.source_kwargs(draft, cross)
+        gc = (draft or target).generation_config  # the assistant's settings (early exit: the target's own)
         saved = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
-        hooks = rec.attach(target, draft)
+        hooks = rec.attach(target, None if draft is target else draft)
         try:
             for k, v in settings.items():
                 setattr(gc, k, v)
@@ -225,7 +255,7 @@ class HFAssisted(Method):
                     torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator, device=generator.device)))
                 sync(target.device)
                 rec.start()
-                out = target.generate(x, attention_mask=torch.ones_like(x), assistant_model=draft,
+                out = target.generate(x, attention_mask=torch.ones_like(x),
                                       stopping_criteria=StoppingCriteriaList([rec]), **kwargs)
                 sync(target.device)
                 decode_s = time.perf_counter() - rec.t_start
@@ -236,6 +266,25 @@ class HFAssisted(Method):
             for h in hooks:
                 h.remove()
         return self.finish(out[0, P:].tolist(), rec, decode_s)
+
+    def assistant(self) -> PreTrainedModel | None:
+        """The model that drafts in transformers' loop: the pair's draft, the target itself (early exit) or none
+        (prompt lookup)."""
+        if self.lookup:
+            return None
+        return self.verifier_model if self.early_exit is not None else self.drafter
+
+    def source_kwargs(self, draft: PreTrainedModel | None, cross: bool) -> dict[str, Any]:
+        """generate() keyword arguments that choose transformers' draft source: prompt lookup, early exit, an
+        assistant model, and with a draft of another tokenizer both tokenizers (universal assisted generation)."""
+        if self.lookup:
+            return dict(self.lookup)
+        if self.early_exit is not None:
+            return {"assistant_early_exit": self.early_exit}
+        kw: dict[str, Any] = {"assistant_model": draft}
+        if cross:
+            kw |= {"tokenizer": self.bound.tokenizer, "assistant_tokenizer": self.bound.pair.draft_tokenizer}
+        return kw
 
     def generate_kwargs(self, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
         """generate() keyword arguments for the bound decode settings, EOS ids and vocabulary range."""

@@ -3,7 +3,9 @@
 State: a token buffer buf [B, max P_b + max_new_tokens + 1] whose row b holds its committed tokens in
 buf[b, :L_b] (the prompt first, no padding: a token's buffer index is its position), and one KV cache per
 model. One iteration, one named step each, every row with its own L_b, window, rule and policy:
-  1. draft: x_1..x_w with x_i drawn from q_i = q(. | buf[b, :L_b+i-1]), asking the row's policy after each token;
+  1. draft: the method's draft source (specbench.decoding.drafts) proposes x_1..x_w with their q_1..q_w (a draft
+     model: x_i drawn from q_i = q(. | buf[b, :L_b+i-1]); a deterministic proposal: q_i one-hot), asking the
+     row's policy after each token;
   2. verify: one target forward over the row's uncached tokens and drafts gives p_1..p_{w+1} (the first
      iteration's forward is also the prompt prefill, as in transformers' assisted generation);
   3. accept: the row's rule gives n accepted drafts and the next token buf[b, L_b+n]; L_b <- L_b + n + 1
@@ -251,7 +253,7 @@ class Engine:
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
         states = {role: ModelState(model, B) for role, model in method.bound.models.items()}  # by pair role
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
-        draft = states["draft"] if method.uses_draft else None
+        source = method.draft_source(states, self)  # what proposes the drafts (None: no drafting)
         buf = torch.zeros((B, max(r.P for r in rows) + max_new_tokens + 1), dtype=torch.long, device=self.device)
         for b, p in enumerate(prompts):
             buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
@@ -264,9 +266,9 @@ class Engine:
         while rows:
             t_iter = time.perf_counter()
             # 1. draft: row b at most min(window, tokens left - 1, context left - 1) tokens
-            if draft:
+            if source:
                 method.before_draft([r.method for r in rows])
-                steps = self.draft(draft, buf, rows, max_new_tokens)
+                steps = source.propose(buf, rows, self.windows(rows, max_new_tokens))
             else:
                 steps = 0
             t1 = time.perf_counter()
@@ -282,8 +284,8 @@ class Engine:
                     r.method.observe_hidden(target.hidden[:, b, keep - w[b] - 1 + n])  # [len(layers), H]
             # 4. roll back: the caches keep each row's accepted prefix buf[b, :L_b+n]
             target.crop([r.L + n for r, (n, _) in zip(rows, accepted)])
-            if draft:
-                draft.crop([min(f, r.L + n) for f, r, (n, _) in zip(draft.fed, rows, accepted)])
+            if source:
+                source.rollback(rows, [n for n, _ in accepted])
             # 5. record the iteration and update each row's policy
             for b, (r, (n, relaxed)) in enumerate(zip(rows, accepted)):
                 r.out += buf[b, r.L : r.L + n + 1].tolist()
@@ -358,41 +360,14 @@ class Engine:
             batch_rows=B,
         )
 
-    def draft(self, draft: ModelState, buf: torch.Tensor, rows: list[Row], max_new_tokens: int) -> int:
-        """Step 1: for every row b, x_i drawn from q_i = q(. | buf[b, :L_b+i-1]) into buf[b, L_b+i-1], i = 1..w_max_b,
-        until an EOS or the row's policy stops it; leaves q_1..q_w (each [V]) and why drafting ended (window / eos /
-        policy / length) in the row; returns the draft forwards run (the batch drafts to its longest window)."""
+    @staticmethod
+    def windows(rows: list[Row], max_new_tokens: int) -> list[int]:
+        """Step 1's cap per row b: w_max_b = min(window, tokens left - 1, context left - 1); resets the row's
+        drafts (qs) and sets why to window, or length when nothing may be drafted."""
         w_max = [min(r.method.window(), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
         for r, m in zip(rows, w_max):
             r.qs, r.why = [], "length" if m <= 0 else "window"
-        open_ = [b for b, m in enumerate(w_max) if m > 0]  # rows still drafting
-        i = 0
-        while open_:
-            drafting = set(open_)
-            upto = [r.L + i if b in drafting else draft.fed[b] for b, r in enumerate(rows)]  # the others feed a hole
-            q = self.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(self.device)  # [B, V]
-            x = self.pick(q, open_, rows)
-            still = []
-            for b in open_:
-                r = rows[b]
-                buf[b, r.L + i] = x[b]
-                r.qs.append(q[b])
-                keep = r.method.keep_drafting(i + 1, q[b], x[b])  # asked for EOS too: confidence learns from it
-                if x[b] in self.stop.eos_ids:
-                    r.why = "eos"
-                elif not keep:
-                    r.why = "policy"
-                elif i + 1 < w_max[b]:
-                    still.append(b)
-            open_, i = still, i + 1
-        return i
-
-    def pick(self, q: torch.Tensor, open_: list[int], rows: list[Row]) -> dict[int, int]:
-        """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""
-        if self.sampler.params.greedy:
-            top = q.argmax(-1).tolist()
-            return {b: top[b] for b in open_}
-        return {b: int(self.sampler.pick(q[b : b + 1], rows[b].generator)[0]) for b in open_}
+        return w_max
 
     def accept(self, buf: torch.Tensor, rows: list[Row], p_all: torch.Tensor, keep: int) -> list[tuple[int, int]]:
         """Step 3, per row b: n = the longest prefix of the drafts x = buf[b, L_b:L_b+w] the row's rule accepts

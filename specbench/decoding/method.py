@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from specbench.decoding.acceptance import Rule, make_rule
+from specbench.decoding.drafts import DraftSource, ModelDraft
 from specbench.decoding.sampling import SamplingParams
 from specbench.common.registry import Registry
 
@@ -27,7 +28,7 @@ class IterationRecord:
 
     drafted: int  # w
     accepted: int  # n, exact and relaxed acceptances together
-    stop: str  # why drafting ended: policy / window / eos / length / none (no drafter)
+    stop: str  # why drafting ended: policy / window / eos / length / source (the draft source ran out) / none
     draft_s: float  # wall seconds of the draft phase
     verify_s: float  # wall seconds of the target forward
     draft_steps: int = 0  # draft forwards the row's batch ran this iteration (B = 1: drafted; B > 1: the longest window)
@@ -68,6 +69,8 @@ class Method:
     verifier = "target"  # which model of the pair verifies/generates: "target" or "draft"
     needs_stats = False  # True: the engine computes H(q_i) and d_JS(p_i, q_i) every iteration
     external = False  # True: Engine.generate hands the whole call to generate_external
+    pair_draft = True  # False: the method drafts without the pair's draft model (pld, layer_skip)
+    cross_tokenizer = False  # True: the method may run a pair whose draft has another tokenizer (uag)
     # hidden_states indices of the verifier that the engine hands to observe_hidden after every verify
     # (sd2's steering); empty: the verify forward does not compute them (no cost for other methods)
     hidden_layers: tuple[int, ...] = ()
@@ -82,8 +85,8 @@ class Method:
 
     @property
     def roles(self) -> tuple[str, ...]:
-        """The pair roles whose models this method runs: the verifier's, and 'draft' when it drafts."""
-        return (self.verifier, "draft") if self.uses_draft else (self.verifier,)
+        """The pair roles whose models this method runs: the verifier's, and 'draft' when it drafts with the pair's."""
+        return (self.verifier, "draft") if self.uses_draft and self.pair_draft else (self.verifier,)
 
     def bind(self, binding: Binding) -> None:
         """Run on `binding` from now on (called once before decoding): keep it and build the rule for its decode
@@ -121,6 +124,11 @@ class Method:
         twin = copy.copy(self)
         twin.rule = copy.deepcopy(self.rule)
         return twin
+
+    def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource | None:
+        """What proposes this method's drafts in `engine` (a specbench.decoding.engine.Engine), given its models'
+        states by role: the model in the draft role (None without drafting); pld and uag override."""
+        return ModelDraft(states["draft"], engine) if self.uses_draft else None
 
     def before_draft(self, rows: list["Method"]) -> None:
         """Before each drafting phase, on the engine's method, with the instances of the rows still decoding
@@ -166,6 +174,10 @@ class Method:
             raise OptionError(f"method {self.name!r}: method.persist=true carries state from one example to the "
                               f"next, which needs batch_size=1 (got batch_size={batch_size}); set "
                               "method.persist=false or batch_size=1")
+
+    def check_decode(self, params: SamplingParams) -> None:
+        """Fail with an OptionError naming the key when this method cannot run the decode settings (called by the
+        runner before any model loads)."""
 
     def observe_hidden(self, states: torch.Tensor) -> None:
         """After a verify: the verifier's states [len(hidden_layers), H] at the last accepted position."""

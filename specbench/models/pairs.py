@@ -39,13 +39,19 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 
 @dataclass
 class Pair:
-    """A loaded pair: target, optional draft, the shared tokenizer and its vocabulary range."""
+    """A loaded pair: target, optional draft, the target's tokenizer and its vocabulary range, and the draft's own
+    tokenizer when it differs (a cross-tokenizer pair, for methods that re-tokenize: uag)."""
 
     name: str
     target: PreTrainedModel
     draft: PreTrainedModel | None
     tokenizer: PreTrainedTokenizerBase
     vocab_size: int  # shared tokenizer range; logits beyond it (embedding padding) are ignored
+    draft_tokenizer: PreTrainedTokenizerBase | None = None  # None: the draft shares `tokenizer`
+
+    def same_tokenizer(self, role: str) -> bool:
+        """Does the model playing `role` read and write the ids of `tokenizer`?"""
+        return role == "target" or self.draft_tokenizer is None
 
     def model(self, role: str) -> PreTrainedModel:
         """The model playing `role` ('target' or 'draft')."""
@@ -222,8 +228,21 @@ def check_vocab(target_name: str, tok_t: PreTrainedTokenizerBase, draft_name: st
         raise ValueError(
             f"target {target_name!r} (vocabulary {len(tok_t)}) and draft {draft_name!r} "
             f"(vocabulary {len(tok_d)}) do not share a tokenizer vocabulary; speculative decoding "
-            "here needs one vocabulary"
+            "here needs one vocabulary, except method=uag (and hf_assisted), which re-tokenize the drafts: "
+            "for them, mark the pair config with cross_tokenizer: true"
         )
+
+
+def check_cross_tokenizer(cfg: dict, method_name: str, uses_pair_draft: bool, cross_ok: bool) -> None:
+    """Before loading: a pair marked cross_tokenizer runs its draft only in methods that re-tokenize."""
+    from specbench.common.options import OptionError
+
+    if cfg.get("cross_tokenizer") and uses_pair_draft and not cross_ok:
+        raise OptionError(
+            f"pair {cfg['name']!r} has cross_tokenizer: true (its draft has another tokenizer than its target), "
+            f"and method {method_name!r} needs one vocabulary; run it with method=uag (re-tokenized drafts), "
+            "hf_assisted (transformers' universal assisted generation), or a method that needs no draft model "
+            "(ar, pld, layer_skip)")
 
 
 def shared_vocab_size(tokenizer: PreTrainedTokenizerBase, models: list[PreTrainedModel]) -> int:
@@ -242,13 +261,18 @@ def build_hub(cfg: dict, device: torch.device) -> Pair:
     t_spec, d_spec = cfg["target"], cfg.get("draft")
     files, sources = pair_files(cfg), check_pair_sources(cfg)
     tok = load_tokenizer(*files["tokenizer"], sources[files["tokenizer"]])
+    d_tok = None
     if d_spec:
         d_tok = load_tokenizer(*files["draft_tokenizer"], sources[files["draft_tokenizer"]])
-        check_vocab(t_spec["path"], tok, d_spec["path"], d_tok)
+        if not cfg.get("cross_tokenizer"):
+            check_vocab(t_spec["path"], tok, d_spec["path"], d_tok)
+            d_tok = None
+        elif tok.get_vocab() == d_tok.get_vocab():
+            d_tok = None  # marked cross, yet one vocabulary: every method runs on it
     target = load_model(t_spec, device, sources[files["target"]])
     draft = load_model(d_spec, device, sources[files["draft"]]) if d_spec else None
-    models = [m for m in (target, draft) if m is not None]
-    return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, models))
+    models = [target] + ([draft] if draft is not None and d_tok is None else [])  # those of the target's ids
+    return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, models), d_tok)
 
 
 def load_pair(cfg: dict, device: torch.device) -> Pair:

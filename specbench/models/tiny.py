@@ -17,13 +17,22 @@ from specbench.models.pairs import BUILDERS, Pair, resolve_dtype, shared_vocab_s
 SPECIALS = ["<s>", "</s>", "<pad>"]
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer without merges: 256 byte tokens then <s>, </s>, <pad> (259 ids)."""
+# merges of the cross-tokenizer test draft's tokenizer (byte-level symbols; Ġ is the space)
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("o", "n"), ("r", "e"),
+          ("Ġ", "a"), ("e", "d"), ("n", "d"), ("Ġ", "s"), ("o", "u"), ("Ġ", "c"), ("in", "g"), ("Ġ", "w"),
+          ("a", "t"), ("e", "n"), ("i", "s"), ("Ġ", "o"), ("l", "l"), ("Ġ", "h"), ("o", "r"), ("e", "s")]
+
+
+def byte_tokenizer(permuted: bool = False, merges: int = 0) -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer: 256 byte tokens then <s>, </s>, <pad> (259 ids), no merges. permuted: the same
+    tokens with other ids (the specials first, then the bytes in reverse order) and the first `merges` of MERGES
+    after them, for a draft whose vocabulary differs from the target's."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)}
-    for s in SPECIALS:
-        vocab[s] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    order = SPECIALS[::-1] + alphabet[::-1] if permuted else alphabet + SPECIALS
+    vocab = {ch: i for i, ch in enumerate(order)}
+    for a, b in MERGES[:merges]:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=MERGES[:merges]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
@@ -83,3 +92,25 @@ def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
     target.name_or_path = f"tiny_random/target(seed={seed})"
     draft.name_or_path = f"tiny_random/draft(seed={seed})"
     return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, [target, draft]))
+
+
+@BUILDERS.register("tiny_cross")
+def build_tiny_cross(cfg: dict, device: torch.device) -> Pair:
+    """tiny_random's target, and a draft with another tokenizer: the byte tokens with permuted ids plus the first
+    cfg.draft.merges merges (byte_tokenizer(permuted=True)). The draft is tiny_random's draft with its embedding
+    and head rows moved to the permuted ids, so with merges 0 it computes tiny_random's draft distribution in
+    another vocabulary; merged tokens keep random rows."""
+    pair = build_tiny_random(cfg, torch.device("cpu"))
+    merges = int(cfg["draft"].get("merges", 0))
+    d_tok = byte_tokenizer(permuted=True, merges=merges)
+    perm = torch.tensor([d_tok.convert_tokens_to_ids(t) for t in pair.tokenizer.convert_ids_to_tokens(
+        list(range(len(pair.tokenizer))))])  # target id -> draft id of the same token
+    draft = pair.draft.float()
+    with torch.no_grad():
+        for w in (draft.get_input_embeddings().weight, draft.get_output_embeddings().weight):
+            rows = w[: len(perm)].clone()
+            w[perm] = rows
+    dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
+    draft.name_or_path = f"tiny_cross/draft(seed={cfg.get('seed', 0)}, merges={merges})"
+    return Pair(cfg["name"], pair.target.to(device, dtype), draft.to(device, dtype), pair.tokenizer, pair.vocab_size,
+                d_tok)

@@ -25,7 +25,7 @@ from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
 from specbench.common.options import (check_mandatory, check_options, check_run_settings, integer, max_new_tokens, real,
                                       threads_setting)
-from specbench.models.pairs import Pair, load_pair, resolve_device
+from specbench.models.pairs import Pair, check_cross_tokenizer, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
@@ -172,7 +172,8 @@ def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
     and context over those models, and the decode settings."""
     models = {role: pair.model(role) for role in method.roles}
     used = list(models.values())
-    return Binding(models, pair.tokenizer, pair.vocab_size, frozenset(pair.eos_ids(used)), params,
+    same = [m for role, m in models.items() if pair.same_tokenizer(role)]  # EOS ids are ids of the target's tokenizer
+    return Binding(models, pair.tokenizer, pair.vocab_size, frozenset(pair.eos_ids(same)), params,
                    pair.context_length(used), pair)
 
 
@@ -408,6 +409,8 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     method = build_method(c["method"])
     batch_size = int(c.get("batch_size", 1))  # an integer >= 1: check_run_settings checked it
     method.check_batch(batch_size)
+    method.check_decode(params)
+    check_cross_tokenizer(c["pair"], method.name, "draft" in method.roles, method.cross_tokenizer)
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
     examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))

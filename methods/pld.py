@@ -1,0 +1,61 @@
+"""`pld`: prompt lookup decoding (Saxena, 2023): drafts copied from the prompt and the output so far, no draft model.
+
+Lookup (transformers' PromptLookupCandidateGenerator, the same search): for n = min(max_ngram, L - 1) down to 1,
+the last n committed tokens s = buf[L-n:L] are searched among all windows buf[j:j+n], left to right; the
+first match with a continuation proposes c = buf[j+n : min(j+n+gamma, L)], cut before its first EOS (an empty
+cut proposes nothing and ends the search, as there). No match: no drafts, one target forward gives one token.
+Every draft has q = one-hot (specbench.decoding.drafts), so `rejection` is lossless at any temperature.
+Defaults are transformers' (max_matching_ngram_size 2, prompt_lookup_num_tokens 10);
+conf/method/pld_spec_bench.yaml is Spec-Bench's PLD row (max_ngram 3, 10 tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specbench.decoding.drafts import DraftSource, propose_fixed
+from specbench.decoding.method import METHODS, check_gamma
+from specbench.methods.vanilla import Vanilla
+
+
+def lookup(ids: list[int], max_ngram: int, num_tokens: int, eos_ids: frozenset[int]) -> list[int]:
+    """The tokens that followed the first earlier occurrence of the longest matching suffix of ids [L] (n-gram of
+    at most max_ngram tokens), at most num_tokens of them and none from the first EOS on; [] without a match."""
+    L = len(ids)
+    for n in range(min(max_ngram, L - 1), 0, -1):
+        tail = ids[L - n :]
+        for j in range(L - n + 1):
+            if ids[j : j + n] == tail and j + n < min(j + n + num_tokens, L):  # a match with a continuation
+                cont = ids[j + n : min(j + n + num_tokens, L)]
+                return cont[: next((k for k, x in enumerate(cont) if x in eos_ids), len(cont))]
+    return []
+
+
+class Lookup(DraftSource):
+    """Prompt lookup over each row's committed tokens buf[b, :L_b]."""
+
+    def __init__(self, max_ngram: int, num_tokens: int, vocab: int, eos_ids: frozenset[int]) -> None:
+        self.max_ngram, self.num_tokens, self.vocab, self.eos_ids = max_ngram, num_tokens, vocab, eos_ids
+
+    def propose(self, buf: torch.Tensor, rows: list, w_max: list[int]) -> int:
+        proposals = [lookup(buf[b, : r.L].tolist(), self.max_ngram, self.num_tokens, self.eos_ids) if w_max[b] > 0
+                     else [] for b, r in enumerate(rows)]
+        propose_fixed(proposals, buf, rows, w_max, self.vocab, self.eos_ids)
+        return 0  # no draft forwards
+
+
+@METHODS.register("pld")
+class PromptLookup(Vanilla):
+    """Vanilla's loop with the lookup as draft source: at most gamma drafts per iteration (num_tokens)."""
+
+    name = "pld"
+    pair_draft = False
+
+    def __init__(self, gamma: int = 10, max_ngram: int = 2, rule: str = "rejection", **options: Any) -> None:
+        super().__init__(gamma=gamma, rule=rule, **options)
+        self.max_ngram = check_gamma(self.name, max_ngram, "max_ngram")
+
+    def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource:
+        return Lookup(self.max_ngram, self.gamma, self.bound.vocab_size, self.bound.eos_ids)

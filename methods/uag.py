@@ -1,0 +1,122 @@
+"""`uag`: universal assisted generation: a draft model with another tokenizer than the target's, its drafts
+re-tokenized through text (Timor et al. 2025; transformers' AssistedCandidateGeneratorDifferentTokenizers).
+
+One iteration at B = 1, with T_t / T_d the target / draft tokenizers (decode keeps special tokens, so chat
+markers that both know, such as ChatML's, map to each other):
+  1. the draft's context c = T_d.encode(T_t.decode(buf[:L])); its KV cache keeps the longest prefix it shares
+     with the previous iteration's context (the rest is re-fed), as transformers keeps the common diagonal;
+  2. the draft greedily writes up to gamma draft tokens d (stopping at its EOS) after c;
+  3. the new text s = T_d.decode(c + d) minus T_d.decode(c) (a trailing partial UTF-8 character dropped) becomes
+     target ids: T_t.encode(T_t.decode(last lookbehind committed ids) + s) minus those committed ids when the
+     re-encoding reproduces them, else T_t.encode(s) alone; cut at tokens left and at the first target EOS;
+  4. these target ids are drafts with q = one-hot (specbench.decoding.drafts), verified by the target.
+Under greedy decoding every accepted token is the target's argmax, so the output equals `ar`'s.
+Where transformers differs: it decodes with skip_special_tokens=True and re-encodes with special tokens added,
+aligns the re-encodings by the longest common diagonal of the last `target_lookbehind` / `assistant_lookbehind`
+(10) tokens, stops the assistant also at its confidence threshold (0.4) and drafts num_assistant_tokens (20)
+per iteration; so its candidates per iteration can differ from these (the tokens cannot, under greedy).
+Temperature > 0 is refused: transformers then switches to another algorithm (Universal Speculative Decoding:
+the draft's logits mapped onto the tokens both vocabularies share, verified by speculative sampling), which is
+not implemented here; `hf_assisted` on a cross-tokenizer pair runs transformers' own, greedy or sampled.
+One row at a time: the draft context is a re-tokenization per row (batch_size 1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+
+from specbench.common.options import OptionError
+from specbench.decoding.drafts import DraftSource, propose_fixed
+from specbench.decoding.method import METHODS, check_gamma
+from specbench.decoding.sampling import SamplingParams
+from specbench.methods.vanilla import Vanilla
+
+
+def new_text(tok: Any, context: list[int], new: list[int]) -> str:
+    """The text the tokens `new` add after `context` under tokenizer tok, without a trailing partial character."""
+    before, after = tok.decode(context), tok.decode(context + new)
+    return after[len(os.path.commonprefix([before, after])) :].rstrip("\ufffd")
+
+
+def to_target(tok: Any, committed: list[int], text: str, lookbehind: int) -> list[int]:
+    """Target ids that continue the committed ids [L] with `text`: the re-encoding of the last lookbehind committed
+    tokens' text plus `text`, minus those tokens when it reproduces them; else the encoding of `text` alone."""
+    window = committed[max(0, len(committed) - lookbehind) :]
+    ids = tok.encode(tok.decode(window) + text, add_special_tokens=False)
+    if ids[: len(window)] == window:
+        return ids[len(window) :]
+    return tok.encode(text, add_special_tokens=False)
+
+
+class Retokenized(DraftSource):
+    """A draft model of another vocabulary; its greedy drafts re-tokenized for the target (one row)."""
+
+    def __init__(self, state: Any, engine: Any, target_tok: Any, draft_tok: Any, draft_eos: frozenset[int],
+                 gamma: int, lookbehind: int) -> None:
+        self.state, self.engine = state, engine
+        self.target_tok, self.draft_tok, self.draft_eos = target_tok, draft_tok, draft_eos
+        self.gamma, self.lookbehind = gamma, lookbehind
+        self.vocab = len(draft_tok)  # logits beyond the draft tokenizer (embedding padding) are ignored
+        self.ids: list[int] = []  # the draft tokens of the last iteration (context and drafts)
+
+    def propose(self, buf: torch.Tensor, rows: list, w_max: list[int]) -> int:
+        r, draft = rows[0], self.state
+        if w_max[0] <= 0:
+            return 0
+        committed = buf[0, : r.L].tolist()
+        ctx = self.draft_tok.encode(self.target_tok.decode(committed), add_special_tokens=False)
+        same = len(os.path.commonprefix([self.ids, ctx]))
+        draft.crop(min(draft.fed[0], same, len(ctx) - 1))  # the cache keeps what is still the context
+        dbuf = torch.zeros((1, len(ctx) + self.gamma), dtype=torch.long)
+        dbuf[0, : len(ctx)] = torch.tensor(ctx)
+        new: list[int] = []
+        for i in range(self.gamma):  # greedy draft tokens d_1..d_k (k <= gamma), stopping at the draft's EOS
+            x = int(draft.forward(dbuf, len(ctx) + i, 1)[0, 0, : self.vocab].argmax())
+            dbuf[0, len(ctx) + i] = x
+            new.append(x)
+            if x in self.draft_eos:
+                break
+        self.ids = ctx + new
+        prop = to_target(self.target_tok, committed, new_text(self.draft_tok, ctx, new), self.lookbehind)
+        propose_fixed([prop], buf, rows, w_max, self.engine.sampler.vocab_size, self.engine.stop.eos_ids)
+        return len(new)
+
+
+@METHODS.register("uag")
+class UniversalAssisted(Vanilla):
+    """Greedy drafts of a draft model with its own tokenizer, re-tokenized for the target and verified (lossless)."""
+
+    name = "uag"
+    cross_tokenizer = True
+
+    def __init__(self, gamma: int = 5, lookbehind: int = 10, rule: str = "rejection", **options: Any) -> None:
+        super().__init__(gamma=gamma, rule=rule, **options)
+        self.lookbehind = check_gamma(self.name, lookbehind, "lookbehind")
+
+    def window(self) -> int:
+        return sys.maxsize  # target candidates per iteration: as many as gamma draft tokens' text gives
+
+    def check_decode(self, params: SamplingParams) -> None:
+        if not params.greedy:
+            raise OptionError(
+                f"method 'uag' runs at decode.temperature=0 only (got {params.temperature:g}): with sampling, "
+                "transformers drafts across vocabularies by Universal Speculative Decoding (draft logits mapped onto "
+                "the shared tokens), another algorithm not implemented here; use method=hf_assisted for it")
+
+    def check_batch(self, batch_size: int) -> None:
+        if batch_size > 1:
+            raise OptionError(f"method 'uag' re-tokenizes each row's context for its draft model and decodes one row "
+                              f"at a time (got batch_size={batch_size}); set batch_size=1")
+
+    def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource:
+        pair, draft = self.bound.pair, self.bound.models["draft"]
+        d_tok = pair.draft_tokenizer or pair.tokenizer
+        eos = {d_tok.eos_token_id}
+        gen = draft.generation_config.eos_token_id if draft.generation_config is not None else None
+        eos |= set(gen if isinstance(gen, list) else [gen])
+        return Retokenized(states["draft"], engine, pair.tokenizer, d_tok, frozenset(eos - {None}), self.gamma,
+                           self.lookbehind)
