@@ -95,7 +95,8 @@ def write_run(root: Path, folder: str, method: str, rows: list[dict], *, pair: s
                      "drafted": r.get("drafted", 0), "accepted": r.get("accepted", 0), "draft_iterations": k,
                      "mean_drafted": r["drafted"] / k if k else None, "mean_accepted": r["accepted"] / k if k else None,
                      "iterations": r.get("iterations", k or r["new"]), "mean_t_v": r.get("t_v"), "mean_t_g": None,
-                     "score": r.get("score"), "lossless": method != "adasd", "category": r.get("category")})
+                     "score": r.get("score"), "lossless": method != "adasd", "category": r.get("category"),
+                     "task": r.get("task")})
     write_json_atomic(run_dir / "config.json", record)
     (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in full))
     write_json_atomic(run_dir / "summary.json", {**summarize(full), **record})

@@ -17,11 +17,12 @@ from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import sweep_jobs
 
-EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5"]
+EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5", "spec_bench_table"]
 ADASD_ROWS = ["draft_only", "ar", "vanilla", "hf_assisted", "adasd_gen_only", "adasd_verify_only", "adasd"]
 GAMMA_GRID = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24]  # GammaTune section 5
 GAMMATUNE_ROWS = ["vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus"]
 SD2_DATASETS = ["ultrachat", "humaneval", "xsum", "alpaca_eval", "gsm8k"]
+SPEC_BENCH_ROWS = ["ar", "vanilla", "hf_assisted", "pld", "layer_skip", "gammatune", "adasd"]
 # The papers' settings per experiment: rows x datasets x seeds (x initial gamma), decode, new tokens.
 GRIDS = {
     "adasd_table1": dict(rows=ADASD_ROWS, datasets=["gsm8k", "humaneval", "mmlu"], seeds=[48763], decode="t1", max_new=512),
@@ -31,6 +32,7 @@ GRIDS = {
                              gammas=GAMMA_GRID),
     "sd2_table1": dict(rows=["vanilla", "distilled", "sd2"], datasets=SD2_DATASETS, seeds=[0, 1, 2], decode="t1", max_new=128),
     "sd2_table5": dict(rows=["vanilla", "distilled", "sd2"], datasets=SD2_DATASETS, seeds=[0], decode="greedy", max_new=128),
+    "spec_bench_table": dict(rows=SPEC_BENCH_ROWS, datasets=["spec_bench"], seeds=[None], decode="greedy", max_new=1024),
 }
 
 

@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="folder for table files and figures (printed only when absent)")
     ap.add_argument("--format", default="all", choices=[*FORMATS, "all"], help="table file format(s)")
     ap.add_argument("--baseline", help="speedup baseline METHOD[:key=value,...] for every table "
-                    "(default per table: AdaSD vanilla:gamma=5, GammaTune vanilla, SD² vanilla:gamma=8)")
+                    "(default per table: AdaSD vanilla:gamma=5, GammaTune vanilla, SD² vanilla:gamma=8, "
+                    "Spec-Bench ar)")
     ap.add_argument("--table", action="append", help=f"a table to build (repeatable; default all): {', '.join(tables.TABLES)}")
     ap.add_argument("--where", action="append", default=[], help="keep runs with KEY=VALUE (e.g. decode.temperature=1.0)")
     ap.add_argument("--no-figures", action="store_true", help="skip the figures")

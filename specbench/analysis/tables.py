@@ -18,6 +18,10 @@ of one method) is refused with the runs' names; select runs first (`load.where`,
   α = throughput over the pretrained drafter's run with the same seed (the paper: "the increase in
   tokens generated per second"), mean over seeds; "Mean" = mean over datasets (std: mean of the stds,
   as the paper's Mean column adds up). Table 3: Welch's t-test of the seeds' τ against Pretrained's.
+- Spec-Bench's leaderboard (its README's columns): per run on dataset spec_bench, the speedup over `ar` on each
+  task group = Σ new tokens / Σ decode s of the group's rows over the same of `ar`'s rows (the rows' `task`; the
+  `ar` run of the same setting and examples, `load.find_baseline`); #Mean Accepted Tokens = τ (block efficiency);
+  Overall = the run's speedup (`load.speedup_over`). Spec-Bench's own speed.py averages per-question tok/s instead.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specbench.analysis.load import (MethodSpec, ReportError, differing_keys, find_baseline, select, selectors,
-                                     speedup, speedup_over, speedup_spread, where_args)
+from specbench.analysis.load import (MethodSpec, ReportError, differing_keys, find_baseline, labels, load_examples,
+                                     select, selectors, speedup, speedup_over, speedup_spread, where_args)
 from specbench.common.configs import differences
 
 log = logging.getLogger(__name__)
@@ -49,7 +53,12 @@ ADASD_TABLE_OF = {"gsm8k": "adasd_table3", "humaneval": "adasd_table4", "mmlu": 
 GAMMATUNE_ROWS = [("SpecDecode", None), ("HFHeuristic", "heuristic"), ("AssistantThreshold", "confidence"),
                   ("GammaTune", "gammatune"), ("GammaTune+", "gammatune_plus")]
 SD2_ROWS = [("Pretrained", None), ("Distilled", "distilled"), ("SD²", "sd2")]
-BASELINES = {"adasd": "vanilla:gamma=5", "gammatune": "vanilla", "sd2": "vanilla:gamma=8"}
+BASELINES = {"adasd": "vanilla:gamma=5", "gammatune": "vanilla", "sd2": "vanilla:gamma=8", "spec_bench": "ar"}
+# Spec-Bench's leaderboard columns (its README) and the rows' `task` (evaluators/spec_bench.py) behind each
+SPEC_BENCH_TASKS = {"Multi-turn Conversation": "mt_bench", "Translation": "translation", "Summarization": "summarization",
+                    "Question Answering": "qa", "Mathematical Reasoning": "math_reasoning",
+                    "Retrieval-aug. Generation": "rag"}
+SPEC_BENCH_COLUMNS = [*SPEC_BENCH_TASKS, "#Mean Accepted Tokens", "Overall"]
 TEX = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "±": r"$\pm$", "×": r"$\times$", "–": "--", "²": r"$^2$"}
 
 
@@ -165,6 +174,12 @@ def _pick(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, s
 def _skeleton(groups: list[str], rows: list[str], tops: list[str], cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame(np.nan, index=pd.MultiIndex.from_product([groups, rows]),
                         columns=pd.MultiIndex.from_product([tops, cols]))
+
+
+def throughput_by(examples: pd.DataFrame, by: str) -> pd.Series:
+    """tokens/s per value of the rows' column `by`: Σ new_tokens / Σ decode_s of the rows with that value."""
+    sums = examples.groupby(by)[["new_tokens", "decode_s"]].sum()
+    return sums["new_tokens"] / sums["decode_s"]
 
 
 def _repeats_note(runs: pd.DataFrame) -> str:
@@ -347,10 +362,9 @@ def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | 
     for label, spec in _specs(GAMMATUNE_ROWS, base):
         for (pair, d), _ in _of(runs, spec).groupby(["pair", "dataset"]):
             for g, run in _grid(runs, "gammatune_figure1", pair, d, label, spec).items():
-                ex = examples[examples["run_dir"] == run["run_dir"]]
-                for task, e in ex.groupby(by):
+                for task, tps in throughput_by(examples[examples["run_dir"] == run["run_dir"]], by).items():
                     recs.append({"pair": pair, "dataset": d, "row": label, "task": task, "gamma": g,
-                                 "tokens_per_s": e["new_tokens"].sum() / e["decode_s"].sum()})
+                                 "tokens_per_s": tps})
     long = pd.DataFrame(recs, columns=["pair", "dataset", "row", "task", "gamma", "tokens_per_s"])
     return (long.groupby(["pair", "dataset", "row", "task"], sort=False)["tokens_per_s"]
             .agg(mean="mean", std=lambda s: s.std(ddof=0), n="count").reset_index())
@@ -430,6 +444,54 @@ def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
                   "(t > 0: higher τ; bold: p <= 0.05)", v, cells, bold)]
 
 
+# ---- Spec-Bench --------------------------------------------------------------------------------
+
+def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> dict[str, float]:
+    """One leaderboard row: per task throughput_by of the run's rows over the baseline's (NaN where the run has
+    no row of the task), τ and Overall = speedup_over the baseline run."""
+    if "task" not in examples:  # rows without Spec-Bench's task field: no task columns
+        per_task = pd.Series(dtype=float)
+    else:
+        mine, theirs = (examples[examples["run_dir"] == r["run_dir"]] for r in (run, base))
+        per_task = throughput_by(mine, "task") / throughput_by(theirs, "task")
+    return {**{col: per_task.get(task, np.nan) for col, task in SPEC_BENCH_TASKS.items()},
+            "#Mean Accepted Tokens": run["block_efficiency"], "Overall": speedup_over(run, base)}
+
+
+def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
+    """Spec-Bench's leaderboard: a row per run on spec_bench (its label, `load.labels`), a block per pair;
+    the baseline's rows first, then by Overall, highest first."""
+    base = MethodSpec.parse(baseline or BASELINES["spec_bench"])
+    mine = runs[runs["dataset"] == "spec_bench"].copy()
+    if mine.empty:
+        return []
+    lacking = sorted(set(mine["pair"]) - set(_of(mine, base)["pair"]))
+    if lacking:
+        raise ReportError(f"spec_bench: no {base} run on {', '.join(p + '/spec_bench' for p in lacking)}: the "
+                          f"speedups are over {base}; run method={base.name} with the other runs' settings")
+    mine["row"] = labels(mine)
+    examples, pairs = load_examples(mine), _pair_labels(mine)
+    recs, first = {}, set()
+    for (pair, row), c in mine.groupby(["pair", "row"], sort=False):
+        if len(c) > 1:
+            raise _ambiguous("spec_bench", f"{row} on {pair}/spec_bench", c)
+        run, at = c.iloc[0], (pairs[pair], row)
+        recs[at] = _spec_bench_row(run, find_baseline(run, runs, base), examples)
+        first |= {at} if base.matches(run) else set()
+    if len(recs) == len(first):  # the baseline alone
+        return []
+    group = {p: i for i, p in enumerate(dict.fromkeys(a for a, _ in recs))}
+    rank = {at: -np.nan_to_num(r["Overall"], nan=-np.inf) for at, r in recs.items()}  # no Overall: last
+    order = sorted(recs, key=lambda at: (group[at[0]], at not in first, rank[at]))
+    v = pd.DataFrame([recs[at] for at in order], index=pd.MultiIndex.from_tuples(order), columns=SPEC_BENCH_COLUMNS)
+    cells = _fmt(v, ".2f")
+    speedups = [c for c in SPEC_BENCH_COLUMNS if c != "#Mean Accepted Tokens"]
+    cells[speedups] = cells[speedups].map(lambda c: c and c + "x")
+    v.columns = cells.columns = pd.MultiIndex.from_tuples([(c, "") for c in SPEC_BENCH_COLUMNS])
+    return [Table("spec_bench", f"Spec-Bench: speedup over {base} per task (Σ new tokens / Σ decode s of its rows), "
+                  "#Mean Accepted Tokens = τ (tokens per target forward), Overall = the run's speedup", v, cells)]
+
+
 TABLES: dict[str, Callable[[pd.DataFrame, str | None], list[Table]]] = {
     "adasd_table1_2": adasd_tables,
     "adasd_tables3_5": adasd_tables_3_5,
@@ -437,12 +499,13 @@ TABLES: dict[str, Callable[[pd.DataFrame, str | None], list[Table]]] = {
     "sd2_table1": lambda runs, b: sd2_table(runs, 1.0, b),
     "sd2_table5": lambda runs, b: sd2_table(runs, 0.0, b),
     "sd2_table3": lambda runs, b: sd2_welch(runs, 1.0, b),
+    "spec_bench": spec_bench_table,
 }
 
 
 def baseline_of(name: str) -> str:
-    """The default speedup baseline of the table registered as `name` (its paper's)."""
-    return BASELINES[name.split("_")[0]]
+    """The default speedup baseline of the table registered as `name` (its paper's, or its benchmark's)."""
+    return BASELINES.get(name) or BASELINES[name.split("_")[0]]
 
 
 def build(name: str, runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
