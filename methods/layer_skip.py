@@ -19,18 +19,19 @@ from specbench.methods.vanilla import Vanilla
 
 @METHODS.register("layer_skip")
 class LayerSkip(Vanilla):
-    """Vanilla γ / `rejection` with the target's first exit_layer layers as the drafter."""
+    """Vanilla γ / `rejection` with the target's first exit_layer layers (default: half of them) as the drafter."""
 
     name = "layer_skip"
     pair_draft = False
 
-    def __init__(self, gamma: int = 5, exit_layer: int = 4, rule: str = "rejection", **options: Any) -> None:
+    def __init__(self, gamma: int = 5, exit_layer: int | None = None, rule: str = "rejection", **options: Any) -> None:
         super().__init__(gamma=gamma, rule=rule, **options)
         self.exit_layer = exit_layer
 
     def bind(self, binding: Binding) -> None:
         """Bind with the early-exit view of the target in the draft role."""
-        from specbench.models.early_exit import early_exit
+        from specbench.models.early_exit import early_exit, exit_layers
 
-        draft = early_exit(binding.models["target"], self.exit_layer)
+        target = binding.models["target"]
+        draft = early_exit(target, exit_layers(target) // 2 if self.exit_layer is None else self.exit_layer)
         super().bind(replace(binding, models={**binding.models, "draft": draft}))

@@ -59,3 +59,13 @@ class PromptLookup(Vanilla):
 
     def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource:
         return Lookup(self.max_ngram, self.gamma, self.bound.vocab_size, self.bound.eos_ids)
+
+
+@METHODS.register("pld_spec_bench")
+class PromptLookupSpecBench(PromptLookup):
+    """`pld` with Spec-Bench's PLD row's settings (max_ngram 3, 10 tokens) as defaults."""
+
+    name = "pld_spec_bench"
+
+    def __init__(self, gamma: int = 10, max_ngram: int = 3, rule: str = "rejection", **options: Any) -> None:
+        super().__init__(gamma=gamma, max_ngram=max_ngram, rule=rule, **options)

@@ -144,16 +144,20 @@ class FixedGamma(Method):
         return 2
 
 
-def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
-    """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
-    target, draft = models
-    eng = table_engine(method or FixedGamma(rule), target, draft, 1.0, 64)
+def joint_counts(engine, n: int, prompt: list[int] = PROMPT) -> np.ndarray:
+    """Counts [V, V] of the first two new tokens over n seeded decodes of 3 tokens after prompt."""
     g = torch.Generator().manual_seed(1234)
     counts = np.zeros((V, V))
     for _ in range(n):
-        out = eng.generate(PROMPT, 3, generator=g).token_ids
+        out = engine.generate(prompt, 3, generator=g).token_ids
         counts[out[0], out[1]] += 1
     return counts
+
+
+def sample_pairs(models, rule, n: int, method: Method | None = None) -> np.ndarray:
+    """Joint counts [V, V] of the first two tokens over n decodes (vanilla γ=2 with `rule` by default)."""
+    target, draft = models
+    return joint_counts(table_engine(method or FixedGamma(rule), target, draft, 1.0, 64), n)
 
 
 def chi2_pvalue(counts: np.ndarray, joint: np.ndarray) -> float:

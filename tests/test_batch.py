@@ -24,7 +24,8 @@ from specbench.runs.runner import build_method
 from table_lm import TableLM
 
 MAX_NEW = 40
-LOSSLESS = ["ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only"]
+LOSSLESS = ["ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "pld",
+            "layer_skip"]
 LOSSY = ["draft_only", "adasd"]
 THRESHOLDS = ("t_g", "t_v", "threshold")  # float thresholds: equal to float32 rounding
 

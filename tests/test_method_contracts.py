@@ -180,10 +180,11 @@ def decoded(tmp_path_factory, trained_drafter) -> Callable[[str], Decoded]:
 
 def test_every_registered_method_is_checked():
     """The registry lists every method file (a new one joins these tests), and the lossless list is not empty."""
-    assert {"ar", "vanilla", "adasd", "draft_only", "distilled", "sd2", "hf_assisted"} <= set(NAMES)
+    assert {"ar", "vanilla", "adasd", "draft_only", "distilled", "sd2", "hf_assisted", "pld", "layer_skip",
+            "uag"} <= set(NAMES)
     lossless = lossless_names()
     assert {"ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "distilled",
-            "sd2", "hf_assisted"} <= set(lossless)
+            "sd2", "hf_assisted", "pld", "layer_skip", "uag"} <= set(lossless)
     assert "draft_only" not in lossless and "adasd" not in lossless
 
 

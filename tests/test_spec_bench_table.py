@@ -127,6 +127,11 @@ def test_refusals_and_runs_without_a_table(tmp_path):
     assert tables.spec_bench_table(load.load_runs(tmp_path / "gsm")) == []
     spec_run(tmp_path / "alone", "ar", "ar", [1.0] * 6)
     assert tables.spec_bench_table(load.load_runs(tmp_path / "alone")) == []
+    # a sweep without any ar run (as gammatune_table2's): no leaderboard, and the full report is not failed by it
+    spec_run(tmp_path / "sweep", "vanilla", "vanilla", [0.5] * 6, gamma=5)
+    spec_run(tmp_path / "sweep", "heuristic", "heuristic", [0.4] * 6, gamma=5)
+    assert tables.spec_bench_table(load.load_runs(tmp_path / "sweep")) == []
+    assert not any("spec_bench" in n for n in report.build_report(load.load_runs(tmp_path / "sweep")).notes)
 
 
 def test_the_cli_prints_the_leaderboard_columns(board):

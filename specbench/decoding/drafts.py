@@ -14,27 +14,27 @@ Each source writes x into buf[b, L_b:L_b+w_b], fills row.qs and row.why (window 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from specbench.decoding.engine import Engine, ModelState, Row
+# Rows, model states and the engine are specbench.decoding.engine's Row, ModelState and Engine (typed Any here:
+# the engine imports this module)
 
 
 class DraftSource:
     """Proposes each row's drafts for one iteration (subclasses implement propose)."""
 
-    def propose(self, buf: torch.Tensor, rows: list["Row"], w_max: list[int]) -> int:
+    def propose(self, buf: torch.Tensor, rows: list[Any], w_max: list[int]) -> int:
         """Write row b's drafts x_1..x_w (w <= w_max[b]) into buf[b, L_b:], their q_i [V] into row.qs and why
         drafting ended into row.why; return the draft forwards run."""
         raise NotImplementedError
 
-    def rollback(self, rows: list["Row"], accepted: list[int]) -> None:
+    def rollback(self, rows: list[Any], accepted: list[int]) -> None:
         """After the verify: row b keeps its accepted prefix buf[b, :L_b + accepted[b]] (L_b not yet advanced)."""
 
 
-def take(row: "Row", buf_row: torch.Tensor, i: int, q: torch.Tensor, x: int, last: int, eos_ids: frozenset[int]
+def take(row: Any, buf_row: torch.Tensor, i: int, q: torch.Tensor, x: int, last: int, eos_ids: frozenset[int]
          ) -> bool:
     """Draft token i (0-based) x with distribution q [V] into the row: its buffer, its qs, and its policy's
     verdict; True if the row may draft another (not EOS, the policy keeps going, i + 1 < last)."""
@@ -51,10 +51,10 @@ def take(row: "Row", buf_row: torch.Tensor, i: int, q: torch.Tensor, x: int, las
 class ModelDraft(DraftSource):
     """A draft model with its KV cache over the batch's rows (the pair's draft, or a model the method built)."""
 
-    def __init__(self, state: "ModelState", engine: "Engine") -> None:
+    def __init__(self, state: Any, engine: Any) -> None:
         self.state, self.engine = state, engine
 
-    def propose(self, buf: torch.Tensor, rows: list["Row"], w_max: list[int]) -> int:
+    def propose(self, buf: torch.Tensor, rows: list[Any], w_max: list[int]) -> int:
         """x_i drawn from q_i = q(. | buf[b, :L_b+i-1]) for every open row; the batch drafts to its longest window
         and a row that stopped feeds a masked hole (its draft cache keeps its tokens)."""
         draft, eng = self.state, self.engine
@@ -69,19 +69,19 @@ class ModelDraft(DraftSource):
             i += 1
         return i
 
-    def pick(self, q: torch.Tensor, open_: list[int], rows: list["Row"]) -> dict[int, int]:
+    def pick(self, q: torch.Tensor, open_: list[int], rows: list[Any]) -> dict[int, int]:
         """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""
         if self.engine.sampler.params.greedy:
             top = q.argmax(-1).tolist()
             return {b: top[b] for b in open_}
         return {b: int(self.engine.sampler.pick(q[b : b + 1], rows[b].generator)[0]) for b in open_}
 
-    def rollback(self, rows: list["Row"], accepted: list[int]) -> None:
+    def rollback(self, rows: list[Any], accepted: list[int]) -> None:
         """The draft cache keeps at most the accepted prefix (it never saw the last draft token nor the next one)."""
         self.state.crop([min(f, r.L + n) for f, r, n in zip(self.state.fed, rows, accepted)])
 
 
-def propose_fixed(proposals: list[list[int]], buf: torch.Tensor, rows: list["Row"], w_max: list[int],
+def propose_fixed(proposals: list[list[int]], buf: torch.Tensor, rows: list[Any], w_max: list[int],
                   vocab: int, eos_ids: frozenset[int]) -> None:
     """Draft each row b's deterministic proposal (target ids) with q_i = one-hot(x_i) [vocab], up to w_max[b]
     tokens, its first EOS, or its policy's stop; a proposal shorter than the window ends with why = source."""
