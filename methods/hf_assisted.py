@@ -1,4 +1,5 @@
-"""`hf_assisted`: transformers' own `generate(assistant_model=...)` (the AdaSD paper's "AssistedGen")."""
+"""`hf_assisted`: transformers' own `generate(assistant_model=...)` (the AdaSD paper's "AssistedGen"), and its prompt
+lookup, early exit and universal assisted generation (the references of `pld`, `layer_skip` and `uag`)."""
 
 from __future__ import annotations
 
@@ -164,8 +165,14 @@ class HFAssisted(Method):
     (see generate_kwargs). The first iteration starts at the first model call, so first_block_s (to the
     first committed block) spans what the engine's does, without generate()'s set-up; decode_s spans the
     whole generate() call.
-    Refused: different vocab sizes of the two models (transformers then switches to universal assisted
-    decoding, another algorithm).
+    Draft sources (transformers' candidate generators): the pair's draft model (default);
+    `prompt_lookup_num_tokens` (+ `max_matching_ngram_size`, default 2): prompt lookup, no draft model;
+    `assistant_early_exit`: the target's first layers draft (its generation_config then holds the assistant
+    settings); on a pair with `cross_tokenizer: true` both tokenizers are passed, so transformers runs universal
+    assisted generation (greedy: re-tokenized candidates; sampled: Universal Speculative Decoding). In the
+    early-exit case the target's own calls with fewer layers are counted as draft calls.
+    Refused: different vocab sizes of the two models on a pair not marked cross_tokenizer (transformers then
+    needs both tokenizers).
     """
 
     name = "hf_assisted"
