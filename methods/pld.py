@@ -20,16 +20,18 @@ from specbench.decoding.method import METHODS, check_gamma
 from specbench.methods.vanilla import Vanilla
 
 
-def lookup(ids: list[int], max_ngram: int, num_tokens: int, eos_ids: frozenset[int]) -> list[int]:
+def lookup(ids: torch.Tensor | list[int], max_ngram: int, num_tokens: int, eos_ids: frozenset[int]) -> list[int]:
     """The tokens that followed the first earlier occurrence of the longest matching suffix of ids [L] (n-gram of
     at most max_ngram tokens), at most num_tokens of them and none from the first EOS on; [] without a match."""
-    L = len(ids)
+    ids = torch.as_tensor(ids)
+    L = ids.numel()
     for n in range(min(max_ngram, L - 1), 0, -1):
-        tail = ids[L - n :]
-        for j in range(L - n + 1):
-            if ids[j : j + n] == tail and j + n < min(j + n + num_tokens, L):  # a match with a continuation
-                cont = ids[j + n : min(j + n + num_tokens, L)]
-                return cont[: next((k for k, x in enumerate(cont) if x in eos_ids), len(cont))]
+        # windows ids[j:j+n] equal to the suffix, j < L - n (a continuation exists); the search is vectorised
+        starts = (ids.unfold(0, n, 1)[: L - n] == ids[L - n :]).all(1).nonzero()
+        if starts.numel():
+            j = int(starts[0])
+            cont = ids[j + n : min(j + n + num_tokens, L)].tolist()
+            return cont[: next((k for k, x in enumerate(cont) if x in eos_ids), len(cont))]
     return []
 
 
@@ -40,7 +42,7 @@ class Lookup(DraftSource):
         self.max_ngram, self.num_tokens, self.vocab, self.eos_ids = max_ngram, num_tokens, vocab, eos_ids
 
     def propose(self, buf: torch.Tensor, rows: list, w_max: list[int]) -> int:
-        proposals = [lookup(buf[b, : r.L].tolist(), self.max_ngram, self.num_tokens, self.eos_ids) if w_max[b] > 0
+        proposals = [lookup(buf[b, : r.L], self.max_ngram, self.num_tokens, self.eos_ids) if w_max[b] > 0
                      else [] for b, r in enumerate(rows)]
         propose_fixed(proposals, buf, rows, w_max, self.vocab, self.eos_ids)
         return 0  # no draft forwards
