@@ -455,3 +455,22 @@ def test_speedups_over_ar_pair_runs_of_the_same_batch_size(tmp_path):
     # one batch size: the overview as before, no batch_size in the headings
     (one,) = load.groups(load.where(runs, ["batch_size=2"]))
     assert report.overview(one)[0].values.index.get_level_values(0).tolist() == ["p · gsm8k", "p · gsm8k"]
+
+
+def test_runs_in_another_dtype_are_another_group(tmp_path):
+    """Runs that differ only in the pair's dtype compare with the ar of their own dtype, not with each other's."""
+    import json
+
+    from specbench.analysis import load
+
+    for dtype, s in (("float32", 2.0), ("bfloat16", 1.0)):
+        for method, speed in (("ar", 1.0), ("pld", 0.5)):
+            d = write_run(tmp_path, f"{dtype}/{method}", method, [{"new": 10, "s": s * speed}])
+            record = json.loads((d / "config.json").read_text())
+            record["config"]["pair"]["target"] = {"dtype": dtype}
+            (d / "config.json").write_text(json.dumps(record))
+    groups = load.groups(load.load_runs(tmp_path))
+    assert len(groups) == 2 and all(sorted(g.runs["method"]) == ["ar", "pld"] for g in groups)
+    for g in groups:
+        ar, pld = (g.runs[g.runs["method"] == m].iloc[0] for m in ("ar", "pld"))
+        assert load.speedup_over(pld, ar) == pytest.approx(2.0)

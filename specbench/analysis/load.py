@@ -270,9 +270,13 @@ class Group:
     title: str  # what the group's runs decoded with, e.g. 'greedy' or 't1, max_new_tokens=32'
 
 
+PAIR_SETTINGS = ("pair.target.dtype", "pair.draft.dtype", "pair.dtype")  # pair keys that split groups, not axes
+
+
 def _comparable(run: pd.Series) -> dict:
-    """The run's setting without the table axes, flat."""
-    return {k: v for k, v in flatten(json.loads(run["setting"])).items() if not _is(k, AXES)}
+    """The run's setting without the table axes, flat (a pair's dtypes stay: runs in another dtype are another
+    group, as their rows would otherwise share one label)."""
+    return {k: v for k, v in flatten(json.loads(run["setting"])).items() if not _is(k, AXES) or k in PAIR_SETTINGS}
 
 
 def _decode_title(runs: pd.DataFrame, keys: list[str]) -> str:
