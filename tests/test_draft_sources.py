@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -160,9 +162,7 @@ def test_layer_skip_with_the_drafts_layers_is_vanilla(pair, prompts):
 
 
 def test_target_only_methods_run_on_a_pair_without_a_draft(pair, prompts):
-    alone = load_pair({**OmegaConf.to_container(compose_cfg(*SAME_VOCAB).pair, resolve=True), "seed": 0},
-                      torch.device("cpu"))
-    alone.draft = None
+    alone = dataclasses.replace(pair, draft=None)  # a copy: the loaded pair is cached for other tests
     for spec in ({"name": "pld"}, {"name": "layer_skip", "exit_layer": 2},
                  {"name": "hf_assisted", "prompt_lookup_num_tokens": 10},
                  {"name": "hf_assisted", "assistant_early_exit": 2}):
