@@ -113,10 +113,11 @@ class UniversalAssisted(Vanilla):
                               f"at a time (got batch_size={batch_size}); set batch_size=1")
 
     def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource:
-        pair, draft = self.bound.pair, self.bound.models["draft"]
-        d_tok = pair.draft_tokenizer or pair.tokenizer
+        b = self.bound
+        draft = b.models["draft"]
+        d_tok = (b.pair.draft_tokenizer if b.pair is not None else None) or b.tokenizer  # None: the target's
         eos = {d_tok.eos_token_id}
         gen = draft.generation_config.eos_token_id if draft.generation_config is not None else None
         eos |= set(gen if isinstance(gen, list) else [gen])
-        return Retokenized(states["draft"], engine, pair.tokenizer, d_tok, frozenset(eos - {None}), self.gamma,
+        return Retokenized(states["draft"], engine, b.tokenizer, d_tok, frozenset(eos - {None}), self.gamma,
                            self.lookbehind)
