@@ -28,6 +28,14 @@ class SD2(Distilled):
         super().bind(binding)
         self.hidden_layers = self.steered.steering.layers
 
+    def check_compile(self) -> None:
+        """Refused: the steering needs the verifier's hidden states and the drafter's hooks, which the compiled
+        forwards do not carry."""
+        from specbench.common.options import OptionError
+
+        raise OptionError("method 'sd2' steers its drafter with the verifier's hidden states through forward hooks, "
+                          "which the compiled decode path does not carry: set engine.compile=false")
+
     def reset(self) -> None:
         self.states: torch.Tensor | None = None  # the first block is drafted before the verifier has run
         if self.steered is not None:

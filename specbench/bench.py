@@ -1,11 +1,15 @@
 """Micro-benchmarks of the engine (a CLI, so it prints): `python -m specbench.bench engine --help`.
 
-`engine` measures, on one pair and the first N smoke prompts at temperature 0:
-  (a) engine overhead of `vanilla` = 1 - (target + draft model-call seconds) / decode wall seconds;
-  (b) throughput of `vanilla` (γ) against transformers' `generate(assistant_model=...)` with a
-      constant schedule of the same γ and the confidence stop off, interleaved per prompt, and
-      checks that both produce identical token ids (exit status 1 if not);
-  (c) the median cost of single model calls (target 1 token, target γ+1 tokens, draft 1 token).
+`engine` measures, on one pair and the first N prompts of a dataset (smoke by default) at temperature 0, for
+`vanilla` (γ) and `ar` on the eager path and (unless --no-compile) the compiled one (engine.compile=true):
+  (a) the median cost of single model calls (target 1 token, target γ+1 tokens, draft 1 token), per path;
+  (b) engine overhead = 1 - (model-call seconds) / decode wall seconds, per engine;
+  (c) throughput of each engine and of transformers' `generate(assistant_model=...)` with a constant schedule
+      of the same γ and the confidence stop off, all interleaved per prompt (the order rotated), after a warm-up
+      over every prompt (which builds the compiled graphs); every generation's token ids are checked against
+      transformers' (exit status 1 if any differ);
+  (d) vanilla's measured speedup over ar beside Leviathan et al.'s expected speedup for the measured acceptance
+      rate and cost ratio, and the compiled / eager throughput ratios.
 
 `methods` runs each method through the runner on one pair and dataset and prints the design.md metric table.
 
@@ -39,7 +43,9 @@ from specbench.common.aggregate import run_metrics, total
 from specbench.common.configs import compose_config
 from specbench.common.files import ROOT
 from specbench.data.dataset import Example, build_dataset
-from specbench.decoding.engine import Engine, Generation, ModelState, sync
+from specbench.decoding.compiled import StaticState
+from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.state import ModelState, sync
 from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.data.prompting import encode
@@ -57,7 +63,13 @@ def load(name: str, device: torch.device) -> Pair:
 
 def smoke_prompts(pair: Pair, n: int) -> list[list[int]]:
     """Token ids of the first n smoke prompts."""
-    examples: list[Example] = build_dataset({"name": "smoke"}).examples()[:n]
+    return dataset_prompts(pair, "smoke", n)
+
+
+def dataset_prompts(pair: Pair, dataset: str, n: int) -> list[list[int]]:
+    """Token ids of the first n prompts of conf/dataset/<dataset>.yaml."""
+    cfg = compose_config([f"dataset={dataset}"])
+    examples: list[Example] = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:n]
     return [encode(pair.tokenizer, ex) for ex in examples]
 
 
@@ -77,7 +89,7 @@ def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
 
 
 def run_ours(engine: Engine, ids: list[int], max_new: int) -> tuple[Generation, float]:
-    """One `vanilla` generation and its wall seconds around the call."""
+    """One generation and its wall seconds around the call."""
     t0 = time.perf_counter()
     gen = engine.generate(ids, max_new)
     return gen, time.perf_counter() - t0
@@ -104,15 +116,18 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int) -> tuple[list[int], flo
     return out[0, len(ids):].tolist(), seconds, calls
 
 
-def call_ms(model: PreTrainedModel, prompt: list[int], width: int, steps: int = 15) -> float:
-    """Median ms of one forward of `width` new tokens on top of a cached prompt (cache rolled back each time)."""
+def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool = False, steps: int = 15) -> float:
+    """Median ms of one forward of `width` new tokens on top of a cached prompt (rolled back each time), on the
+    eager state or the compiled one (static cache, compiled graph of the padded width)."""
     buf = torch.tensor([prompt + [65] * width], dtype=torch.long, device=model.device)
-    state = ModelState(model)
+    state = StaticState(model, 1, len(prompt) + width + 1, "bench") if compile else ModelState(model)
     state.forward(buf, len(prompt), 1)
     times = []
     for _ in range(steps + 2):
         t0 = state.seconds
         state.forward(buf, len(prompt) + width, 1)
+        sync(model.device)
+        state.settle()
         times.append(state.seconds - t0)
         state.crop(len(prompt))
     return 1e3 * statistics.median(times[2:])
@@ -126,8 +141,27 @@ def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
             f"(after {ours[max(0, k - 5):k]})")
 
 
+def engines(pair: Pair, gamma: int, max_new: int, compile: bool) -> dict[str, Engine]:
+    """Our engines by label: vanilla (γ, rejection: argmax acceptance at temperature 0) and ar, eager and, with
+    compile, compiled."""
+    params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
+    out = {}
+    for path in ("eager", "compiled") if compile else ("eager",):
+        for name, cfg in (("vanilla", {"name": "vanilla", "gamma": gamma, "rule": "rejection"}), ("ar", {"name": "ar"})):
+            out[f"{name} {path}"] = make_engine(pair, build_method(cfg), params, (), path == "compiled")
+    return out
+
+
+def leviathan(alpha: float, gamma: int, c: float) -> float:
+    """Expected speedup of speculative decoding over ar (Leviathan et al. 2023, Theorem 3.8) with acceptance rate
+    alpha, γ drafts and cost ratio c = draft forward / target forward: (1 - α^(γ+1)) / ((1 - α)(γc + 1))."""
+    tau = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tau / (gamma * c + 1)
+
+
 def cmd_engine(args: argparse.Namespace) -> int:
-    """Overhead, throughput against transformers, token identity, per-call costs."""
+    """Per-call costs, engine overhead and throughput of our eager (and compiled) vanilla and ar against
+    transformers' assisted generation, every generation's tokens checked against transformers'."""
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     pair = load(args.pair, device)
@@ -136,56 +170,67 @@ def cmd_engine(args: argparse.Namespace) -> int:
         print(f"pair {args.pair}: target and draft vocab_size differ ({v_t} vs {v_d}); transformers' assisted "
               "generation needs equal sizes to run the same algorithm", file=sys.stderr)
         return 2
-    method = build_method({"name": "vanilla", "gamma": args.gamma, "rule": "rejection"})
-    params = sampling_params({"temperature": 0.0, "max_new_tokens": args.max_new_tokens})
-    engine = make_engine(pair, method, params, ())
-    prompts = smoke_prompts(pair, args.prompts)
+    ours = engines(pair, args.gamma, args.max_new_tokens, args.compile)
+    prompts = smoke_prompts(pair, args.prompts) if args.dataset == "smoke" else dataset_prompts(pair, args.dataset,
+                                                                                                   args.prompts)
     n_t = sum(p.numel() for p in pair.target.parameters()) / 1e6
     n_d = sum(p.numel() for p in pair.draft.parameters()) / 1e6
-    print(f"pair {args.pair}: target {n_t:.1f}M params, draft {n_d:.1f}M; device {device}, {torch.get_num_threads()} "
-          f"thread(s); {len(prompts)} prompts x {args.max_new_tokens} new tokens, γ={args.gamma}, greedy, "
-          f"{args.repeats} repeat(s)")
-    p0 = prompts[0]
-    print(f"model calls (median ms): target 1 token {call_ms(pair.target, p0, 1):.2f}, target {args.gamma + 1} tokens "
-          f"{call_ms(pair.target, p0, args.gamma + 1):.2f}, draft 1 token {call_ms(pair.draft, p0, 1):.2f}")
+    print(f"pair {args.pair}: target {n_t:.1f}M params, draft {n_d:.1f}M, {pair.target.dtype}; device {device}, "
+          f"{torch.get_num_threads()} thread(s); {len(prompts)} {args.dataset} prompts x {args.max_new_tokens} new "
+          f"tokens, γ={args.gamma}, greedy, {args.repeats} repeat(s)")
+    p0, g1 = prompts[0], args.gamma + 1
+    cost = {}
+    for path in ("eager", "compiled") if args.compile else ("eager",):
+        c = path == "compiled"
+        cost[path] = (call_ms(pair.target, p0, 1, c), call_ms(pair.target, p0, g1, c), call_ms(pair.draft, p0, 1, c))
+        print(f"model calls {path} (median ms): target 1 token {cost[path][0]:.2f}, target {g1} tokens "
+              f"{cost[path][1]:.2f}, draft 1 token {cost[path][2]:.2f}")
 
-    ours_s = theirs_s = 0.0
-    tokens_theirs = 0
-    rows: list[dict] = []  # example_metrics of every measured generation
-    bad: dict[int, str] = {}
+    seconds = dict.fromkeys([*ours, "transformers"], 0.0)
+    rows: dict[str, list[dict]] = {k: [] for k in ours}
+    bad: dict[str, str] = {}
+    tokens: dict[str, list[int]] = {}  # each engine's tokens on the current prompt
+    theirs_tokens = 0
     with assistant_settings(pair.draft, args.gamma):
-        run_ours(engine, p0, args.max_new_tokens)  # warm-up, not measured
+        for engine in ours.values():  # warm-up, not measured: every prompt (the compiled graphs of all widths)
+            for ids in prompts:
+                engine.generate(ids, args.max_new_tokens)
         run_theirs(pair, p0, args.max_new_tokens)
+        labels = [*ours, "transformers"]
         for r in range(args.repeats):
             for i, ids in enumerate(prompts):
-                first_ours = (r + i) % 2 == 0  # alternate who goes first, against drift
-                if not first_ours:
-                    theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
-                gen, t_ours = run_ours(engine, ids, args.max_new_tokens)
-                if first_ours:
-                    theirs, t_theirs, calls = run_theirs(pair, ids, args.max_new_tokens)
-                if gen.token_ids != theirs:
-                    bad.setdefault(i, mismatch(i, gen.token_ids, theirs))
-                ours_s, theirs_s, tokens_theirs = ours_s + t_ours, theirs_s + t_theirs, tokens_theirs + len(theirs)
-                rows.append(example_metrics(gen))
-                if r == 0:
-                    print(f"  prompt {i}: {len(gen.token_ids)} tokens ({gen.stop_reason}); target/draft calls ours "
-                          f"{gen.target_calls}/{gen.draft_calls}, transformers {calls[0]}/{calls[1]}; ours "
-                          f"{1e3 * t_ours:.0f} ms, transformers {1e3 * t_theirs:.0f} ms; "
-                          f"{'identical' if gen.token_ids == theirs else 'DIFFERENT'}")
-
-    m = run_metrics(rows)
-    drafted, accepted, model_s = (total(rows, k) for k in ("drafted", "accepted", "model_s"))
-    print(f"acceptance rate (vanilla): {m['acceptance_rate'] or 0:.3f} ({accepted}/{drafted} drafts)")
-    print(f"(a) engine overhead: {m['engine_overhead']:.1%} (model calls {model_s:.2f} s of decode "
-          f"{m['total_decode_s']:.2f} s)")
-    ours_tps, theirs_tps = m["total_new_tokens"] / ours_s, tokens_theirs / theirs_s
-    print(f"(b) throughput: ours {ours_tps:.1f} tok/s, transformers {theirs_tps:.1f} tok/s, "
-          f"ratio ours/transformers {ours_tps / theirs_tps:.3f}")
+                k = (r * len(prompts) + i) % len(labels)  # rotate who goes first, against drift
+                for label in labels[k:] + labels[:k]:
+                    if label == "transformers":
+                        theirs, t, calls = run_theirs(pair, ids, args.max_new_tokens)
+                        theirs_tokens += len(theirs)
+                    else:
+                        gen, t = run_ours(ours[label], ids, args.max_new_tokens)
+                        rows[label].append(example_metrics(gen))
+                        tokens[label] = gen.token_ids
+                    seconds[label] += t
+                for label in ours:
+                    if tokens[label] != theirs:
+                        bad.setdefault(f"{label} {i}", f"{label}: " + mismatch(i, tokens[label], theirs))
+    print(f"{'engine':18} {'tok/s':>8} {'overhead':>9} {'vs transformers':>16}")
+    tps = {"transformers": theirs_tokens / seconds["transformers"]}
+    for label in ours:
+        m = run_metrics(rows[label])
+        tps[label] = m["total_new_tokens"] / seconds[label]
+        print(f"{label:18} {tps[label]:8.1f} {m['engine_overhead']:9.1%} {tps[label] / tps['transformers']:16.3f}")
+    print(f"{'transformers':18} {tps['transformers']:8.1f} {'':9} {1:16.3f}")
+    alpha = run_metrics(rows["vanilla eager"])["acceptance_rate"] or 0.0
+    for path, (t1, _, d1) in cost.items():
+        print(f"{path}: acceptance {alpha:.3f}, cost ratio c = draft/target {d1 / t1:.3f}; speedup of vanilla over "
+              f"ar measured {tps[f'vanilla {path}'] / tps[f'ar {path}']:.3f}, Leviathan's expected "
+              f"{leviathan(alpha, args.gamma, d1 / t1):.3f}")
+    if args.compile:
+        print(f"compiled / eager throughput: vanilla {tps['vanilla compiled'] / tps['vanilla eager']:.3f}, "
+              f"ar {tps['ar compiled'] / tps['ar eager']:.3f}")
     if bad:
-        print(f"token ids differ on {len(bad)} of {len(prompts)} prompts:", *bad.values(), sep="\n")
+        print(f"token ids differ from transformers' in {len(bad)} generations:", *bad.values(), sep="\n")
         return 1
-    print(f"token ids identical on all {len(prompts)} prompts")
+    print(f"token ids identical to transformers' for every engine on all {len(prompts)} prompts")
     return 0
 
 
@@ -345,7 +390,10 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("engine", help="engine overhead and throughput against transformers' assisted generation")
     e.add_argument("--pair", default="bench_random", help="a conf/pair name")
-    e.add_argument("--prompts", type=int, default=8, help="the first N smoke prompts")
+    e.add_argument("--dataset", default="smoke", help="a conf/dataset name whose first prompts are decoded")
+    e.add_argument("--prompts", type=int, default=8, help="the first N prompts of the dataset")
+    e.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="also the compiled path (engine.compile=true) beside the eager one")
     e.add_argument("--max-new-tokens", type=int, default=64)
     e.add_argument("--gamma", type=int, default=5)
     e.add_argument("--repeats", type=int, default=1, help="measured passes over the prompts")

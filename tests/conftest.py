@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import compose_cfg, require_data, small
+from helpers import TEST_DEVICE, compose_cfg, require_data, small
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def tiny_pair():
     from specbench.models.pairs import load_pair
 
     cfg = compose_cfg("pair=tiny_random")
-    return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))
+    return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device(TEST_DEVICE))
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +48,25 @@ def trained_drafter(tmp_path_factory) -> Callable[..., Path]:
         return out
 
     return drafter
+
+
+# The CUDA lane: SPECBENCH_TEST_DEVICE=cuda python -m pytest runs these modules on the GPU (every other test
+# is skipped with that reason, and the whole lane with its own reason where no GPU is visible).
+CUDA_LANE = {"test_engine", "test_acceptance", "test_distribution", "test_fidelity", "test_results", "test_pairs",
+             "test_batch", "test_compiled", "test_method_contracts"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under SPECBENCH_TEST_DEVICE=cuda keep the CUDA lane only; any value but cpu and cuda is a usage error."""
+    if TEST_DEVICE not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"SPECBENCH_TEST_DEVICE={TEST_DEVICE!r}: valid values are cpu (the default) and cuda")
+    if TEST_DEVICE == "cpu":
+        return
+    no_gpu = pytest.mark.skip(reason="SPECBENCH_TEST_DEVICE=cuda but torch sees no CUDA device")
+    other = pytest.mark.skip(reason="not in the CUDA lane (tests/conftest.py CUDA_LANE); run it without "
+                                    "SPECBENCH_TEST_DEVICE")
+    for item in items:
+        if item.module.__name__ not in CUDA_LANE:
+            item.add_marker(other)
+        elif not torch.cuda.is_available():
+            item.add_marker(no_gpu)

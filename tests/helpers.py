@@ -51,14 +51,19 @@ def require_data(*parts: str) -> Path:
     return path
 
 
+# The device the tests decode on: cpu (the default run), or cuda for the CUDA lane (conftest.py: with
+# SPECBENCH_TEST_DEVICE=cuda only the lane's modules run, on the GPU)
+TEST_DEVICE = os.environ.get("SPECBENCH_TEST_DEVICE", "cpu")
+
+
 def compose_cfg(*overrides: str) -> DictConfig:
     """conf/config.yaml composed with overrides (hydra node included, as under @hydra.main)."""
     return compose_config(list(overrides), CONF, hydra=True)
 
 
 def small(*overrides: str) -> DictConfig:
-    """The default config shrunk for tests: tiny_random on smoke, CPU, no warm-up, no progress bar."""
-    return compose_cfg("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", *overrides)
+    """The default config shrunk for tests: tiny_random on smoke, TEST_DEVICE, no warm-up, no progress bar."""
+    return compose_cfg("pair=tiny_random", "dataset=smoke", f"device={TEST_DEVICE}", "warmup=0", "progress=false", *overrides)
 
 
 # tiny_random with one vocab_size for both models: transformers' assisted generation (hf_assisted) refuses
@@ -113,7 +118,7 @@ def next_probs(model, prefix: list[int]) -> torch.Tensor:
     if isinstance(model, TableLM):
         return torch.softmax(model.logits_for(prefix).double(), -1)
     with torch.no_grad():
-        return torch.softmax(model(torch.tensor([prefix])).logits[0, -1].double(), -1)
+        return torch.softmax(model(torch.tensor([prefix], device=model.device)).logits[0, -1].double(), -1).cpu()
 
 
 def target_joint(target, prompt: list[int] = PROMPT) -> np.ndarray:
@@ -146,7 +151,7 @@ class FixedGamma(Method):
 
 def joint_counts(engine, n: int, prompt: list[int] = PROMPT) -> np.ndarray:
     """Counts [V, V] of the first two new tokens over n seeded decodes of 3 tokens after prompt."""
-    g = torch.Generator().manual_seed(1234)
+    g = torch.Generator(device=engine.device).manual_seed(1234)
     counts = np.zeros((V, V))
     for _ in range(n):
         out = engine.generate(prompt, 3, generator=g).token_ids
@@ -175,18 +180,19 @@ def chi2_pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
 
 def bound_engine(method: Method, models: dict[str, Any], vocab_size: int, temperature: float = 0.0,
                  eos_ids=(), tokenizer: Any = None, stop_strings=(), context: int | None = None,
-                 pair: Any = None) -> Engine:
+                 pair: Any = None, compile: bool = False) -> Engine:
     """An engine running `method` bound to `models` (pair role -> model) with these settings."""
     method.bind(Binding(models, tokenizer, vocab_size, frozenset(eos_ids), SamplingParams(temperature), context, pair))
-    return Engine(method, tuple(stop_strings))
+    return Engine(method, tuple(stop_strings), compile)
 
 
 def pair_engine(pair: Any, method: dict | Method, eos_ids=(), stop_strings=(), context: int | None = 512,
-                temperature: float = 0.0) -> Engine:
+                temperature: float = 0.0, compile: bool = False) -> Engine:
     """An engine running `method` (a method config or a built method) on the roles it needs of `pair`."""
     m = build_method(method) if isinstance(method, dict) else method
     models = {role: pair.model(role) for role in m.roles}
-    return bound_engine(m, models, pair.vocab_size, temperature, eos_ids, pair.tokenizer, stop_strings, context, pair)
+    return bound_engine(m, models, pair.vocab_size, temperature, eos_ids, pair.tokenizer, stop_strings, context, pair,
+                        compile)
 
 
 def table_engine(method: Method, target: Any, draft: Any, temperature: float, context: int) -> Engine:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import V, AcceptAll, FixedGamma, chi2_pvalue, compose_cfg, pair_engine, table_engine, target_joint
+from helpers import TEST_DEVICE, V, AcceptAll, FixedGamma, chi2_pvalue, compose_cfg, pair_engine, table_engine, target_joint
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.acceptance import RULES, Rule
@@ -33,7 +33,7 @@ THRESHOLDS = ("t_g", "t_v", "threshold")  # float thresholds: equal to float32 r
 def pair_and_prompts(name: str, dataset: str) -> tuple:
     """The pair (float32, CPU) and 8 prompts of very different lengths (one made twice as long)."""
     cfg = compose_cfg(f"pair={name}", f"dataset={dataset}")
-    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))
+    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device(TEST_DEVICE))
     examples = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:8]
     prompts = [encode(pair.tokenizer, ex) for ex in examples]
     prompts[1] = prompts[1] + prompts[2] + prompts[3]  # several times the shortest prompt

@@ -15,7 +15,7 @@ this vanilla γ = 2 block) plus the rule-level tests here; the engine-level vani
 import pytest
 import torch
 
-from helpers import N, PROMPT, V, AcceptAll, chi2_pvalue, next_probs, sample_pairs, target_joint
+from helpers import TEST_DEVICE, N, PROMPT, V, AcceptAll, chi2_pvalue, next_probs, sample_pairs, target_joint
 from specbench.models.tiny import tiny_llama
 from table_lm import TableLM
 
@@ -28,7 +28,7 @@ def models(request):
     if request.param == "table":
         return TableLM(V, 11), TableLM(V, 12)
     torch.set_num_threads(1)
-    return tiny_llama(11, **ARCH), tiny_llama(12, **ARCH)
+    return tiny_llama(11, **ARCH).to(TEST_DEVICE), tiny_llama(12, **ARCH).to(TEST_DEVICE)
 
 
 def test_draft_differs_from_target(models):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import SAME_VOCAB, compose_cfg, pair_engine
+from helpers import TEST_DEVICE, SAME_VOCAB, compose_cfg, pair_engine
 from specbench.bench import smoke_prompts
 from specbench.decoding.engine import Engine, Generation
 from specbench.models.pairs import load_pair
@@ -23,7 +23,7 @@ HF_HEURISTIC = {"name": "hf_assisted", "gamma": 5, "num_assistant_tokens_schedul
 
 
 def pair_of(*overrides: str):
-    return load_pair(OmegaConf.to_container(compose_cfg(*overrides).pair, resolve=True), torch.device("cpu"))
+    return load_pair(OmegaConf.to_container(compose_cfg(*overrides).pair, resolve=True), torch.device(TEST_DEVICE))
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import specbench.runs.runner as runner
-from helpers import SAME_VOCAB, small
+from helpers import TEST_DEVICE, SAME_VOCAB, small
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.acceptance import Greedy
@@ -159,7 +159,7 @@ def check_state(d: Decoded) -> None:
 def truth() -> dict[str, list[int]]:
     """Example id -> the greedy continuation by cache-free target forwards (argmax_decode), `ar`'s EOS ids."""
     cfg = small(*SETTINGS)
-    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device("cpu"))
+    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device(TEST_DEVICE))
     assert pair.target.dtype == torch.float32
     eos = pair.eos_ids([pair.target])
     examples = build_dataset(OmegaConf.to_container(cfg.dataset)).examples()[:EXAMPLES]

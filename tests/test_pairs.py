@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import compose_cfg
+from helpers import TEST_DEVICE, compose_cfg
 from specbench.models import pairs
 
 
@@ -18,11 +18,11 @@ def pair_cfg(*overrides):
 
 
 def test_same_pair_is_reused_and_a_new_one_frees_the_old():
-    a = pairs.load_pair(pair_cfg("pair=tiny_random"), torch.device("cpu"))
-    assert pairs.load_pair(pair_cfg("pair=tiny_random"), torch.device("cpu")) is a
+    a = pairs.load_pair(pair_cfg("pair=tiny_random"), torch.device(TEST_DEVICE))
+    assert pairs.load_pair(pair_cfg("pair=tiny_random"), torch.device(TEST_DEVICE)) is a
     ref = weakref.ref(a.target)
     del a
-    b = pairs.load_pair(pair_cfg("pair=tiny_random", "pair.seed=1"), torch.device("cpu"))
+    b = pairs.load_pair(pair_cfg("pair=tiny_random", "pair.seed=1"), torch.device(TEST_DEVICE))
     gc.collect()
     assert ref() is None  # the previous pair's models were released
     assert b.target is not None

@@ -203,12 +203,32 @@ def threads_setting(value: Any) -> int | str | None:
                       f"default: every core), got {shown(value)}")
 
 
+ENGINE_KEYS = ("compile",)  # conf/config.yaml's engine block
+
+
+def engine_compile(cfg: dict[str, Any]) -> bool:
+    """engine.compile (true: the compiled decode path, specbench.decoding.compiled); unknown engine keys fail."""
+    engine = cfg.get("engine") or {}
+    if not isinstance(engine, dict):
+        raise OptionError(f"engine must be a mapping with the keys {', '.join(ENGINE_KEYS)}, got {shown(engine)}")
+    unknown = sorted(set(engine) - set(ENGINE_KEYS))
+    if unknown:
+        raise OptionError(f"unknown engine keys {', '.join('engine.' + k for k in unknown)}; valid: "
+                          f"{', '.join('engine.' + k for k in ENGINE_KEYS)}")
+    compile_ = boolean(engine.get("compile", False), "engine.compile")
+    if compile_ and cfg.get("batch_size", 1) != 1:
+        raise OptionError(f"engine.compile=true decodes one example at a time (got batch_size="
+                          f"{cfg.get('batch_size')}); set batch_size=1 or engine.compile=false")
+    return compile_
+
+
 def check_run_settings(cfg: dict[str, Any]) -> None:
     """The top-level keys of a benchmark run (conf/config.yaml), before anything is loaded."""
     integer(cfg.get("warmup", 0), "warmup", low=0)
     threads_setting(cfg.get("threads", "auto"))
     integer(cfg.get("repeats", 1), "repeats", low=1)
     integer(cfg.get("batch_size", 1), "batch_size", low=1)
+    engine_compile(cfg)
     boolean(cfg.get("remeasure", False), "remeasure")
     boolean(cfg.get("trace", False), "trace")
     boolean(cfg.get("resume_any_version", False), "resume_any_version")

@@ -58,6 +58,8 @@ class ModelDraft(DraftSource):
         """x_i drawn from q_i = q(. | buf[b, :L_b+i-1]) for every open row; the batch drafts to its longest window
         and a row that stopped feeds a masked hole (its draft cache keeps its tokens)."""
         draft, eng = self.state, self.engine
+        if draft.on_device and rows[0].method.fixed_window and w_max[0] > 0:
+            return self.propose_on_device(buf, rows[0], w_max[0])
         open_ = [b for b, m in enumerate(w_max) if m > 0]  # rows still drafting
         i = 0
         while open_:
@@ -68,6 +70,21 @@ class ModelDraft(DraftSource):
             open_ = [b for b in open_ if take(rows[b], buf[b], i, q[b], x[b], w_max[b], eng.stop.eos_ids)]
             i += 1
         return i
+
+    def propose_on_device(self, buf: torch.Tensor, row: Any, w: int) -> int:
+        """The one row of a compiled state, its policy a fixed window: x_1..x_w drawn with no host synchronisation
+        (x_i is written into buf on the device and fed from there) and read back once; drafts after a drafted
+        EOS are dropped as the per-token loop would not have drafted them (their forwards are still counted)."""
+        draft, eng = self.state, self.engine
+        qs = []
+        for i in range(w):
+            q = eng.sampler.probs(draft.forward(buf, row.L + i, 1)[:, 0]).to(eng.device)  # [1, V]
+            buf[0, row.L + i] = eng.sampler.pick(q, row.generator)[0]
+            qs.append(q[0])
+        for i, x in enumerate(buf[0, row.L : row.L + w].tolist()):
+            if not take(row, buf[0], i, qs[i], x, w, eng.stop.eos_ids):
+                break
+        return w
 
     def pick(self, q: torch.Tensor, open_: list[int], rows: list[Any]) -> dict[int, int]:
         """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""

@@ -42,118 +42,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 from specbench.decoding.acceptance import Greedy, JSRelaxed, Rule
+from specbench.decoding.compiled import StaticState
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
+from specbench.decoding.state import Clock, ModelState, sync
 from specbench.decoding.stopping import StopCriteria
-
-
-def sync(device: torch.device) -> None:
-    """Wait for queued kernels so wall-clock timers measure finished work (no-op on CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class ModelState:
-    """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
-
-    def __init__(self, model: PreTrainedModel, rows: int = 1) -> None:
-        self.model = model
-        self.device = model.device
-        self.cache = DynamicCache(config=model.config)
-        self.fed = [0] * rows  # tokens of each row in the cache
-        self.columns = 0  # cache columns, shared by the rows
-        # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
-        self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
-                                                                            device=self.device)
-        self.seconds = 0.0  # summed wall time of forward calls
-        self.calls = 0
-        self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
-        self.row_calls = [0] * rows  # forward calls each row took part in
-        self.hidden: torch.Tensor | None = None  # [len(layers), B, keep, H] of the last forward given layers
-
-    @torch.inference_mode()
-    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
-                ) -> torch.Tensor:
-        """Feed each row b its tokens buf[b, fed[b]:upto[b]]; return logits [B, keep, V_model] of the block's last
-        `keep` columns (row b's newest tokens, right-aligned).
-
-        With `layers` (hidden_states indices: k = output of decoder layer k), the same forward also
-        keeps those hidden states of the last `keep` columns in self.hidden [len(layers), B, keep, H].
-        """
-        t0 = time.perf_counter()
-        upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
-        if self.mask is None:  # one row, no holes: the plain causal forward
-            ids, extra = buf[:, self.fed[0] : upto[0]].to(self.device), {}
-            width = upto[0] - self.fed[0]
-        else:
-            ids, extra, width = self.block(buf, upto)
-        if layers:
-            extra["output_hidden_states"] = True
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **extra)
-        if layers:
-            self.hidden = torch.stack([out.hidden_states[k][:, -keep:] for k in layers])
-        sync(self.device)
-        dt = time.perf_counter() - t0
-        self.seconds += dt
-        self.calls += 1
-        share = dt / len(self.fed)  # the forward's time, split among its rows
-        self.shares = [x + share for x in self.shares]
-        self.row_calls = [c + 1 for c in self.row_calls]
-        self.fed = list(upto)
-        self.columns += width
-        return out.logits[:, -keep:]
-
-    def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
-        """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
-        the k_b = upto[b] - fed[b] tokens buf[b, fed[b]:upto[b]] right-aligned, K = max k_b (holes on the left)."""
-        new = [u - f for u, f in zip(upto, self.fed)]
-        width = max(1, *new)
-        k = torch.tensor(new, device=buf.device)  # [B]
-        end = torch.tensor(upto, device=buf.device)
-        pos = (end[:, None] - width + torch.arange(width, device=buf.device)).clamp_min(0)  # [B, K] buffer index
-        valid = (torch.arange(width, device=buf.device) >= width - k[:, None]).long()  # [B, K]
-        ids = buf.gather(1, pos).to(self.device)
-        self.mask = torch.cat([self.mask, valid.to(self.device)], dim=1)
-        return ids, {"attention_mask": self.mask, "position_ids": pos.to(self.device)}, width
-
-    def crop(self, length: int | list[int]) -> None:
-        """Roll row b back to its first length[b] tokens (length[b] <= fed[b]).
-
-        One row: the cache is cropped. transformers 5.x `Cache.crop(k)` takes k <= 0 = minus the number of
-        tokens to remove (a positive k raises); tests/test_engine.py pins this against a fresh forward.
-        Several rows: row b's last fed[b] - length[b] tokens become holes, then the columns no row uses any
-        more are cropped from the end.
-        """
-        length = [length] * len(self.fed) if isinstance(length, int) else length
-        if self.mask is None:
-            if length[0] < self.fed[0]:
-                self.cache.crop(length[0] - self.fed[0])
-                self.columns, self.fed = length[0], [length[0]]
-            return
-        drops = [f - n for f, n in zip(self.fed, length)]
-        if max(drops) > 0:
-            drop = torch.tensor(drops, device=self.device)  # [B]
-            after = self.mask.flip(1).cumsum(1).flip(1)  # [B, columns]: the row's tokens at or after column c
-            self.mask = self.mask * (after > drop[:, None]).long()
-            used = self.mask.any(0).nonzero()  # columns some row still uses
-            keep = int(used.max()) + 1 if used.numel() else 0
-            if keep < self.columns:
-                self.cache.crop(keep - self.columns)
-                self.mask, self.columns = self.mask[:, :keep], keep
-        self.fed = list(length)
-
-    def select(self, rows: list[int]) -> None:
-        """Keep only the given rows (indices into the current batch), in that order."""
-        self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
-        self.mask = self.mask[rows]
-        self.fed = [self.fed[b] for b in rows]
-        self.shares = [self.shares[b] for b in rows]
-        self.row_calls = [self.row_calls[b] for b in rows]
 
 
 @dataclass
@@ -224,8 +122,11 @@ class Row:
 class Engine:
     """Runs one bound method (Method.bind) on the models of its binding, on one example or a batch of them."""
 
-    def __init__(self, method: Method, stop_strings: tuple[str, ...] = ()) -> None:
+    def __init__(self, method: Method, stop_strings: tuple[str, ...] = (), compile: bool = False) -> None:
         b = method.bound
+        self.compile = compile  # the compiled decode path (specbench.decoding.compiled), B = 1
+        if compile:
+            method.check_compile()
         self.method = method
         self.sampler = Sampler(b.params, b.vocab_size)
         self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
@@ -251,7 +152,9 @@ class Engine:
         rows = self.new_rows(prompts, max_new_tokens, generators or [None] * B)
         stats = trace or method.needs_stats
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
-        states = {role: ModelState(model, B) for role, model in method.bound.models.items()}  # by pair role
+        need = max(r.P for r in rows) + max_new_tokens + 1  # buffer columns, the most a cache may hold
+        states = {role: self.new_state(model, B, need, role)  # by pair role
+                  for role, model in method.bound.models.items()}
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
         source = method.draft_source(states, self)  # what proposes the drafts (None: no drafting)
         buf = torch.zeros((B, max(r.P for r in rows) + max_new_tokens + 1), dtype=torch.long, device=self.device)
@@ -263,20 +166,21 @@ class Engine:
         first_block_s = 0.0
         sync(self.device)
         t_start = t_prev = time.perf_counter()  # t_prev: the end of the previous iteration
+        clock = Clock(self.device, events=self.compile)  # phase marks: CUDA events on the compiled path
         while rows:
-            t_iter = time.perf_counter()
+            t_iter = clock.mark()
             # 1. draft: row b at most min(window, tokens left - 1, context left - 1) tokens
             if source:
                 method.before_draft([r.method for r in rows])
                 steps = source.propose(buf, rows, self.windows(rows, max_new_tokens))
             else:
                 steps = 0
-            t1 = time.perf_counter()
+            t1 = clock.mark()
             # 2. verify: row b's p_1..p_{w_b+1} are the last w_b + 1 of one target forward's kept columns
             w = [len(r.qs) for r in rows]
             keep = max(w) + 1
             p_all = self.sampler.probs(target.forward(buf, [r.L + n for r, n in zip(rows, w)], keep, layers))
-            t2 = time.perf_counter()
+            t2 = clock.mark()
             # 3. accept x_1..x_n and the next token buf[b, L_b+n] per row
             accepted = self.accept(buf, rows, p_all, keep)
             if layers:  # states at the last accepted position buf[b, L_b+n-1], whose p_{n+1} gave buf[b, L_b+n]
@@ -287,10 +191,11 @@ class Engine:
             if source:
                 source.rollback(rows, [n for n, _ in accepted])
             # 5. record the iteration and update each row's policy
+            draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
             for b, (r, (n, relaxed)) in enumerate(zip(rows, accepted)):
                 r.out += buf[b, r.L : r.L + n + 1].tolist()
                 r.L += n + 1
-                rec = IterationRecord(drafted=w[b], accepted=n, stop=r.why, draft_s=t1 - t_iter, verify_s=t2 - t1,
+                rec = IterationRecord(drafted=w[b], accepted=n, stop=r.why, draft_s=draft_s, verify_s=verify_s,
                                       accepted_relaxed=relaxed, draft_steps=steps)
                 if stats and w[b]:
                     q = torch.stack(r.qs)
@@ -303,6 +208,8 @@ class Engine:
                 del r.out[k:]  # the block's tokens after the stop
             sync(self.device)
             now = time.perf_counter()
+            for s in states.values():
+                s.settle()
             if not first_block_s:
                 first_block_s = now - t_start
             for r in rows:  # the shares of all iterations sum to the batch's wall time
@@ -310,6 +217,13 @@ class Engine:
             t_prev = now
             rows, buf = self.leave(rows, buf, states, done, now - t_start)
         return [self.result(r, first_block_s, B) for r in sorted(done, key=lambda r: r.index)]
+
+    def new_state(self, model: Any, B: int, need: int, role: str) -> ModelState:
+        """The state of one model over B rows: a static cache and compiled forwards when compiling (B = 1, room for
+        `need` tokens), else a dynamic cache."""
+        if self.compile:
+            return StaticState(model, B, need, role)
+        return ModelState(model, B)
 
     def new_rows(self, prompts: list[list[int]], max_new_tokens: int, generators: list[torch.Generator | None]
                  ) -> list[Row]:

@@ -175,6 +175,21 @@ class Method:
                               f"next, which needs batch_size=1 (got batch_size={batch_size}); set "
                               "method.persist=false or batch_size=1")
 
+    @property
+    def fixed_window(self) -> bool:
+        """Does the policy draft its whole window whatever the tokens (keep_drafting not overridden)? Then a
+        compiled draft loop needs no host synchronisation before the window ends."""
+        return type(self).keep_drafting is Method.keep_drafting
+
+    def check_compile(self) -> None:
+        """Fail with an OptionError naming engine.compile when this method cannot run the compiled decode path
+        (specbench.decoding.compiled; called by the runner before any model loads)."""
+        from specbench.common.options import OptionError
+
+        if self.external:
+            raise OptionError(f"method {self.name!r} decodes with another library's loop, which the compiled path "
+                              "cannot run: set engine.compile=false")
+
     def check_decode(self, params: SamplingParams) -> None:
         """Fail with an OptionError naming the key when this method cannot run the decode settings (called by the
         runner before any model loads)."""

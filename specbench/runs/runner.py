@@ -23,8 +23,8 @@ from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
-from specbench.common.options import (check_mandatory, check_options, check_run_settings, integer, max_new_tokens, real,
-                                      threads_setting)
+from specbench.common.options import (check_mandatory, check_options, check_run_settings, engine_compile, integer,
+                                      max_new_tokens, real, threads_setting)
 from specbench.models.pairs import Pair, check_cross_tokenizer, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
@@ -177,10 +177,12 @@ def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
                    pair.context_length(used), pair)
 
 
-def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings: tuple[str, ...]) -> Engine:
-    """Bind `method` to `pair` (Method.bind, once per engine) and build the engine that runs it."""
+def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings: tuple[str, ...],
+                compile: bool = False) -> Engine:
+    """Bind `method` to `pair` (Method.bind, once per engine) and build the engine that runs it (compiled: the
+    static-cache, torch.compile path)."""
     method.bind(pair_binding(pair, method, params))
-    return Engine(method, stop_strings)
+    return Engine(method, stop_strings, compile)
 
 
 def fit_prompt(ids: list[int], context: int | None, max_new: int, on_long: str, where: str
@@ -326,7 +328,7 @@ def calibrate_target_1(job: Job, ex: Example, tokens: int = 32) -> float:
     """Median seconds of a one-token target forward: `ar` decoding `tokens` tokens of `ex` twice (the first
     a warm-up; each generation's first iteration, the prompt's, left out), for runs that never verified a
     single token."""
-    engine = make_engine(job.pair, build_method({"name": "ar"}), job.method.bound.params, ())
+    engine = make_engine(job.pair, build_method({"name": "ar"}), job.method.bound.params, (), job.engine.compile)
     ids, _ = fit_prompt(job.encode(ex, []), engine.context_length, tokens, job.on_long, f"example {ex.id!r}")
     engine.generate(ids, tokens)
     records = engine.generate(ids, tokens).records
@@ -410,6 +412,9 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     batch_size = int(c.get("batch_size", 1))  # an integer >= 1: check_run_settings checked it
     method.check_batch(batch_size)
     method.check_decode(params)
+    compile_ = engine_compile(c)
+    if compile_:
+        method.check_compile()
     check_cross_tokenizer(c["pair"], method.name, "draft" in method.roles, method.cross_tokenizer)
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
@@ -420,7 +425,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
     pair = load_pair(c["pair"], device)
     stops = tuple(evaluator.stop_strings) + tuple(c.get("stop_strings") or ())
-    job = Job(make_engine(pair, method, params, stops), method, pair, evaluator, c["dataset"], max_new, seed,
+    job = Job(make_engine(pair, method, params, stops, compile_), method, pair, evaluator, c["dataset"], max_new, seed,
               c.get("on_long_prompt", "error"), bool(c.get("trace", False)))
     job.check_prompts(examples)
     # everything is validated: only now write to the output folder (folder_lock removes it again if left empty)

@@ -1,0 +1,135 @@
+"""The compiled decode path (`engine.compile=true`): static KV caches and `torch.compile`d forwards, as in
+gpt-fast's generate.py, for one row (batch_size 1).
+
+- Cache: one transformers `StaticCache` per model, allocated once for the longest generation seen (capacity
+  rounded up to a multiple of CAPACITY_STEP, so graphs are not rebuilt for every prompt length) and reused by
+  every generation. Its layers write the k new keys at columns start..start+k-1, start = the layer's
+  `cumulative_length`; roll-back is a position reset: the next forward sets cumulative_length to the row's
+  kept length, and the stale columns after it are overwritten before any query can see them (a query at
+  position t attends to columns <= t only).
+- Forwards: a forward of k new tokens is padded on the right to the smallest width K >= k of WIDTHS and runs
+  the model's compiled call (`PreTrainedModel.get_compiled_call`: one graph per width, no dynamic shapes); the
+  padded columns come after the real ones, so the causal mask keeps them out of every real token's attention
+  and their logits are dropped. Wider forwards (the prompt's prefill) and the first forward of a fresh cache
+  (which allocates it) run eagerly on the same cache.
+- Timing: CUDA events per forward (specbench.decoding.state.Clock), read after the engine's synchronisation of
+  the iteration, so the draft loop of a fixed-window method (drafts.ModelDraft.propose_on_device) never waits
+  for the device.
+Written by hand because transformers' own compiled decoding (generate with a static cache) has no draft-verify
+loop with roll-back to reuse.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, StaticCache
+from transformers.generation.configuration_utils import CompileConfig
+
+from specbench.common.options import OptionError
+from specbench.decoding.state import Clock, ModelState
+
+WIDTHS = (1, 2, 4, 8, 16, 32)  # forward widths with a compiled graph; wider forwards run eagerly
+CAPACITY_STEP = 256  # static cache columns are allocated in multiples of this
+RECOMPILE_LIMIT = 64  # graphs per compiled function: len(WIDTHS) per model and cache capacity
+
+# model -> role -> its static cache (a model playing two roles of one pair gets one cache per role)
+_CACHES: "weakref.WeakKeyDictionary[PreTrainedModel, dict[str, StaticCache]]" = weakref.WeakKeyDictionary()
+
+
+def static_cache(model: PreTrainedModel, need: int, role: str = "target") -> StaticCache:
+    """The model's static cache for `role`, [1, heads, capacity, head_dim] per layer with capacity >= need (reused;
+    reallocated larger, a multiple of CAPACITY_STEP, when a generation needs more)."""
+    caches = _CACHES.setdefault(model, {})
+    cache = caches.get(role)
+    if cache is None or cache.layers[0].max_cache_len < need:
+        capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
+        cache = StaticCache(config=model.config, max_cache_len=capacity)
+        if any(layer.is_sliding for layer in cache.layers):
+            raise OptionError(f"engine.compile=true: {model.name_or_path!r} has sliding-window attention layers, "
+                              "whose static cache cannot roll back by a position reset; set engine.compile=false")
+        caches[role] = cache
+    return cache
+
+
+def compiled_call(model: PreTrainedModel) -> Any:
+    """model's torch.compile'd __call__ (one static graph per input width; CUDA graphs on CUDA)."""
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
+    mode = "reduce-overhead" if model.device.type == "cuda" else "default"
+    return model.get_compiled_call(CompileConfig(fullgraph=False, dynamic=False, mode=mode))
+
+
+def width(k: int) -> int | None:
+    """The compiled width a forward of k tokens is padded to, None if wider than every graph."""
+    return next((w for w in WIDTHS if w >= k), None)
+
+
+@torch.inference_mode()
+def forward_static(model: PreTrainedModel, call: Any, cache: StaticCache, ids: torch.Tensor, start: int
+                   ) -> torch.Tensor:
+    """Logits [1, k, V] of the k tokens ids [1, k] at positions start..start+k-1 after the cache's first
+    `start` columns (those after it are overwritten); compiled at width K = width(k), eager when there is none
+    or the cache is not allocated yet."""
+    k = ids.shape[1]
+    K = width(k)
+    for layer in cache.layers:  # roll-back and roll-forward alike: the next write starts at column `start`
+        layer.cumulative_length.fill_(start)
+    if K is None or not cache.is_initialized:
+        pos = torch.arange(start, start + k, device=ids.device)[None]
+        return model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits
+    pos = torch.arange(start, start + K, device=ids.device)[None]
+    out = call(input_ids=F.pad(ids, (0, K - k)), position_ids=pos, past_key_values=cache, use_cache=True)
+    return out.logits[:, :k].clone()  # a copy: CUDA graphs reuse their output buffers
+
+
+class StaticState(ModelState):
+    """ModelState over a static cache and compiled forwards, for one row; forwards are timed by clock marks."""
+
+    on_device = True
+
+    def __init__(self, model: PreTrainedModel, rows: int, need: int, role: str = "target") -> None:
+        if rows != 1:
+            raise OptionError(f"engine.compile=true decodes one row at a time; got a batch of {rows} rows: set "
+                              "batch_size=1 or engine.compile=false")
+        super().__init__(model, 1)
+        self.cache = static_cache(model, need + max(WIDTHS), role)
+        self.call = compiled_call(model)
+        self.clock = Clock(self.device)
+        self.spans: list[tuple[Any, Any]] = []  # clock marks (start, end) of forwards not yet accounted
+
+    @torch.inference_mode()
+    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
+                ) -> torch.Tensor:
+        """Feed buf[0, fed:upto] and return the logits [1, keep, V] of its last `keep` tokens."""
+        if layers:
+            raise OptionError("engine.compile=true does not return hidden states (sd2's steering): set "
+                              "engine.compile=false")
+        upto = upto if isinstance(upto, int) else upto[0]
+        logits = self.feed(buf[:, self.fed[0] : upto], self.fed[0])
+        self.fed = [upto]
+        return logits[:, -keep:]
+
+    def feed(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """Logits [1, k, V] of ids [1, k] at positions start.. (no host synchronisation); the caller sets fed."""
+        t0 = self.clock.mark()
+        logits = forward_static(self.model, self.call, self.cache, ids.to(self.device), start)
+        self.spans.append((t0, self.clock.mark()))
+        return logits
+
+    def settle(self) -> None:
+        """Account the forwards since the last settle (their events are complete after the engine's sync)."""
+        for a, b in self.spans:
+            self.count(self.clock.seconds(a, b))
+        self.spans = []
+
+    def crop(self, length: int | list[int]) -> None:
+        """Roll back to the first `length` tokens: only the position moves (the next forward writes there)."""
+        length = length if isinstance(length, int) else length[0]
+        self.fed = [min(self.fed[0], length)]
+
+    def select(self, rows: list[int]) -> None:
+        """One row: nothing to select (it leaves when the generation ends)."""

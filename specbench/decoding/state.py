@@ -1,0 +1,150 @@
+"""Model states: a model plus its KV cache over the rows of a batch, and the clocks that time its forwards.
+
+On CUDA kernels run asynchronously: a wall-clock interval means finished work only after a synchronisation.
+The eager state synchronises after every forward (the time of each forward is exact, as the papers measured it);
+the compiled state (specbench.decoding.compiled) records CUDA events instead and reads them after the engine's one
+synchronisation per iteration, so that its draft loop never waits for the GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class Clock:
+    """Time marks on a device: CUDA events recorded on the current stream (no host wait), or perf_counter."""
+
+    def __init__(self, device: torch.device, events: bool = True) -> None:
+        self.events = events and device.type == "cuda"
+
+    def mark(self) -> Any:
+        """A mark now: a recorded torch.cuda.Event, or perf_counter() seconds."""
+        if not self.events:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, a: Any, b: Any) -> float:
+        """Seconds from mark a to mark b (waits for b's event to complete)."""
+        if not self.events:
+            return b - a
+        b.synchronize()
+        return a.elapsed_time(b) / 1e3
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued kernels so wall-clock timers measure finished work (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class ModelState:
+    """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
+
+    on_device = False  # True: the state drafts with tokens kept on the device (specbench.decoding.compiled)
+
+    def __init__(self, model: PreTrainedModel, rows: int = 1) -> None:
+        self.model = model
+        self.device = model.device
+        self.cache = DynamicCache(config=model.config)
+        self.fed = [0] * rows  # tokens of each row in the cache
+        self.columns = 0  # cache columns, shared by the rows
+        # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
+        self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
+                                                                            device=self.device)
+        self.seconds = 0.0  # summed wall time of forward calls
+        self.calls = 0
+        self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
+        self.row_calls = [0] * rows  # forward calls each row took part in
+        self.hidden: torch.Tensor | None = None  # [len(layers), B, keep, H] of the last forward given layers
+
+    @torch.inference_mode()
+    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
+                ) -> torch.Tensor:
+        """Feed each row b its tokens buf[b, fed[b]:upto[b]]; return logits [B, keep, V_model] of the block's last
+        `keep` columns (row b's newest tokens, right-aligned).
+
+        With `layers` (hidden_states indices: k = output of decoder layer k), the same forward also
+        keeps those hidden states of the last `keep` columns in self.hidden [len(layers), B, keep, H].
+        """
+        t0 = time.perf_counter()
+        upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
+        if self.mask is None:  # one row, no holes: the plain causal forward
+            ids, extra = buf[:, self.fed[0] : upto[0]].to(self.device), {}
+            width = upto[0] - self.fed[0]
+        else:
+            ids, extra, width = self.block(buf, upto)
+        if layers:
+            extra["output_hidden_states"] = True
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **extra)
+        if layers:
+            self.hidden = torch.stack([out.hidden_states[k][:, -keep:] for k in layers])
+        sync(self.device)
+        self.count(time.perf_counter() - t0)
+        self.fed = list(upto)
+        self.columns += width
+        return out.logits[:, -keep:]
+
+    def settle(self) -> None:
+        """After the engine's synchronisation of an iteration: account forwards timed by events (eager forwards
+        are accounted as they end)."""
+
+    def count(self, seconds: float) -> None:
+        """Account one forward of `seconds`, split equally among the rows it fed."""
+        self.seconds += seconds
+        self.calls += 1
+        share = seconds / len(self.fed)
+        self.shares = [x + share for x in self.shares]
+        self.row_calls = [c + 1 for c in self.row_calls]
+
+    def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
+        """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
+        the k_b = upto[b] - fed[b] tokens buf[b, fed[b]:upto[b]] right-aligned, K = max k_b (holes on the left)."""
+        new = [u - f for u, f in zip(upto, self.fed)]
+        width = max(1, *new)
+        k = torch.tensor(new, device=buf.device)  # [B]
+        end = torch.tensor(upto, device=buf.device)
+        pos = (end[:, None] - width + torch.arange(width, device=buf.device)).clamp_min(0)  # [B, K] buffer index
+        valid = (torch.arange(width, device=buf.device) >= width - k[:, None]).long()  # [B, K]
+        ids = buf.gather(1, pos).to(self.device)
+        self.mask = torch.cat([self.mask, valid.to(self.device)], dim=1)
+        return ids, {"attention_mask": self.mask, "position_ids": pos.to(self.device)}, width
+
+    def crop(self, length: int | list[int]) -> None:
+        """Roll row b back to its first length[b] tokens (length[b] <= fed[b]).
+
+        One row: the cache is cropped. transformers 5.x `Cache.crop(k)` takes k <= 0 = minus the number of
+        tokens to remove (a positive k raises); tests/test_engine.py pins this against a fresh forward.
+        Several rows: row b's last fed[b] - length[b] tokens become holes, then the columns no row uses any
+        more are cropped from the end.
+        """
+        length = [length] * len(self.fed) if isinstance(length, int) else length
+        if self.mask is None:
+            if length[0] < self.fed[0]:
+                self.cache.crop(length[0] - self.fed[0])
+                self.columns, self.fed = length[0], [length[0]]
+            return
+        drops = [f - n for f, n in zip(self.fed, length)]
+        if max(drops) > 0:
+            drop = torch.tensor(drops, device=self.device)  # [B]
+            after = self.mask.flip(1).cumsum(1).flip(1)  # [B, columns]: the row's tokens at or after column c
+            self.mask = self.mask * (after > drop[:, None]).long()
+            used = self.mask.any(0).nonzero()  # columns some row still uses
+            keep = int(used.max()) + 1 if used.numel() else 0
+            if keep < self.columns:
+                self.cache.crop(keep - self.columns)
+                self.mask, self.columns = self.mask[:, :keep], keep
+        self.fed = list(length)
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only the given rows (indices into the current batch), in that order."""
+        self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+        self.mask = self.mask[rows]
+        self.fed = [self.fed[b] for b in rows]
+        self.shares = [self.shares[b] for b in rows]
+        self.row_calls = [self.row_calls[b] for b in rows]
