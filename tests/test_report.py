@@ -474,3 +474,26 @@ def test_runs_in_another_dtype_are_another_group(tmp_path):
     for g in groups:
         ar, pld = (g.runs[g.runs["method"] == m].iloc[0] for m in ("ar", "pld"))
         assert load.speedup_over(pld, ar) == pytest.approx(2.0)
+
+
+def test_eager_runs_from_before_engine_compile_compare_with_eager_runs(tmp_path):
+    """A config without engine.compile is an eager run: it shares a group with engine.compile=false; a compiled
+    run forms its own group, compared with the compiled ar only."""
+    import json
+
+    from specbench.analysis import load
+
+    for folder, method, engine, seconds in (("old/ar", "ar", None, 2.0), ("eager/pld", "pld", False, 1.0),
+                                            ("comp/ar", "ar", True, 1.0), ("comp/pld", "pld", True, 0.25)):
+        d = write_run(tmp_path, folder, method, [{"new": 10, "s": seconds}])
+        if engine is not None:
+            record = json.loads((d / "config.json").read_text())
+            record["config"]["engine"] = {"compile": engine}
+            (d / "config.json").write_text(json.dumps(record))
+    runs = load.load_runs(tmp_path)
+    groups = load.groups(runs)
+    assert sorted(sorted(g.runs["run_dir"].map(lambda d: Path(d).parent.name)) for g in groups) == [
+        ["comp", "comp"], ["eager", "old"]]
+    for g in groups:
+        ar, pld = (g.runs[g.runs["method"] == m].iloc[0] for m in ("ar", "pld"))
+        assert load.speedup_over(pld, ar) == pytest.approx(2.0 if not ar["flat"]["engine.compile"] else 4.0)

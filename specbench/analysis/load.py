@@ -105,15 +105,24 @@ def batch_size(config: dict) -> int:
     return int(config.get("batch_size", 1))
 
 
+def compiled(config: dict) -> bool:
+    """Did the run decode on the compiled path (config key engine.compile; a config without it: false)?"""
+    return bool((config.get("engine") or {}).get("compile", False))
+
+
 def setting_of(record: dict) -> dict:
     """What two runs must share to be compared: config minus method and resumable keys, plus the device.
 
-    (limit is resumable: the runs' example ids are compared instead.) batch_size 1 is left out, so a run
-    at batch_size=1 has the setting of one from before the key existed.
+    (limit is resumable: the runs' example ids are compared instead.) batch_size 1 and engine.compile false
+    are left out, so a run with them has the setting of one from before the key existed.
     """
     out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
     if batch_size(record["config"]) == 1:
         out.pop("batch_size", None)
+    if not compiled(record["config"]):
+        out["engine"] = {k: v for k, v in (out.get("engine") or {}).items() if k != "compile"}
+        if not out["engine"]:
+            del out["engine"]
     ran = budget(record["config"])  # the budget that ran (a null decode.max_new_tokens: the dataset's)
     if "decode" in out and ran is not None:
         out["decode"] = {**out["decode"], "max_new_tokens": ran}
@@ -207,7 +216,7 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         **summary_numbers(summary, rows, str(run_dir / ROWS)),
         "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
-        "config": cfg, "flat": {"batch_size": batch_size(cfg), **flatten(cfg),
+        "config": cfg, "flat": {"batch_size": batch_size(cfg), **flatten(cfg), "engine.compile": compiled(cfg),
                                 **flatten({"decode": setting.get("decode", {})}),
                                 **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),

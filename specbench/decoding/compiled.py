@@ -25,7 +25,6 @@ import weakref
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel, StaticCache
 from transformers.generation.configuration_utils import CompileConfig
 
@@ -82,7 +81,9 @@ def forward_static(model: PreTrainedModel, call: Any, cache: StaticCache, ids: t
         pos = torch.arange(start, start + k, device=ids.device)[None]
         return model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits
     pos = torch.arange(start, start + K, device=ids.device)[None]
-    out = call(input_ids=F.pad(ids, (0, K - k)), position_ids=pos, past_key_values=cache, use_cache=True)
+    padded = ids.new_zeros((1, K))  # a fresh [1, K] tensor: a view of the buffer would carry its stride into the
+    padded[:, :k] = ids             # graph's guards and recompile for every buffer width
+    out = call(input_ids=padded, position_ids=pos, past_key_values=cache, use_cache=True)
     return out.logits[:, :k].clone()  # a copy: CUDA graphs reuse their output buffers
 
 
