@@ -157,7 +157,7 @@ class Engine:
                   for role, model in method.bound.models.items()}
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
         source = method.draft_source(states, self)  # what proposes the drafts (None: no drafting)
-        buf = torch.zeros((B, max(r.P for r in rows) + max_new_tokens + 1), dtype=torch.long, device=self.device)
+        buf = torch.zeros((B, need), dtype=torch.long, device=self.device)
         for b, p in enumerate(prompts):
             buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
         for r in rows:
