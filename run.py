@@ -8,7 +8,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from specbench.common.options import OptionError
+from specbench.common.errors import UserError
 from specbench.runs.layout import discard_job_dir  # also registers the resolvers conf/config.yaml's folders use
 from specbench.runs.overrides import check_option_overrides
 from specbench.runs.runner import run
@@ -33,6 +33,6 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     try:  # a mistyped method or dataset option key: its message with the valid keys, before Hydra composes
         check_option_overrides(sys.argv[1:])
-    except OptionError as err:
+    except UserError as err:  # also a plugin file that does not import, named with its line
         sys.exit(str(err))
     main()

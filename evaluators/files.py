@@ -19,6 +19,8 @@ A reference is a string, a number or a non-empty list of them (any one counts), 
   none         not scored (a reference, when given, is kept on the example)
   exact_match  1.0 if the output equals a reference, both with surrounding whitespace removed, else 0.0
   contains     1.0 if a reference (surrounding whitespace removed) occurs in the output, else 0.0
+A scored row keeps `reference` (the list of references) and `extracted` (exact_match: the stripped output;
+contains: the first reference found in the output, null when none is).
 A row that lacks a field it needs, holds null there or the wrong kind fails naming the file and line
 (JSONL) or row (JSON, Parquet, hub) and the field.
 """
@@ -30,6 +32,13 @@ from typing import Any, Callable
 
 from specbench.common.options import OptionError, choice, shown
 from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source, read_local
+
+
+def extracted(scoring: str, output: str, references: list[str]) -> str | None:
+    """What scoring compares: the stripped output (exact_match), the first reference found in it (contains)."""
+    if scoring == "exact_match":
+        return output.strip()
+    return next((r.strip() for r in references if r.strip() in output), None)
 
 
 def exact_match(output: str, references: list[str]) -> float:
@@ -105,7 +114,10 @@ class Files(Evaluator):
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
         match = SCORINGS[self.scoring]
-        return {"score": match(output, example.reference) if match else None}
+        if not match:
+            return {"score": None}
+        return {"score": match(output, example.reference), "reference": example.reference,
+                "extracted": extracted(self.scoring, output, example.reference)}
 
     def reference(self, example: Example) -> str | None:
         """The first reference answer, when the dataset is scored."""

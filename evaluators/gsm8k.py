@@ -7,7 +7,8 @@ as chat turns with a chat template and joined as lm-eval joins them without one 
 the examples at random; the first n keep prompts fixed across runs).
 Scoring follows lm-eval's two filters and records both: `pred_strict` is the number after
 "####" (the dataset's answer format), `pred_flexible` the last number in the output. The headline
-`score` uses the strict answer when there is one and falls back to the last number otherwise.
+`score` uses the strict answer when there is one and falls back to the last number otherwise. Rows keep
+`reference` (the number after the set's own "####") and `extracted` (= `pred`, the number scored).
 Numbers are compared as values after removing ",", "$" and a trailing "." (so "18.00" == "18";
 lm-eval compares strings).
 """
@@ -119,7 +120,8 @@ class GSM8K(Evaluator):
         pred = strict if strict is not None else flexible
         return {"score": match(pred, example.reference), "pred": pred, "pred_strict": strict,
                 "pred_flexible": flexible, "exact_match_strict": match(strict, example.reference),
-                "exact_match_flexible": match(flexible, example.reference), "reference": example.reference}
+                "exact_match_flexible": match(flexible, example.reference), "reference": example.reference,
+                "extracted": pred}
 
     def reference(self, example: Example) -> str:
         """The final answer in the set's own format, '#### <number>' (both filters read it)."""

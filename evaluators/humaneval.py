@@ -15,7 +15,11 @@ processes, so the generated code cannot forge the verdict (see that module's doc
 is isolated). Rows carry `passed`, `result` (a fixed category: "passed", "timed out",
 "failed: <exception type>" or "failed: no verdict", never text from the generated code) and
 `sandbox`, the isolation used (`dataset.isolation`: `auto`/`namespace`, refused where Linux
-namespaces do not work, or `process`, the explicit opt-in to the weak mode).
+namespaces do not work, or `process`, the explicit opt-in to the weak mode). As every scored row, they also
+keep `reference`, the set's canonical solution (a continuation of the prompt, null when the row has none),
+and `extracted` (= `completion`): the two pieces of code a failing row is read by side by side. The tests
+are not copied into every row: they are the grader, not an answer (as gsm8k's regular expression), and
+the row's `id` (the task_id) names them in the set.
 The answer is complete (`answer_complete`, for the `truncated` flag) when its code ended before the
 output did: the chosen code block was closed, top-level code parses, or a stop sequence follows the
 continued function body.
@@ -102,7 +106,8 @@ class HumanEval(Evaluator):
         res = run_check(Check(code=ref["prompt"] + completion, entry_point=ref["entry_point"], test=ref["test"],
                               setup=ref["prompt"]), self.limits, self.isolation)
         return {"score": float(res.passed), "passed": res.passed, "result": res.summary(),
-                "sandbox": res.isolation, "sandbox_s": round(res.seconds, 3), "completion": completion}
+                "sandbox": res.isolation, "sandbox_s": round(res.seconds, 3), "completion": completion,
+                "reference": example.meta["canonical_solution"], "extracted": completion}
 
     def answer_complete(self, example: Example, output: str) -> bool:
         """The extracted code ended before the output did (see `extract`)."""

@@ -154,7 +154,8 @@ class MMLU(Evaluator):
     def score(self, example: Example, output: str) -> dict[str, Any]:
         pred = extract_letter(output, example.meta["choices"])
         return {"score": float(pred == example.reference), "pred": pred, "answer": example.reference,
-                "subject": example.meta["subject"], "split": self.split}
+                "reference": example.reference, "extracted": pred, "subject": example.meta["subject"],
+                "split": self.split}
 
     def reference(self, example: Example) -> str:
         """The right answer's letter."""

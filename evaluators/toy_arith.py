@@ -2,7 +2,8 @@
 
 The prompt is the question alone (the toy pair is trained on exactly that prompt format); the
 reference is the integer answer. The score is 1.0 when the output's first `#### N` line gives
-N == reference, else 0.0 (also when the line is missing). Generation ends at EOS, which the toy
+N == reference, else 0.0 (also when the line is missing); rows keep `reference` (the problem's answer) and
+`extracted` (N, null without the line; also under its older name `answer`). Generation ends at EOS, which the toy
 models emit right after the answer line; the stop string "\\n\\n" (a blank line never occurs in
 the task) caps a model that runs on.
 """
@@ -42,7 +43,8 @@ class ToyArith(Evaluator):
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
         got = extract_answer(output)
-        return {"score": float(got is not None and got == example.reference), "answer": got}
+        return {"score": float(got is not None and got == example.reference), "answer": got,
+                "reference": example.reference, "extracted": got}
 
     def reference(self, example: Example) -> str:
         """The problem's step-by-step solution, ending in its `#### N` line."""

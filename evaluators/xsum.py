@@ -62,7 +62,8 @@ class XSum(Evaluator):
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
         rouge = rouge_l(output.strip(), example.reference) if example.reference else None
-        return {"score": rouge, "rouge_l": rouge, "split": self.split}
+        return {"score": rouge, "rouge_l": rouge, "split": self.split, "reference": example.reference,
+                "extracted": output.strip()}
 
     def reference(self, example: Example) -> str | None:
         """The reference summary, when the row has one."""

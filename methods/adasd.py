@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.method import METHODS, Binding, IterationRecord, Method, check_gamma, state_values
+from specbench.common.options import real
+from specbench.decoding.method import (METHODS, Binding, IterationRecord, Method, check_gamma, check_option,
+                                       option_error, state_values)
 from specbench.decoding.sampling import entropy_bits
 
 BASE_RULES = ("sample_match", "rejection")
@@ -78,15 +80,15 @@ class AdaSD(Method):
     def __init__(self, gamma: int = 20, rule: str = "sample_match", persist: bool = False,
                  fixed_t_v: float | None = None, **options) -> None:
         if rule not in BASE_RULES:
-            raise ValueError(f"method {self.name!r}: rule must be one of {', '.join(BASE_RULES)}, got {rule!r}")
+            raise option_error(self.name, f"method.rule must be one of {', '.join(BASE_RULES)} (the base rule of "
+                                          f"js_relaxed), got {rule!r}")
         super().__init__(rule=f"js_relaxed({rule})" if self.relaxed else rule, **options)
         self.max_window = check_gamma(self.name, gamma)
         self.persist = bool(persist)
         if fixed_t_v is not None and not self.relaxed:
-            raise ValueError(f"method {self.name!r} has no verification threshold; fixed_t_v must be null")
-        if fixed_t_v is not None and not 0.0 <= float(fixed_t_v) <= 1.0:
-            raise ValueError(f"method {self.name!r}: fixed_t_v must be in [0, 1] (a JS distance), got {fixed_t_v!r}")
-        self.fixed_t_v = None if fixed_t_v is None else float(fixed_t_v)
+            raise option_error(self.name, f"method.fixed_t_v must be null (this method has no verification "
+                                          f"threshold), got {fixed_t_v!r}")
+        self.fixed_t_v = check_option(self.name, real, fixed_t_v, "fixed_t_v", low=0, high=1, null=True)  # JS distance
         self.clear()
 
     def clear(self) -> None:

@@ -8,7 +8,8 @@ import logging
 import numpy as np
 import torch
 
-from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma
+from specbench.common.options import real
+from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, check_option
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,9 @@ def roc_threshold(probs: list[float], labels: list[int]) -> float | None:
 class Confidence(Method):
     """Draft up to `gamma` tokens; stop after a token whose draft probability q_i(x_i) < threshold.
 
-    Matches transformers 5.23 (generation/candidate_generator.py, AssistedCandidateGenerator, and
-    stopping_criteria.py, ConfidenceCriteria) with num_assistant_tokens=gamma, schedule "constant":
+    Matches transformers' generation/candidate_generator.py, AssistedCandidateGenerator, and
+    stopping_criteria.py, ConfidenceCriteria (the same code in 5.23 and 5.24; equal to hf_assisted iteration
+    for iteration on 5.24.0, tests/test_fidelity.py) with num_assistant_tokens=gamma, schedule "constant":
       - the probability compared is q_i(x_i), the softmax of the draft's processed scores at the
         drafted token (temperature/top-k/top-p applied; softmax at T=1 when greedy): our engine's q_i;
       - the stop test is strict (p < threshold); the token just drafted is kept and verified;
@@ -58,7 +60,7 @@ class Confidence(Method):
         after one token), kept as transformers keeps it;
       - threshold 0 disables both the stop and the update (transformers tests the threshold's truth);
         `roc: false` keeps the stop at a fixed threshold (transformers does so without scikit-learn).
-    Persistence: transformers' docs say the threshold persists across generate calls, but 5.23 fits it
+    Persistence: transformers' docs say the threshold persists across generate calls, but 5.24 fits it
     on a deepcopy of the assistant's generation_config and a candidate generator built per call, so
     threshold and samples restart every call; we do the same (per example).
     A drafted EOS is a sample too: the engine asks the policy about every drafted token, EOS included, so
@@ -75,9 +77,7 @@ class Confidence(Method):
                  **options) -> None:
         super().__init__(rule=rule, **options)
         self.max_window = check_gamma(self.name, gamma)
-        if not 0.0 <= float(threshold) <= 1.0:
-            raise ValueError(f"method {self.name!r}: threshold must be in [0, 1], got {threshold!r}")
-        self.threshold0 = float(threshold)
+        self.threshold0 = check_option(self.name, real, threshold, "threshold", low=0, high=1)
         self.roc = bool(roc)
         self.reset()
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.common.options import integer, real
+from specbench.decoding.method import (METHODS, IterationRecord, Method, check_gamma, check_option, option_error,
+                                       state_values)
 
 
 def gammatune_step(gamma: int, gamma_bar: float, accepted: int, eta: float, delta: int,
@@ -45,11 +47,10 @@ class GammaTune(Method):
         self.gamma0 = check_gamma(self.name, gamma)
         check_gamma(self.name, gamma_min, "gamma_min")
         if not gamma_min <= gamma_max:
-            raise ValueError(f"method {self.name!r}: need gamma_min <= gamma_max, got {gamma_min} > {gamma_max}")
-        if not 0 < eta <= 1:
-            raise ValueError(f"method {self.name!r}: eta must be in (0, 1], got {eta}")
-        if delta < 0:
-            raise ValueError(f"method {self.name!r}: delta must be >= 0, got {delta}")
+            raise option_error(self.name, f"method.gamma_min must be <= method.gamma_max, got gamma_min={gamma_min} > "
+                                          f"gamma_max={gamma_max}")
+        check_option(self.name, real, eta, "eta", low=0, high=1, low_open=True)
+        check_option(self.name, integer, delta, "delta", low=0)
         self.eta, self.delta, self.gamma_min, self.gamma_max = eta, delta, gamma_min, gamma_max
         self.persist = persist
         self.gamma, self.gamma_bar = self.gamma0, float(self.gamma0)
@@ -86,8 +87,7 @@ class GammaTunePlus(GammaTune):
 
     def __init__(self, tau: float = 0.4, **kwargs) -> None:
         super().__init__(**kwargs)
-        if not 0 <= tau <= 1:
-            raise ValueError(f"method {self.name!r}: tau must be in [0, 1], got {tau}")
+        check_option(self.name, real, tau, "tau", low=0, high=1)
         self.tau = tau
 
     def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool:

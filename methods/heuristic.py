@@ -29,7 +29,8 @@ class Heuristic(Method):
     """Draft γ tokens; after each iteration γ += 2 if all drafts were accepted, else γ = max(1, γ - 1).
 
     This is transformers' `num_assistant_tokens_schedule="heuristic"` (Mamou et al. 2024a), read from
-    transformers 5.23 generation/candidate_generator.py, AssistedCandidateGenerator.update_candidate_strategy:
+    transformers' generation/candidate_generator.py, AssistedCandidateGenerator.update_candidate_strategy (the
+    same code in 5.23 and 5.24; equal to hf_assisted iteration for iteration on 5.24.0, tests/test_fidelity.py):
       - "all accepted" is num_matches == candidate_length, so an iteration that drafted nothing (the length
         cap) also counts as all accepted (γ += 2), and an accepted drafted EOS does not (see
         `transformers_matches`); both only matter when γ is kept across examples;

@@ -12,7 +12,9 @@ from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import is_sklearn_available
 
 from specbench.decoding.engine import Generation, sync
-from specbench.decoding.method import METHODS, IterationRecord, Method, check_gamma, state_values
+from specbench.common.options import OptionError, choice, real
+from specbench.decoding.method import (METHODS, IterationRecord, Method, check_gamma, check_option, option_error,
+                                       state_values)
 from specbench.decoding.stopping import StopCriteria
 
 log = logging.getLogger(__name__)
@@ -90,8 +92,11 @@ class Recorder(StoppingCriteria):
             self._pre()
             return
         ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
-        cache = kwargs.get("past_key_values")
-        cached = cache.get_seq_length() if cache is not None else 0
+        cache = kwargs.get("cache")  # transformers >= 5.24 names the forward's cache `cache` (was past_key_values)
+        if cache is None:  # cached = 0 would give w = fed - L <= 0 after the prefill: no candidates, silently
+            raise RuntimeError("hf_assisted: transformers' assisted loop called the target without a `cache` "
+                               "keyword argument; this transformers version is not supported (need >= 5.24)")
+        cached = cache.get_seq_length()
         w = cached + ids.shape[1] - self.L  # fed tokens past the committed prefix = candidates
         self.cand = ids[0, ids.shape[1] - w:].tolist() if w > 0 else []
         self._pre()
@@ -136,7 +141,7 @@ class HFAssisted(Method):
     "heuristic_transient"), assistant_confidence_threshold=0.4 (0 disables the confidence stop and its
     ROC update; the update runs only when scikit-learn is installed, a dependency here).
     Persistence: transformers reads these from `draft.generation_config` at every call and, with the
-    "heuristic" schedule, writes the final num_assistant_tokens back to it (5.23 fits the confidence
+    "heuristic" schedule, writes the final num_assistant_tokens back to it (5.24 fits the confidence
     threshold on a per-call copy, so the threshold itself does not carry over despite its docs).
     `persist: false` (default) starts every example from the configured values;
     `true` carries whatever transformers left in the config into the next example, as one long-lived
@@ -187,26 +192,25 @@ class HFAssisted(Method):
                  **options) -> None:
         super().__init__(rule="rejection", **options)
         if prompt_lookup_num_tokens is not None and assistant_early_exit is not None:
-            raise ValueError(f"method {self.name!r}: prompt_lookup_num_tokens and assistant_early_exit choose two "
-                             "different draft sources; set at most one of them")
+            raise option_error(self.name, "method.prompt_lookup_num_tokens and method.assistant_early_exit choose two "
+                                          "different draft sources; set at most one of them (the other null)")
         if max_matching_ngram_size is not None and prompt_lookup_num_tokens is None:
-            raise ValueError(f"method {self.name!r}: max_matching_ngram_size applies to prompt lookup only; set "
-                             "prompt_lookup_num_tokens too (or max_matching_ngram_size=null)")
+            raise option_error(self.name, "method.max_matching_ngram_size applies to prompt lookup only; set "
+                                          "method.prompt_lookup_num_tokens too (or "
+                                          "method.max_matching_ngram_size=null)")
         self.lookup = {} if prompt_lookup_num_tokens is None else {
             "prompt_lookup_num_tokens": check_gamma(self.name, prompt_lookup_num_tokens, "prompt_lookup_num_tokens"),
             "max_matching_ngram_size": check_gamma(self.name, max_matching_ngram_size or 2, "max_matching_ngram_size")}
         self.early_exit = None if assistant_early_exit is None else check_gamma(self.name, assistant_early_exit,
                                                                                 "assistant_early_exit")
         self.pair_draft = not self.lookup and self.early_exit is None  # else: no draft model
-        if num_assistant_tokens_schedule not in SCHEDULES:
-            raise ValueError(f"method {self.name!r}: num_assistant_tokens_schedule must be one of {SCHEDULES}, "
-                             f"got {num_assistant_tokens_schedule!r}")
-        if not 0.0 <= float(assistant_confidence_threshold) <= 1.0:
-            raise ValueError(f"method {self.name!r}: assistant_confidence_threshold must be in [0, 1], "
-                             f"got {assistant_confidence_threshold!r}")
+        check_option(self.name, choice, num_assistant_tokens_schedule, "num_assistant_tokens_schedule",
+                     choices=SCHEDULES)
         self.settings = {"num_assistant_tokens": check_gamma(self.name, gamma),
                          "num_assistant_tokens_schedule": num_assistant_tokens_schedule,
-                         "assistant_confidence_threshold": float(assistant_confidence_threshold)}
+                         "assistant_confidence_threshold": check_option(self.name, real, assistant_confidence_threshold,
+                                                                        "assistant_confidence_threshold", low=0,
+                                                                        high=1)}
         self.persist = bool(persist)
         self.suppress_padding = bool(suppress_padding)
         self.carried: dict[str, Any] | None = None  # what transformers left in the draft's config
@@ -330,7 +334,7 @@ def check_vocab_sizes(target: PreTrainedModel, draft: PreTrainedModel) -> None:
     v_t = target.config.get_text_config().vocab_size
     v_d = draft.config.get_text_config().vocab_size
     if v_t != v_d:
-        raise ValueError(
+        raise OptionError(
             f"hf_assisted: the target has vocab_size {v_t} and the draft {v_d}; transformers' assisted "
             "generation treats different sizes as different tokenizers (universal assisted decoding, another "
             "algorithm) and refuses them without tokenizer/assistant_tokenizer. Use a pair whose models have "

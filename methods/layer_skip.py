@@ -5,7 +5,8 @@ The draft model is an early-exit view of the target (specbench.models.early_exit
 cache), in the pair's draft role, so its calls and seconds are draft calls; the pair needs no draft model.
 Drafting is vanilla's: γ tokens per iteration, `rejection`, lossless. Models trained for early exit (e.g.
 facebook/layerskip-llama3.2-1B) draft well; on other models the early layers' predictions are poor and
-acceptance is low.
+acceptance is low. Equal to hf_assisted's early exit token for token, candidates, matches and calls on transformers
+5.24.0 (tests/test_draft_sources.py).
 """
 
 from __future__ import annotations

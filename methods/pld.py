@@ -5,7 +5,8 @@ the last n committed tokens s = buf[L-n:L] are searched among all windows buf[j:
 first match with a continuation proposes c = buf[j+n : min(j+n+gamma, L)], cut before its first EOS (an empty
 cut proposes nothing and ends the search, as there). No match: no drafts, one target forward gives one token.
 Every draft has q = one-hot (specbench.decoding.drafts), so `rejection` is lossless at any temperature.
-Defaults are transformers' (max_matching_ngram_size 2, prompt_lookup_num_tokens 10);
+Defaults are transformers' (max_matching_ngram_size 2, prompt_lookup_num_tokens 10); equal to hf_assisted's prompt
+lookup token for token and candidates for candidates on transformers 5.24.0 (tests/test_draft_sources.py);
 conf/method/pld_spec_bench.yaml is Spec-Bench's PLD row (max_ngram 3, 10 tokens).
 """
 

@@ -175,6 +175,68 @@ def chi2_pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
     return chisquare(obs, exp).pvalue
 
 
+def warped_probs(logits: np.ndarray, temperature: float, top_k: int | None = None, top_p: float | None = None,
+                 margin: float = 1e-4) -> np.ndarray:
+    """Exact sampling distribution [V] from logits [V] (numpy float64): temperature, then top-k, then top-p."""
+    # transformers' warper semantics in generate()'s order, written out without them. A cut that float rounding
+    # or the order of tied tokens could move raises ValueError (the settings then do not fix the distribution):
+    # a top-k gap or a |C_j - top_p| at the cut below `margin`, or a tie across the top-p cut (which of the tied
+    # tokens TopPLogitsWarper keeps is up to torch.sort)
+    z = np.asarray(logits, dtype=np.float64) / temperature  # z = logits / T
+    keep = np.ones(z.shape, dtype=bool)
+    if top_k and top_k < z.size:  # keep z >= the k-th largest z: a tie with the k-th stays; k >= V keeps all
+        desc = np.sort(z)[::-1]
+        if 0 < margin and (desc[top_k - 1] - desc[top_k]) * temperature < margin:
+            raise ValueError(f"top-k cut: logits {desc[top_k - 1] * temperature:.6g} and "
+                             f"{desc[top_k] * temperature:.6g} are closer than {margin}")
+        keep &= z >= desc[top_k - 1]
+    p = np.where(keep, np.exp(z - z[keep].max()), 0.0)
+    p /= p.sum()  # softmax over the tokens top-k kept
+    if top_p is not None and top_p < 1.0:
+        # descending p_(1) >= p_(2) >= ... over the support, C_j = p_(1) + ... + p_(j), C_0 = 0: token j stays iff
+        # C_{j-1} < top_p, i.e. the smallest most-likely set of mass >= top_p; j = 1 always stays (C_0 = 0 <
+        # top_p: min_tokens_to_keep = 1)
+        support = np.flatnonzero(p)
+        order = support[np.argsort(-p[support], kind="stable")]
+        mass = np.concatenate([[0.0], np.cumsum(p[order])])  # [len(order) + 1]: C_0 .. C_m
+        n = int(np.sum(mass[:-1] < top_p))  # tokens kept, >= 1
+        if min(abs(mass[n - 1] - top_p), abs(mass[n] - top_p)) < margin:
+            raise ValueError(f"top-p cut: cumulative mass {mass[n - 1]:.6g} or {mass[n]:.6g} is within {margin} "
+                             f"of top_p = {top_p}")
+        if n < order.size and p[order[n - 1]] == p[order[n]]:
+            raise ValueError(f"top-p cut: tokens of equal probability {p[order[n]]:.6g} on both sides of it")
+        p[order[n:]] = 0.0
+        p /= p.sum()  # renormalised over the kept set
+    return p
+
+
+def chi2_pvalue_groups(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Chi-square p-value of G independent samples, counts [G, ...] against exact distributions probs [G, ...]."""
+    from scipy.stats import chi2
+
+    # per group: a count where the probability is 0 gives p = 0; the cells, least likely first, are binned in
+    # consecutive runs that each expect >= 5 (a short last run joins the one before), so the least likely cells
+    # (those a truncation removes) keep bins of their own; X^2 = sum_bins (obs - exp)^2 / exp, and X^2 and the
+    # degrees of freedom (bins - 1 per group) add over the groups
+    stat, dof = 0.0, 0
+    for c, pr in zip(counts, probs):
+        obs, exp = c.ravel().astype(np.float64), pr.ravel() * c.sum()
+        if obs[exp == 0].sum() > 0:
+            return 0.0  # a token the target never emits
+        order = np.flatnonzero(exp)[np.argsort(exp[exp > 0], kind="stable")]  # ascending expectation
+        bins, o, e = [], 0.0, 0.0
+        for i in order:
+            o, e = o + obs[i], e + exp[i]
+            if e >= 5:
+                bins.append((o, e))
+                o, e = 0.0, 0.0
+        if e > 0:  # the most likely cells' short remainder joins the last bin
+            bins = bins[:-1] + [(bins[-1][0] + o, bins[-1][1] + e)] if bins else [(o, e)]
+        stat += sum((o - e) ** 2 / e for o, e in bins)
+        dof += len(bins) - 1
+    return float(chi2.sf(stat, dof)) if dof else 1.0
+
+
 # --- engines bound by hand (EOS ids, stop strings, context) instead of by the runner ---
 
 
@@ -227,3 +289,36 @@ def at_batch_size(run_dir: Path, size: int, to: Path | None = None, speed: float
     s.update({k: s[k] * speed for k in ("tokens_per_s", "tokens_per_s_median") if s.get(k) is not None})
     write_json_atomic(run_dir / "summary.json", s)
     return run_dir
+
+
+class PartWrite:
+    """A file whose write puts `fraction` of the data on disk (whole rows among it), then fails as a full disk."""
+
+    def __init__(self, f: Any, fraction: float) -> None:
+        self.f, self.fraction = f, fraction
+
+    def __enter__(self) -> "PartWrite":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.f.close()
+
+    def write(self, data: str) -> None:
+        part = data[: int(len(data) * self.fraction)]
+        self.f.write(part)
+        self.f.flush()
+        raise OSError(28, "No space left on device")
+
+
+def full_disk_on_append(nth: int, fraction: float) -> Any:
+    """An `open` for specbench.runs.results whose nth append to a rows file writes `fraction` of it, then fails."""
+    appends: list[str] = []
+
+    def opener(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        f = open(path, mode, *args, **kwargs)
+        if str(path).endswith("rows.jsonl") and mode == "a":
+            appends.append(str(path))
+            return PartWrite(f, fraction) if len(appends) == nth else f
+        return f
+
+    return opener

@@ -30,13 +30,13 @@ class TableLM(torch.nn.Module):
         g = torch.Generator().manual_seed(int.from_bytes(h[:8], "little"))
         return self.scale * torch.randn(self.vocab, generator=g)
 
-    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=0, attention_mask=None,
+    def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, attention_mask=None,
                 position_ids=None):
         """Logits [B, keep, V] of the last `keep` columns; a row's prefix is its tokens at the columns its
         attention mask [B, columns] marks (every column without one), holes get zero logits."""
         B, n = input_ids.shape
         kv = input_ids.to(torch.float64).view(B, 1, n, 1)
-        keys, _ = past_key_values.update(kv, kv, 0)  # the real cache now holds every column of every row
+        keys, _ = cache.update(kv, kv, 0)  # the real cache now holds every column of every row
         cols = keys.shape[2]
         mask = torch.ones((B, cols), dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         keep = logits_to_keep or n

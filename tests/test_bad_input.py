@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -385,6 +386,50 @@ def test_option_keys_are_checked_for_every_choice_the_command_runs():
     for fine in (["method=adasd", "+method.persist=true"], ["method.gamma=3", "dataset.n=5", "~method.rule"],
                  ["dataset.limit=3"], ["method=nope", "method.gamma=2"], ["decode.nope=1"], ["-m", "method=ar,vanilla"]):
         check_option_overrides(fine)  # valid, or refused later by Hydra or the runner with their own message
+
+
+@pytest.mark.parametrize("args, shown, multirun", [
+    (["+limt=5"], "+limt=5", False),  # Hydra's own advice for limt=5: it ran every example into a folder +limt=5
+    (["++limt=1,2", "method=ar,vanilla"], "++limt=1,2", True),
+])
+def test_cli_unknown_top_level_key_is_refused_before_anything_runs(tmp_path, args, shown, multirun):
+    root = tmp_path / "results"
+    p = run_py(*args, f"paths.results={root}", multirun=multirun)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert f"unknown top-level key 'limt' ({shown}): no config reads it; did you mean limit? Valid top-level keys: " \
+           "batch_size, device, engine, limit, " in p.stderr, p.stderr
+    assert "config groups (group=name): dataset, " in p.stderr and "hydra/launcher" in p.stderr, p.stderr
+    assert not root.exists()  # no run folder, no sweep folder
+
+
+def test_top_level_keys_are_those_of_the_configs_the_command_composes(tmp_path):
+    from specbench.runs.overrides import check_option_overrides
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf, ignore=lambda d, names: [n for n in names if Path(d).name == "local" and n not in
+                                                          ("README.md", "example.yaml")])  # none of this checkout's
+    (conf / "experiment" / "noted.yaml").write_text("# @package _global_\nnote: x\n")
+    (conf / "local" / "default.yaml").write_text("# @package _global_\nsite: here\n")
+
+    def refused(*args: str) -> str:
+        with pytest.raises(OptionError) as err:
+            check_option_overrides(list(args), conf)
+        return str(err.value)
+
+    for bad in ("limt=5", "+limt=5", "++limt=5"):
+        assert refused(bad).startswith(f"unknown top-level key 'limt' ({bad}): no config reads it; did you mean limit?")
+    assert "'note' (+note=y)" in refused("+note=y")  # only with the experiment that adds it
+    assert "'launcher' (launcher=slurm)" in refused("launcher=slurm") and "did you mean hydra/launcher?" in refused("launcher=slurm")
+    both = refused("limit=2", "+lmit=3", "zzz=1", "method=ar")
+    assert both.startswith("unknown top-level keys 'lmit', 'zzz' (+lmit=3, zzz=1): no config reads them; "
+                           "did you mean limit for lmit? Valid top-level keys: ")
+    assert "site" in both and "note" not in both and "slurm" in both
+    for fine in (["experiment=noted", "note=y"], ["+experiment=noted", "note=y"], ["-m", "experiment=noted,adasd_table1", "note=y"],
+                 ["-m", "experiment=glob(*)", "note=y"], ["site=there"], ["+slurm.partition=gpu"],  # read with oc.select
+                 ["hydra/launcher=local", "hydra.job.chdir=false", "++hydra.verbose=true"], ["local=example", "slurm.qos=high"],
+                 ["pair=tiny_random", "+pair.target.foo=1", "decode.seed=2", "+decode.nope=1"], ["~trace"],
+                 ["method=nope", "limit=2"], ["--config-name=other", "limt=5"]):
+        check_option_overrides(fine, conf)  # valid, or refused later by Hydra with its own message
 
 
 def test_discard_job_dir_removes_only_what_hydra_made(tmp_path):

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 import specbench.runs.results as results
 import specbench.runs.runner as runner
-from helpers import DATA, compose_cfg, require_data, small
+from helpers import DATA, compose_cfg, full_disk_on_append, require_data, small
 from specbench.common.options import OptionError
 from specbench.data.dataset import Evaluator, Example
 from specbench.decoding.engine import Engine
@@ -32,11 +32,13 @@ def untimed(rows: list[dict], drop: tuple[str, ...] = ()) -> list[dict]:
 
 
 def batch_sizes(monkeypatch) -> list[int]:
-    """Record the rows of every Engine.generate_batch call (the list fills as the run goes)."""
+    """Record the rows of every Engine.generate_batch call of the run's method (the list fills as the run goes;
+    the `ar` decodes of the summary's target_1 calibration, runner.calibrate_target_1, are left out)."""
     real, sizes = Engine.generate_batch, []
 
     def counting(self, prompts, *args, **kwargs):
-        sizes.append(len(prompts))
+        if self.method.name != "ar":
+            sizes.append(len(prompts))
         return real(self, prompts, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "generate_batch", counting)
@@ -108,40 +110,11 @@ def test_a_crash_in_a_batch_leaves_the_whole_batches_and_resumes_to_the_uninterr
     assert untimed(read_rows(tmp_path / "resumed" / ROWS)) == untimed(whole)
 
 
-class PartWrite:
-    """A file whose write puts 2/3 of the data on disk, whole rows among them, then fails (a full disk)."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-
-    def write(self, data: str) -> None:
-        part = data[: 2 * len(data) // 3]
-        assert "\n" in part, "the test needs a whole row in the part written"
-        self.f.write(part)
-        self.f.flush()
-        raise OSError(28, "No space left on device")
-
-
 def test_a_write_failing_part_way_leaves_no_row_of_its_batch(tmp_path, monkeypatch):
     job = (*JOB, "batch_size=3")
     runner.run(small(*job), tmp_path / "whole")
-    calls = {"n": 0}
-
-    def second_append_fails(path, mode="r", *args, **kwargs):
-        f = open(path, mode, *args, **kwargs)
-        if str(path).endswith(ROWS) and mode == "a":
-            calls["n"] += 1
-            return PartWrite(f) if calls["n"] == 2 else f
-        return f
-
-    with monkeypatch.context() as m:
-        m.setattr(results, "open", second_append_fails, raising=False)  # RowWriter's open
+    with monkeypatch.context() as m:  # RowWriter's open: the second batch's append writes 2/3, whole rows among it
+        m.setattr(results, "open", full_disk_on_append(2, 2 / 3), raising=False)
         with pytest.raises(OSError, match="No space"):
             runner.run(small(*job), tmp_path / "resumed")
     rows_file = tmp_path / "resumed" / ROWS
@@ -181,6 +154,7 @@ def test_batch_size_names_its_own_folder_and_is_part_of_the_identity(tmp_path):
     folder = job_dir(compose_cfg("batch_size=4"))
     assert folder.name == "batch_size=4" and job_dir(compose_cfg()).name == "default"
     assert folder.parent == job_dir(compose_cfg()).parent  # .../<decode>/batch_size=4
+    assert job_dir(compose_cfg("batch_size=1")) == job_dir(compose_cfg())  # the default names no folder
     runner.run(small(*JOB, "limit=2"), tmp_path)
     with pytest.raises(ValueError, match=r"different configuration .*batch_size \(1 vs 2\)"):
         runner.run(small(*JOB, "limit=2", "batch_size=2"), tmp_path)
@@ -240,3 +214,22 @@ def test_a_batch_decodes_each_turn_over_the_examples_that_have_it(tiny_pair, mon
         assert untimed([info2]) == untimed([info1])  # turn_outputs, prompt_tokens, call_stats
     assert "turn_outputs" not in together[1][1] and len(together[0][1]["turn_outputs"]) == 2
     assert all(math.isfinite(g.latency_s) for g, _ in together)
+
+
+@pytest.mark.parametrize("name", ["ar", "vanilla"])
+def test_top_p_sampling_runs_end_to_end_at_batch_size_1_and_4(tmp_path, name):
+    """decode.top_p < 1 with top-k and a temperature through the composed config and the runner (top-p once crashed
+    every method: the verify forward's logits [B, positions, V] went to warpers that take [N, V]): every example
+    decodes at batch_size 1 and 4, and gets the same tokens at both (its own generator; each row warped alone)."""
+    job = (f"method={name}", "decode=t1", "decode.temperature=0.8", "decode.top_k=20", "decode.top_p=0.9", "limit=4",
+           "decode.max_new_tokens=8", "threads=1")
+    tokens = {}
+    for B in (1, 4):
+        summary = runner.run(small(*job, f"batch_size={B}"), tmp_path / f"b{B}")
+        rows = read_rows(tmp_path / f"b{B}" / ROWS)
+        assert (summary["decoded"], summary["batch_size"], len(rows)) == (4, B, 4)
+        decode = summary["config"]["decode"]
+        assert (decode["temperature"], decode["top_k"], decode["top_p"]) == (0.8, 20, 0.9)
+        assert all(0 < len(r["token_ids"]) == r["new_tokens"] <= 8 for r in rows)
+        tokens[B] = [r["token_ids"] for r in rows]
+    assert tokens[4] == tokens[1]

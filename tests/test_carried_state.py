@@ -81,7 +81,7 @@ def test_resumed_and_warmed_up_runs_give_the_uninterrupted_rows(tmp_path, monkey
 
 @pytest.mark.parametrize("job", [("method=confidence",), ("method=heuristic",), ("method=adasd",)])
 def test_methods_that_restart_every_example_save_no_state(tmp_path, job):
-    """confidence refits its threshold per call (as transformers 5.23 does); persist=false restarts too."""
+    """confidence refits its threshold per call (as transformers 5.24 does); persist=false restarts too."""
     runner.run(small(*job, "limit=3", "decode.max_new_tokens=16", "warmup=1"), tmp_path / "warm")
     runner.run(small(*job, "limit=3", "decode.max_new_tokens=16"), tmp_path / "cold")
     warm, cold = read_rows(tmp_path / "warm" / ROWS), read_rows(tmp_path / "cold" / ROWS)
@@ -116,3 +116,35 @@ def test_a_malformed_state_names_the_keys(cfg, bad):
 def test_a_method_without_carried_state_refuses_one():
     with pytest.raises(ValueError, match="'vanilla' carries no state"):
         build_method({"name": "vanilla"}).restore_state({"gamma": 5})
+
+
+@pytest.mark.parametrize("job", [(*PERSISTING["heuristic"], "limit=6"), ("method=vanilla", "limit=5", "batch_size=2")])
+def test_trace_true_on_rows_without_traces_decodes_them_again_for_their_traces(tmp_path, caplog, job):
+    """A folder whose rows a run without trace=true wrote gets the traces of an uninterrupted trace=true run (the
+    carried state restored before each batch decoded again) and keeps its rows; a row whose tokens the new decode
+    does not give is named."""
+    job = (*job, "decode.max_new_tokens=32")
+    runner.run(small(*job, "trace=true"), tmp_path / "whole")
+    first = [j if not j.startswith("limit=") else "limit=2" for j in job]
+    runner.run(small(*first, "trace=true"), tmp_path / "part")  # traced rows, then rows without traces
+    runner.run(small(*job), tmp_path / "part")
+    runner.run(small(*job), tmp_path / "none")
+    assert len(read_traces(tmp_path / "part")["id"].unique()) == 2 and not (tmp_path / "none" / "traces").exists()
+    rows = {d: (tmp_path / d / ROWS).read_text() for d in ("part", "none")}
+    n = len(read_rows(tmp_path / "whole" / ROWS))
+    for d, retraced in (("part", n - 2), ("none", n)):
+        caplog.clear()
+        summary = runner.run(small(*job, "trace=true"), tmp_path / d)
+        assert f"trace=true: {retraced} rows in the folder have no trace" in caplog.text
+        assert summary["decoded"] == 0 and (tmp_path / d / ROWS).read_text() == rows[d]  # the rows are kept
+        assert state_trace(tmp_path / d) == state_trace(tmp_path / "whole")
+    caplog.clear()
+    runner.run(small(*job, "trace=true"), tmp_path / "none")  # every trace there: nothing decoded again
+    assert "have no trace" not in caplog.text
+
+    rows = read_rows(tmp_path / "none" / ROWS)  # a row the new decode does not give (edited here) is named
+    rows[1]["token_ids"] = rows[1]["token_ids"][:-1]
+    (tmp_path / "none" / ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "none" / "traces" / f"{rows[1]['id']}.parquet").unlink()
+    runner.run(small(*job, "trace=true"), tmp_path / "none")
+    assert f"example {rows[1]['id']!r} (repeat 0) decoded again for its trace gave other tokens than its row" in caplog.text

@@ -2,6 +2,7 @@
 folder a leaf, each sweep's own record, and no folder left by a job interrupted before its first row."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -46,6 +47,20 @@ def test_sweep_writes_one_folder_per_job(tmp_path):
     assert seen == {("ar", "greedy"), ("ar", "t1"), ("vanilla", "greedy"), ("vanilla", "t1")}
 
 
+def test_a_run_and_a_sweeps_job_at_the_default_batch_size_resume_one_folder(tmp_path):
+    """`python run.py`, then the README's batch-size sweep `-m ... batch_size=1,2`: the sweep's batch_size=1 job
+    resumes the folder of the run without the key (batch_size=1 is its default), batch_size=2 writes its own."""
+    base = ["pair=tiny_random", "dataset=smoke", "method=ar", "limit=2", "warmup=0", "threads=1", "progress=false",
+            f"paths.results={tmp_path}"]
+    for args in (base, ["-m", *base, "batch_size=1,2"]):
+        p = run_py(*args)
+        assert p.returncode == 0, p.stderr[-3000:]
+    top = tmp_path / "tiny_random/smoke/ar/greedy"
+    assert sorted(f.parent for f in tmp_path.rglob("config.json")) == [top / "batch_size=2", top / "default"]
+    s = json.loads((top / "default" / "summary.json").read_text())
+    assert (s["batch_size"], s["decoded"], s["resumed"]) == (1, 0, 2)  # the sweep's job found the run's rows
+
+
 def test_unknown_method_on_the_command_line(tmp_path):
     p = run_py(f"hydra.run.dir={tmp_path}", "method=nope")
     assert p.returncode != 0 and "vanilla" in p.stderr and "nope" in p.stderr
@@ -75,20 +90,46 @@ def test_run_folders_are_leaves_and_each_sweep_keeps_its_multirun_yaml(tmp_path)
     assert merged["n_examples"] == 2 and [m["shard"] for m in merged["merged_from"]] == ["0/2", "1/2"]
 
 
+# run.py whose warm-up (runner.warm_up: after config.json, before the first row) writes the file $READY_FILE and
+# waits for the test's SIGINT: where the interrupt lands depends on no timing and no load
+WAITING_RUN = """
+import os, runpy, sys, time
+from pathlib import Path
+import specbench.runs.runner as runner
+
+def wait_for_interrupt(*args):
+    Path(os.environ["READY_FILE"]).write_text("warming up")
+    while True:
+        time.sleep(3600)
+
+runner.warm_up = wait_for_interrupt
+sys.argv[0] = "run.py"
+runpy.run_path("run.py", run_name="__main__")
+"""
+
+
 def test_a_job_interrupted_before_its_first_row_leaves_no_folder(tmp_path):
     """Ctrl-C during the warm-up, after config.json is written: nothing is left under the results root."""
-    p = subprocess.Popen([sys.executable, "run.py", "pair=tiny_random", "dataset=smoke", "limit=12", "warmup=12",
-                          "decode.max_new_tokens=64", "threads=1", "progress=false", f"paths.results={tmp_path}"],
-                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    end = time.time() + 120
-    while not any(tmp_path.rglob("config.json")):
-        assert p.poll() is None and time.time() < end, "the job ended before writing config.json"
-        time.sleep(0.02)
-    assert not any(tmp_path.rglob("rows.jsonl"))  # still warming up: the interrupt lands before the first row
+    ready, results, stderr = tmp_path / "ready", tmp_path / "results", tmp_path / "stderr"  # a file: never full
+    results.mkdir()
+    with stderr.open("w") as f:
+        p = subprocess.Popen([sys.executable, "-c", WAITING_RUN, "pair=tiny_random", "dataset=smoke", "limit=2",
+                              "warmup=1", "decode.max_new_tokens=8", "threads=1", "progress=false",
+                              f"paths.results={results}"], cwd=ROOT, env={**os.environ, "READY_FILE": str(ready)},
+                             stdout=subprocess.DEVNULL, stderr=f)
+    end = time.time() + 600  # only against a job that hangs before its warm-up
+    while not ready.exists():
+        if p.poll() is not None or time.time() > end:
+            p.kill()
+            p.wait()
+            pytest.fail(f"the job did not reach its warm-up:\n{stderr.read_text()[-3000:]}")
+        time.sleep(0.05)
+    assert any(results.rglob("config.json")) and not any(results.rglob("rows.jsonl"))  # it waits in the warm-up
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
-    assert p.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
-    assert list(tmp_path.iterdir()) == []
+    p.wait(timeout=600)
+    err = stderr.read_text()
+    assert p.returncode != 0 and "KeyboardInterrupt" in err and "in wait_for_interrupt" in err, err[-3000:]
+    assert list(results.iterdir()) == []
 
 
 def test_bench_methods_writes_the_folders_run_py_writes(tmp_path, monkeypatch, capsys):

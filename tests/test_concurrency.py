@@ -16,6 +16,7 @@ import pytest
 from helpers import ROOT, compose_cfg, small
 from specbench.runs import merge
 from specbench.analysis import load
+from specbench.runs.layout import job_dir
 from specbench.runs.results import LOCK, ROWS, SUMMARY, FolderLocked, folder_lock, lock_timeout, read_rows
 from specbench.common.files import write_json_atomic
 from specbench.runs.runner import run
@@ -208,6 +209,6 @@ def test_bad_wait_for_lock_names_the_key_and_valid_values(value):
 
 
 def test_lock_and_version_keys_do_not_change_the_run_folder():
-    plain = compose_cfg("method=ar", "decode.seed=3").hydra.job.override_dirname
-    keys = compose_cfg("method=ar", "decode.seed=3", "wait_for_lock=true", "resume_any_version=true")
-    assert keys.hydra.job.override_dirname == plain == "decode.seed=3"
+    plain = job_dir(compose_cfg("method=ar", "decode.seed=3"))
+    keys = job_dir(compose_cfg("method=ar", "decode.seed=3", "wait_for_lock=true", "resume_any_version=true"))
+    assert keys == plain and plain.name == "decode.seed=3"

@@ -20,8 +20,12 @@ from specbench.decoding.method import METHODS
 from specbench.models.pairs import check_vocab, load_model
 from specbench.common.registry import UnknownNameError
 from specbench.runs import runner
-from specbench.runs.results import RESUMABLE_KEYS, without_keys
+from specbench.runs.identity import RESUMABLE_KEYS, TASK_RESUMABLE, names_folder
+from specbench.runs.results import without_keys
 from specbench.runs.runner import build_method, run
+from specbench.runs.slurm import sweep_jobs
+from specbench.runs import merge
+from specbench.analysis import load
 from specbench.models.tiny import byte_tokenizer
 
 GROUPS = ["pair", "method", "dataset", "decode"]
@@ -149,13 +153,21 @@ def other(value: Any) -> str:
     return "1" if value is None else "other"
 
 
-def exclude_keys(*overrides: str) -> list[str]:
-    return list(compose_cfg(*overrides).hydra.job.config.override_dirname.exclude_keys)
+def typed(value: Any) -> str:
+    """A value as a command-line override writes it (strings quoted)."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list):
+        return "[" + ",".join(map(typed, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{typed(v)}" for k, v in value.items()) + "}"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def test_a_key_changes_the_run_folder_exactly_when_it_changes_the_run_identity():
-    """Every key of the composed config, overridden alone: a new folder if and only if the resume check
-    sees another configuration (a resumable key such as threads, trace or logger.project keeps the folder)."""
+    """Every key of the composed config, overridden alone with another value: a new folder if and only if the
+    resume check sees another configuration (a resumable key such as threads, trace or logger.project keeps the
+    folder; a key whose new value the folder name took for its default would keep it too, and fail here)."""
     base = compose_cfg(*EVERY_KEY)
     keys = flatten({k: v for k, v in OmegaConf.to_container(base).items() if k != "hydra"})
     assert {"threads", "trace", "logger.project", "slurm.partition", "paths.results", "method.gamma"} <= set(keys)
@@ -168,15 +180,71 @@ def test_a_key_changes_the_run_folder_exactly_when_it_changes_the_run_identity()
     assert not wrong, wrong
 
 
+def test_every_key_typed_at_its_default_value_names_no_folder():
+    """`python run.py` and the same command with every key of the composed config typed at the value it already
+    has (batch_size=1, engine.compile=false, device=auto, method.gamma=5, ...) write one folder."""
+    base = compose_cfg()
+    keys = flatten(runner.resolved(base))
+    assert {"batch_size", "engine.compile", "device", "method.gamma", "decode.seed", "threads"} <= set(keys)
+    every = compose_cfg(*(f"{k}={typed(v)}" for k, v in keys.items()))
+    assert len(every.hydra.overrides.task) == len(keys) and identity(every) == identity(base)
+    assert folder(every) == folder(base) == Path("toy/toy_arith/vanilla/greedy/default")
+    assert folder(compose_cfg("batch_size=1")) == folder(base) != folder(compose_cfg("batch_size=2"))
+
+
+def test_a_default_is_the_value_the_config_has_without_the_override():
+    """A method option is at its default at the chosen method's own value; an interpolated default is resolved
+    as the config would resolve it; a group selection the path names never names the folder."""
+    assert folder(compose_cfg("method=sd2", "method.gamma=8")) == Path("toy/toy_arith/sd2/greedy/default")
+    assert folder(compose_cfg("method=vanilla", "method.gamma=8")).name == "method.gamma=8"  # vanilla's is 5
+    assert folder(compose_cfg("method=sd2", "method.gamma=5")).name == "method.gamma=5"
+    assert folder(compose_cfg("method=distilled", "paths.drafters.distilled=/d", "method.drafter=/d")).name == "default"
+    assert folder(compose_cfg("method=distilled", "method.drafter=/d")).name == "method.drafter=--d"
+    assert folder(compose_cfg("decode=greedy", "method=vanilla", "decode.max_new_tokens=null")).name == "default"
+    assert folder(compose_cfg("local=example")).name == "local=example"  # another option than the default's (none)
+    assert folder(compose_cfg("batch_size=true")).name == "batch_size=true"  # strictly: true is not 1
+
+
+def test_a_sweep_job_at_a_default_value_writes_the_folder_of_the_command_without_it():
+    """The SD² sweep's seed-0 jobs type decode.seed=0 and method.gamma=8 (each method's γ but vanilla's): they
+    write the folders of the commands without the keys at their defaults, run alone."""
+    jobs = {tuple(j) for j in sweep_jobs(compose_cfg("experiment=sd2_table5")) if "dataset=gsm8k" in j}
+    by_method = {dict(o.split("=", 1) for o in j)["method"]: j for j in jobs}
+    alone = ("dataset=gsm8k", "decode=greedy", "decode.max_new_tokens=128")
+    assert folder(compose_cfg(*by_method["sd2"])) == folder(compose_cfg(*alone, "method=sd2"))
+    assert folder(compose_cfg(*by_method["distilled"])) == folder(compose_cfg(*alone, "method=distilled"))
+    assert folder(compose_cfg(*by_method["vanilla"])) == folder(compose_cfg(*alone, "method=vanilla", "method.gamma=8"))
+    assert folder(compose_cfg(*by_method["vanilla"])).name == "decode.max_new_tokens=128,method.gamma=8"
+
+
 def test_only_resumable_keys_and_the_paths_names_stay_out_of_the_folder_name():
-    excluded = exclude_keys()
-    resumable = {".".join(p) for p in RESUMABLE_KEYS}
-    assert resumable <= set(excluded)
-    assert [k for k in excluded if k not in IN_PATH and not any(k == r or k.startswith(f"{r}.") for r in resumable)] == []
-    # one list for every task: no other config file sets its own
-    assert [p.relative_to(CONF) for p in CONF.rglob("*.yaml") if "exclude_keys:" in p.read_text()] == \
-        [CONF.relative_to(CONF) / "config.yaml"]
-    assert exclude_keys("task=synth") == exclude_keys("task=distill") == excluded
+    """The folder name comes from specbench.runs.identity alone (no config file lists keys to leave out); a
+    training task's own keys name its folder but the one its path names and those its resume check ignores."""
+    assert [p.relative_to(CONF) for p in CONF.rglob("*.yaml") if "exclude_keys" in p.read_text()] == []
+    assert all(not names_folder(".".join(p)) and not names_folder(".".join(p) + ".x") for p in RESUMABLE_KEYS)
+    assert not any(names_folder(g) for g in IN_PATH) and names_folder("method.gamma") and names_folder("pair.name")
+    for task, path_key in (("synth", "prompts"), ("distill", "kind")):
+        assert folder(compose_cfg(f"task={task}", "task.seed=7")).name == "task.seed=7"
+        assert folder(compose_cfg(f"task={task}", "task.seed=0", f"task.{TASK_RESUMABLE[task][0]}=3")).name == "default"
+        assert not names_folder(f"task.{path_key}", task) and not names_folder("task.name", task)
+    assert folder(compose_cfg("task=distill", "task.kind=sd2")) == Path("distill/toy/sd2/default")
+    assert not names_folder("task.seed", "bench")  # a benchmark run's task node is resumable
+
+
+def test_the_resume_check_the_report_and_merge_share_one_identity():
+    """specbench.runs.identity is the one definition: the report's setting is the identity less the method (with
+    the budget that ran and the device), merge's shard group the identity less the shard with limit kept; a config
+    from before batch_size and engine.compile existed is the run at their defaults for all three."""
+    cfg = runner.resolved(compose_cfg())
+    old = {k: v for k, v in cfg.items() if k not in ("batch_size", "engine")}
+    assert without_keys(old) == without_keys(cfg) != without_keys({**cfg, "batch_size": 2})
+    assert without_keys(cfg) != without_keys({**cfg, "engine": {"compile": True}})
+    setting = {k: v for k, v in without_keys(cfg).items() if k != "method"}
+    setting["decode"] = {**setting["decode"], "max_new_tokens": load.budget(cfg)}
+    assert load.setting_of({"config": cfg, "device_info": {"device": "cpu"}}) == {**setting, "device_info": {"device": "cpu"}}
+    assert load.setting_of({"config": old}) == load.setting_of({"config": cfg})
+    shard = {k: v for k, v in without_keys(cfg).items() if k != "shard"}
+    assert merge.identity({**cfg, "shard": "1/2", "limit": 5}) == {**shard, "limit": 5} == merge.identity({**old, "limit": 5})
 
 
 def test_a_drafter_folder_stays_out_of_the_folder_name_and_in_the_identity():

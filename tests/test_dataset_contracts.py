@@ -3,7 +3,7 @@
 Each evaluator in DATASETS has a conf/dataset YAML; each YAML has the runner's keys from
 conf/dataset_base; its examples load through the composed config from the local copy under the test data
 folder (DATA, tests/helpers.py) when the set has one; and wherever an example is scored, the evaluator's
-reference answer for it scores full marks.
+reference answer for it scores full marks and the scored row keeps `reference` and `extracted`.
 """
 
 import pytest
@@ -60,7 +60,10 @@ def test_examples_load_and_reference_answers_score_full_marks(monkeypatch, evalu
         if reference is None:  # an example without a reference answer is not scored
             assert ev.score(ex, "")["score"] is None, f"{ex.id}: scored, but the evaluator gives no reference answer"
         else:
-            assert ev.score(ex, reference)["score"] == pytest.approx(1.0), (ex.id, reference)
+            got = ev.score(ex, reference)
+            assert got["score"] == pytest.approx(1.0), (ex.id, reference)
+            # a scored row is read alone: the answer it was compared with and what was taken from the output
+            assert {"reference", "extracted"} <= set(got), f"{ex.id}: a scored row needs `reference` and `extracted`"
 
 
 def test_missing_test_data_skips_and_fails_under_ci(monkeypatch, tmp_path):

@@ -150,8 +150,8 @@ def test_mmlu_local_test_split_ordered_by_subject_and_scored():
         "The following are multiple choice questions (with answers) about abstract algebra.\n\nFind the degree")
     assert ex[0].prompt.endswith("\nA. 0\nB. 4\nC. 2\nD. 6\nAnswer:")
     s = ev.score(ex[0], f"The answer is {ex[0].reference}.")
-    assert s == {"score": 1.0, "pred": ex[0].reference, "answer": ex[0].reference, "subject": "abstract_algebra",
-                 "split": "test"}
+    assert s == {"score": 1.0, "pred": ex[0].reference, "answer": ex[0].reference, "reference": ex[0].reference,
+                 "extracted": ex[0].reference, "subject": "abstract_algebra", "split": "test"}
 
 
 @pytest.mark.parametrize("options,match", [
@@ -280,16 +280,70 @@ def test_data_dir_defaults_to_the_environment_variable(monkeypatch):
     assert compose_cfg("dataset=gsm8k").dataset.data_dir is None
 
 
+# ---------------------------------------------------------------- scored rows keep their reference
+
+def own_answers(name: str, ev: data.Evaluator, examples: list) -> list:
+    """Each example's answer read straight from the set's own answer field (not through the evaluator's reference)."""
+    if name == "gsm8k":
+        return [r["answer"].rsplit("####", 1)[1].strip().replace(",", "") for r in load_source(gsm8k.TEST, DATA)]
+    if name == "mmlu":  # the evaluator's rows, in its example order; `answer` is the index of the right choice
+        return ["ABCD"[r["answer"]] for r in ev.rows("test")]
+    if name == "humaneval":  # the canonical solution (see evaluators/humaneval.py: why not the tests)
+        by_id = {r["task_id"]: r["canonical_solution"] for r in read_local(DATA / "humaneval" / "HumanEval.jsonl.gz")}
+        return [by_id[e.id] for e in examples]
+    if name == "xsum":
+        return [r["summary"] for r in read_local(DATA / "xsum" / "test_1000.jsonl")]
+    from specbench.data.toy_task import heldout_set
+
+    return [p.answer for p in heldout_set(ev.seed, ev.n)]
+
+
+SCORED = {"gsm8k": ({}, 1319), "mmlu": ({"split": "test"}, 40), "humaneval": ({"timeout_s": 5}, 3),
+          "xsum": ({"split": "test_1000"}, 20), "toy_arith": ({"n": 50}, 50)}  # files: tests/test_files_dataset.py
+
+
+@pytest.mark.parametrize("name", list(SCORED))
+def test_every_scored_row_keeps_the_sets_answer_and_what_was_extracted(name):
+    """A row scoring 0 is understood from the row alone: `reference` is the set's own answer field and `extracted`
+    what scoring took from the output; the reference answer as output extracts to itself, a wrong one does not."""
+    options, n = SCORED[name]
+    ev = local(name, **options) if name != "toy_arith" else build_dataset({"name": name, **options})
+    examples = ev.examples()[:n]
+    answers = own_answers(name, ev, examples)[:n]
+    wrong = {"gsm8k": "So it is 99991.\n#### 99991", "mmlu": "The answer is {}.", "humaneval": "    return None\n",
+             "xsum": "Nothing happened.", "toy_arith": "#### 99991"}[name]
+    assert len(examples) == len(answers) == n
+    for ex, own in zip(examples, answers):
+        right = ev.score(ex, ev.reference(ex))
+        assert right["score"] == pytest.approx(1.0) and right["reference"] == own, (ex.id, right)
+        assert right["extracted"] == (own.strip() if name == "xsum" else own), (ex.id, right)
+        other = "ABCD".replace(own, "")[0] if name == "mmlu" else None
+        bad = ev.score(ex, wrong.format(other))
+        assert bad["reference"] == own and bad["extracted"] != own and bad["score"] < 1.0, (ex.id, bad)
+        assert bad["extracted"] == {"gsm8k": "99991", "mmlu": other, "humaneval": "    return None\n",
+                                    "xsum": "Nothing happened.", "toy_arith": 99991}[name]
+
+
 # ---------------------------------------------------------------- through the runner
 
+SCORED_ROW = {"reference", "extracted"}  # every scored row keeps the set's answer and what scoring took from the output
+
+
 @pytest.mark.parametrize("name,extra,fields", [
-    ("gsm8k", [], {"pred_strict", "pred_flexible", "exact_match_strict"}),
-    ("humaneval", ["on_long_prompt=truncate", "dataset.timeout_s=5"], {"passed", "result", "sandbox"}),
-    ("mmlu", ["dataset.split=test"], {"pred", "answer", "subject", "split"}),
+    ("gsm8k", [], {"pred_strict", "pred_flexible", "exact_match_strict", *SCORED_ROW}),
+    ("humaneval", ["on_long_prompt=truncate", "dataset.timeout_s=5"], {"passed", "result", "sandbox", *SCORED_ROW}),
+    ("mmlu", ["dataset.split=test"], {"pred", "answer", "subject", "split", *SCORED_ROW}),
+    ("xsum", ["dataset.split=test_1000", "on_long_prompt=truncate"], {"rouge_l", *SCORED_ROW}),
+    ("toy_arith", [], {"answer", *SCORED_ROW}),
     ("mt_bench", [], {"category", "turn_outputs"}),
 ])
 def test_runs_write_the_dataset_fields(tmp_path, name, extra, fields):
     summary = run(small("method=vanilla", f"dataset={name}", "limit=2", "decode.max_new_tokens=8",
-                        f"dataset.data_dir={DATA}", *extra), tmp_path)
+                        f"dataset.data_dir={DATA}" if name != "toy_arith" else "dataset.n=2", *extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert summary["n_examples"] == 2 and all(fields <= set(r) and r["dataset"] == name for r in rows)
+    if SCORED_ROW <= fields:  # the set's own answers, and the extraction of the row's own output
+        ev = build_dataset(json.loads((tmp_path / "config.json").read_text())["config"]["dataset"])  # as it ran
+        examples = ev.examples()[:2]
+        assert [r["reference"] for r in rows] == own_answers(name, ev, examples)[:2]
+        assert [r["extracted"] for r in rows] == [ev.score(e, r["output"])["extracted"] for e, r in zip(examples, rows)]

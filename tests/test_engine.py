@@ -56,12 +56,12 @@ def test_cache_crop_semantics(tiny_pair):
     ids = torch.arange(3, 23).view(1, -1)
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
-        model(input_ids=ids, past_key_values=cache, use_cache=True)
+        model(input_ids=ids, cache=cache, use_cache=True)
         assert cache.get_seq_length() == 20
         cache.crop(-8)
         assert cache.get_seq_length() == 12
         nxt = torch.tensor([[99]])
-        a = model(input_ids=nxt, past_key_values=cache, use_cache=True).logits[0, -1]
+        a = model(input_ids=nxt, cache=cache, use_cache=True).logits[0, -1]
         b = model(input_ids=torch.cat([ids[:, :12], nxt], 1)).logits[0, -1]
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError):

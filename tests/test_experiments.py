@@ -72,7 +72,7 @@ def test_gammatune_jobs_start_every_method_at_the_initial_gamma():
         assert c.method.gamma == 12 and c.decode.temperature == 0.0 and c.decode.max_new_tokens == 1024
         assert sum(v == 12 for k, v in c.method.items() if k != "name") == 1  # only the initial γ is moved
         # the run folder names the initial γ; the experiment's own choice stays out of it
-        assert c.hydra.job.override_dirname == "decode.max_new_tokens=1024,method.gamma=12"
+        assert job_dir(c).name == "decode.max_new_tokens=1024,method.gamma=12"
 
 
 def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
@@ -80,7 +80,7 @@ def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
     c = compose_cfg(*job)
     assert (c.method.name, c.method.gamma, c.method.rule) == ("adasd", 20, "sample_match")
     assert (c.decode.temperature, c.decode.top_k, c.decode.top_p) == (1.0, None, None) and c.dataset.split == "validation"
-    assert c.hydra.job.override_dirname == "decode.max_new_tokens=512,decode.seed=48763"
+    assert job_dir(c).name == "decode.max_new_tokens=512,decode.seed=48763"
     paths = ["paths.drafters.distilled=/d/distilled", "paths.drafters.sd2=/d/sd2"]
     for table, row in product(["sd2_table1", "sd2_table5"], ["vanilla", "distilled", "sd2"]):
         (job,) = [j for j in sweep_jobs(compose_cfg(f"experiment={table}", *paths))
@@ -91,8 +91,8 @@ def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
         assert c.method.get("drafter") == {"vanilla": None, "distilled": "/d/distilled", "sd2": "/d/sd2"}[row]
         assert c.decode.temperature == (1.0 if temp == "t1" else 0.0)
         assert c.limit == 96 and c.decode.max_new_tokens == 128
-        # no drafter paths in folder names
-        assert c.hydra.job.override_dirname == "decode.max_new_tokens=128,decode.seed=0,method.gamma=8"
+        # no drafter paths in folder names, nor a key at its default (seed 0; γ 8 but for vanilla's 5)
+        assert job_dir(c).name == "decode.max_new_tokens=128" + (",method.gamma=8" if row == "vanilla" else "")
 
 
 def toy_overrides(tmp: Path) -> list[str]:
@@ -101,19 +101,12 @@ def toy_overrides(tmp: Path) -> list[str]:
             "limit=1", "decode.max_new_tokens=4", "on_long_prompt=truncate"]
 
 
-def short_folder_names(overrides: list[str]) -> str:
-    """Keep these test-only overrides out of the run folders' names (else they exceed the OS limit)."""
-    keys = list(compose_cfg().hydra.job.config.override_dirname.exclude_keys)
-    keys += [o.split("=", 1)[0] for o in overrides if not o.startswith(("limit", "decode.max_new_tokens"))]
-    return f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"
-
-
 def test_gammatune_experiment_from_the_command_line_on_the_toy_pair(tmp_path):
     """CI's reduced case: `python run.py -m experiment=gammatune_table2` on the shrunk toy pair, γ in {1, 24}."""
     require_data("spec_bench")
     sweep = tmp_path / "sweep"
     toy = toy_overrides(tmp_path)
-    p = subprocess.run([sys.executable, "run.py", "-m", "experiment=gammatune_table2", *toy, short_folder_names(toy),
+    p = subprocess.run([sys.executable, "run.py", "-m", "experiment=gammatune_table2", *toy,
                         "method.gamma=1,24", f"paths.results={sweep}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "SPECBENCH_DATA_DIR": str(DATA)})
     assert p.returncode == 0, p.stderr[-3000:]
@@ -125,7 +118,9 @@ def test_gammatune_experiment_from_the_command_line_on_the_toy_pair(tmp_path):
         assert s["config"]["method"]["name"] == row and s["n_examples"] == 1
         assert s["config"]["decode"]["temperature"] == 0.0 and s["config"]["decode"]["max_new_tokens"] == 4
         assert f.parent.relative_to(sweep).parts[:4] == ("toy", "spec_bench", row, "greedy")
-        assert f.parent.name == f"decode.max_new_tokens=4,method.gamma={g0}"
+        # the folder of the same setting run alone, without -m and the experiment (the toy overrides name it too)
+        alone = compose_cfg(*toy, "dataset=spec_bench", f"method={row}", f"method.gamma={g0}", f"paths.results={sweep}")
+        assert f.parent == job_dir(alone) and f.parent.name.startswith("decode.max_new_tokens=4,device=cpu,method.gamma=")
     assert seen == set(product(GAMMATUNE_ROWS, [1, 24]))
     # output to a pipe (not a terminal) carries no progress bar: no bar redraws, no rates
     for text in (p.stdout, p.stderr):
@@ -141,14 +136,13 @@ HUB_ONLY = {"ultrachat"}  # no local copy (../shared/data/README.md): these jobs
 def run_experiment(name: str, tmp: Path, sweep: Path, *extra: str) -> list[dict]:
     """Every offline-runnable job of `name` on the shrunk toy pair, each into the folder Hydra's sweep would use."""
     toy = toy_overrides(tmp)
-    short = short_folder_names(toy)  # a hydra override: Hydra applies it to every job of the sweep
     jobs = sweep_jobs(compose_cfg(f"experiment={name}", *toy, *extra))
     summaries = []
     for job in jobs:
         dataset = dict(x.split("=", 1) for x in job)["dataset"]
         if dataset in HUB_ONLY:
             continue
-        cfg = compose_cfg(*job, *OFFLINE.get(dataset, []), short, f"paths.results={sweep}")
+        cfg = compose_cfg(*job, *OFFLINE.get(dataset, []), f"paths.results={sweep}")
         summaries.append(run(cfg, job_dir(cfg)))  # the folder a sweep's job writes (its hydra.run.dir)
     return summaries
 

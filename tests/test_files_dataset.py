@@ -97,8 +97,13 @@ def test_a_field_of_the_wrong_kind_names_the_line(tmp_path, field, value, words)
     ("none", "Paris", None),
 ])
 def test_scoring_of_one_output(scoring, output, score):
+    """A scored row keeps the references and what was compared: the stripped output (exact_match), or the
+    reference found in it (contains)."""
     ev = dataset(scoring=scoring)
-    assert ev.score(ev.examples()[0], output) == {"score": score}
+    found = {"exact_match": output.strip(), "contains": "Paris" if score else None}
+    want = {"score": score} if scoring == "none" else {"score": score, "reference": ["Paris"],
+                                                        "extracted": found[scoring]}
+    assert ev.score(ev.examples()[0], output) == want
 
 
 @pytest.mark.parametrize("scoring", ["exact_match", "contains"])
@@ -172,6 +177,10 @@ def test_a_run_records_the_dataset_name_and_its_scores(tmp_path, monkeypatch):
     assert summary["dataset"] == "local_prompts" and summary["n_examples"] == 2
     assert [r["id"] for r in rows] == ["capital-fr", "add-17-25"]
     assert all(r["dataset"] == "local_prompts" and r["score"] in (0.0, 1.0) for r in rows)
+    # every row keeps the file's own answer field, as strings, and the output it compared (exact_match: stripped)
+    assert [r["reference"] for r in rows] == [["Paris"], ["42"]] and [r["reference"] for r in rows] == [
+        [str(x["answer"])] for x in ROWS[:2]]
+    assert all(r["extracted"] == r["output"].strip() for r in rows)
 
 
 def test_a_copied_yaml_is_a_new_dataset(tmp_path):
@@ -190,4 +199,4 @@ def test_a_copied_yaml_is_a_new_dataset(tmp_path):
     ev = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True))
     [ex] = data.select(ev.examples(), cfg.limit, cfg.shard)
     assert (ev.name, ex.id, ex.prompt) == ("my_prompts", "my_prompts-00000", "Say yes.")
-    assert ev.score(ex, "Well, yes.") == {"score": 1.0}
+    assert ev.score(ex, "Well, yes.") == {"score": 1.0, "reference": ["yes"], "extracted": "yes"}

@@ -1,23 +1,29 @@
 """A hub pair whose weights are not here fails at once with one clear message per job, and a sweep ends with
-every failed job's error: the cache is checked before any download, the hub is asked once without retries."""
+every failed job's error: the cache is checked before any download, the hub is asked once without retries.
+A hub dataset follows the same policy through the same function (hub.ask_hub)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
 from huggingface_hub import constants as hf_constants
 from omegaconf import OmegaConf
 
+import specbench.data.dataset as data
 from helpers import ROOT, compose_cfg
-from specbench.models import hub, pairs
+from specbench.evaluators import gsm8k
+from specbench.common import hub
+from specbench.models import pairs
 from specbench.runs.sweep import summary
 
 MISSING = "specbench-test/missing-7b"
@@ -29,19 +35,23 @@ def pair_cfg(*overrides: str) -> dict:
 
 
 @pytest.fixture
-def online(monkeypatch):
-    """The hub not marked offline, no earlier answer remembered, and a count of the requests made to it."""
+def online(monkeypatch, tmp_path):
+    """The hub not marked offline, no earlier answer remembered, empty local caches (the hub cache and the datasets
+    cache) and a count of the requests made to the hub (the repository ids asked about)."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
     monkeypatch.setattr(hub, "_HUB_DOWN", {})
     asked: list[str] = []
-    real = hub.HfApi.model_info
+    real = hub.HfApi.repo_info
 
     def counted(self, repo_id, **kwargs):
         asked.append(repo_id)
         return real(self, repo_id, **kwargs)
 
-    monkeypatch.setattr(hub.HfApi, "model_info", counted)
+    monkeypatch.setattr(hub.HfApi, "repo_info", counted)
     return asked
 
 
@@ -55,11 +65,20 @@ def no_download(monkeypatch):
     monkeypatch.setattr(pairs.AutoTokenizer, "from_pretrained", refuse)
 
 
+# huggingface_hub's own request for its agent registry (at most once a day, kept under HF_HOME), not specbench's
+REGISTRY = "/api/agent-harnesses"
+
+
 class Hub(BaseHTTPRequestHandler):
-    """A stand-in hub API: /api/models/<id> answers 200 for org/there, 403 gated for org/gated, else 404."""
+    """A stand-in hub API: /api/models/<id> and /api/datasets/<id> answer 200 for org/there, 403 gated for
+    org/gated, else 404; the paths asked for (but REGISTRY) are kept in `paths`."""
+
+    paths: list[str] = []
 
     def do_GET(self):  # noqa: N802 - http.server's name
-        repo = self.path.split("?")[0].removeprefix("/api/models/")
+        if self.path.split("?")[0] != REGISTRY:
+            self.paths.append(self.path.split("?")[0])
+        repo = self.path.split("?")[0].removeprefix("/api/models/").removeprefix("/api/datasets/")
         status, headers = {"org/there": (200, {}), "org/gated": (403, {"X-Error-Code": "GatedRepo"})}.get(
             repo, (404, {"X-Error-Code": "RepoNotFound"}))
         body = json.dumps({"id": repo} if status == 200 else {"error": "no"}).encode()
@@ -77,10 +96,40 @@ class Hub(BaseHTTPRequestHandler):
 def fake_hub(monkeypatch, online):
     """A local HTTP server answering as the hub's model API; the requests to it are counted in `online`."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    monkeypatch.setattr(Hub, "paths", [])
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(hf_constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
     yield online
     server.shutdown()
+
+
+@pytest.fixture
+def hanging_up():
+    """A hub that reads each request and hangs up unanswered (an unreachable hub that counts the requests made to
+    it): yields (its endpoint, the paths asked for, one per connection, huggingface_hub's REGISTRY left out)."""
+    listener, stop = socket.create_server(("127.0.0.1", 0)), threading.Event()
+    listener.settimeout(0.1)  # to see `stop`
+    asked: list[str] = []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(10)
+                request = conn.recv(65536).decode(errors="replace").split(" ")  # GET <path> HTTP/1.1 ...
+            path = request[1].split("?")[0] if len(request) > 1 else "(no request)"
+            if path != REGISTRY:
+                asked.append(path)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", asked
+    stop.set()
+    thread.join()
+    listener.close()
 
 
 def test_offline_pair_fails_without_asking_the_hub_and_says_what_it_needs(online, no_download):
@@ -151,9 +200,89 @@ def test_a_reachable_hub_downloads_and_a_cached_model_loads_without_it(fake_hub,
 
 def test_download_command_follows_the_installed_huggingface_hub(monkeypatch):
     assert hub.download_command("a/b", "v1") == "hf download a/b --revision v1"  # huggingface_hub 2.x here
+    assert hub.download_command("a/b", None, "dataset") == "hf download --repo-type dataset a/b"
     monkeypatch.setattr(hub.huggingface_hub, "__version__", "0.30.2")  # before the `hf` CLI
     assert hub.download_command("a/b") == "huggingface-cli download a/b"
     assert "`huggingface-cli login`" in hub.access_hints(["a/b"])
+
+
+# ---------------------------------------------------------------- hub datasets: the models' policy
+
+def test_a_model_and_a_dataset_ask_the_hub_through_one_function(fake_hub, no_download, monkeypatch):
+    calls = []
+    real = hub.ask_hub
+    monkeypatch.setattr(hub, "ask_hub", lambda *args: calls.append(args) or real(*args))
+    with pytest.raises(hub.ModelUnavailable, match="the hub has no such model"):
+        pairs.load_tokenizer("org/nothing")
+    with pytest.raises(data.HubSetUnavailable) as err:
+        data.load_source(data.Source("a set", hub="org/nothing", hub_split="test"), None)
+    assert "org/nothing (revision main) is not in the local Hugging Face cache" in str(err.value)
+    assert "and the hub has no such dataset" in str(err.value)
+    assert "\n  hf download --repo-type dataset org/nothing\nThis set has no local copy" in str(err.value)
+    with pytest.raises(data.HubSetUnavailable, match="(?s)org/gated .*gated and this account has not accepted"):
+        data.load_hub("json", None, "train", "hf://datasets/org/gated/data/rows.json")  # the set of a data file
+    assert calls == [("org/nothing", None, "model"), ("org/nothing", None, "dataset"), ("org/gated", None, "dataset")]
+    assert Hub.paths == ["/api/models/org/nothing", "/api/datasets/org/nothing", "/api/datasets/org/gated"]
+    assert fake_hub == ["org/nothing", "org/nothing", "org/gated"]  # one request each
+
+
+def test_an_unreachable_hub_fails_a_hub_dataset_after_one_request(online, no_download, monkeypatch, caplog):
+    """A refused connection: what datasets.load_dataset retried 5 times (about 23 s)."""
+    monkeypatch.setattr(hf_constants, "ENDPOINT", UNREACHABLE)
+    for _ in range(2):  # two jobs of a sweep in one process
+        with pytest.raises(data.HubSetUnavailable) as err:
+            data.load_source(gsm8k.TEST, None)
+        text = str(err.value)
+        assert text.startswith("GSM8K test: could not load openai/gsm8k (config main, split test) from the Hugging "
+                               "Face hub: openai/gsm8k (revision main) is not in the local Hugging Face cache")
+        assert f"the hub ({UNREACHABLE}) is unreachable" in text
+        assert text.endswith("\n  hf download --repo-type dataset openai/gsm8k\nOr set dataset.data_dir / "
+                             "$SPECBENCH_DATA_DIR to a folder holding gsm8k/test.jsonl")
+    with pytest.raises(hub.ModelUnavailable, match=f"the hub \\({UNREACHABLE}\\) is unreachable"):
+        pairs.load_tokenizer(MISSING)  # a model after the datasets: the hub found unreachable is not asked again
+    assert online == ["openai/gsm8k"] and "Retrying" not in caplog.text  # one request in all, no retries
+
+
+def cached_set(cache: Path) -> Path:
+    """The hub set org/tiny (config main, split test: two rows) as `hf download --repo-type dataset` leaves it."""
+    snapshot = cache / "datasets--org--tiny" / "snapshots" / "abc"
+    (snapshot / "main").mkdir(parents=True)
+    (snapshot / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files:\n  - split: test\n"
+                                        "    path: main/test.jsonl\n---\n")
+    (snapshot / "main" / "test.jsonl").write_text('{"q": "a"}\n{"q": "b"}\n')
+    (cache / "datasets--org--tiny" / "refs").mkdir()
+    (cache / "datasets--org--tiny" / "refs" / "main").write_text("abc")
+    return snapshot
+
+
+def test_a_hub_dataset_in_the_local_cache_loads_without_the_hub(online, monkeypatch):
+    cached_set(Path(hf_constants.HF_HUB_CACHE))
+    monkeypatch.setattr(hf_constants, "ENDPOINT", UNREACHABLE)
+    tiny = data.Source("tiny", hub="org/tiny", hub_config="main", hub_split="test")
+    assert [r["q"] for r in data.load_source(tiny, None)] == ["a", "b"]
+    rows = data.load_hub("json", None, "train", "hf://datasets/org/tiny/main/test.jsonl")  # a file of the set
+    assert [r["q"] for r in rows] == ["a", "b"]
+    with pytest.raises(data.HubSetUnavailable, match="(?s)config other.*BuilderConfig 'other' not found.*"
+                                                     "hf download --repo-type dataset org/tiny"):
+        data.load_source(data.Source("tiny", hub="org/tiny", hub_config="other", hub_split="test"), None)
+    assert online == ["org/tiny"]  # asked once: the hub found unreachable is remembered
+    monkeypatch.setattr(hub, "_HUB_DOWN", {})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert [r["q"] for r in data.load_source(tiny, None)] == ["a", "b"] and online == ["org/tiny"]  # no request
+
+
+@pytest.mark.parametrize("hub_kind", ["refusing", "hanging_up"])
+def test_a_sweep_on_an_unreachable_hub_dataset_fails_after_one_request(tmp_path, hanging_up, hub_kind):
+    """A hub that refuses connections (what datasets retried), or one that hangs up and counts every request."""
+    endpoint, requests = hanging_up if hub_kind == "hanging_up" else (UNREACHABLE, None)
+    p = run_py(tmp_path / "results", "-m", "method=ar,vanilla", "pair=tiny_random", "dataset=gsm8k",
+               "dataset.data_dir=null", "limit=1", env={"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf")})
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "Retrying" not in out and "Traceback" not in out
+    assert out.count("asking ") == 1 and requests in (None, ["/api/datasets/openai/gsm8k"])  # one in the sweep
+    report = out[out.index("sweep: 2 of 2 jobs failed"):]
+    assert "the same error as #0" in report and f"the hub ({endpoint}) is unreachable" in report
+    assert "  hf download --repo-type dataset openai/gsm8k\n" in report and "$SPECBENCH_DATA_DIR" in report
 
 
 def test_a_repeated_error_is_shown_once_in_the_summary():

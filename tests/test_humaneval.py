@@ -72,6 +72,8 @@ def test_rows_keep_the_completion_that_ran():
     fenced = f"Here it is:\n```python\n{ex.reference['prompt']}{ex.meta['canonical_solution']}```\nDone."
     got = ev.score(ex, fenced)
     assert got["passed"] and got["completion"] == "\n" + ex.reference["prompt"] + ex.meta["canonical_solution"].rstrip("\n")
+    # as every scored row: `reference` (the canonical solution) and `extracted` (the completion that ran)
+    assert got["reference"] == ex.meta["canonical_solution"] and got["extracted"] == got["completion"]
 
 
 @pytest.mark.parametrize("output,complete", [

@@ -4,14 +4,21 @@ without a test of its own:
       (full forwards without a cache: the truth `ar` must match too);
   (b) no iteration drafts more than the window() it began with, nor more than max_new_tokens leaves
       (new tokens so far + drafts + the verifier's token <= max_new_tokens), and no row holds more new tokens;
-  (c) with trace=true, every key of the method's state() is in every trace record.
+  (c) with trace=true, every key of the method's state() is in every trace record;
+  (d) a method that says it is lossless samples, under temperature with top-k, top-p or both, at B = 1 and
+      B = 4, first two tokens that follow the target's exact joint p(t1) p(t2 | t1) under those settings
+      (computed with numpy from cache-free target forwards, helpers.warped_probs; chi-square), or refuses the
+      settings or batch size before decoding (uag samples not at all, hf_assisted decodes one row at a time).
 
 Each method runs through the real composed config (`method=<name>`: conf/method/<name>.yaml) on tiny_random
 with one vocab_size for both models (transformers' assisted generation, `hf_assisted`, refuses different sizes),
 the smoke prompts, greedy, float32 (the CPU default), one thread. A method whose config names a trained drafter
 (`drafter:`, as distilled and sd2) gets a two-step `task=distill` run of its class's `kind` (the session fixture
 `trained_drafter`). An external method (`external = True`: hf_assisted) decodes with transformers' loop, which
-never asks window(): its contract is (a), the length part of (b) and (c).
+never asks window(): its contract is (a), the length part of (b), (c) and (d).
+For (d) the method built from the same config, bound as the runner binds it, decodes 2 new tokens after two fixed
+prompts a few dozen times per case (DRAWS); two wrong variants show the check fails: a verifier that drops top-k
+and top-p, and correct counts against a target joint that ignores one of them.
 """
 
 from __future__ import annotations
@@ -21,17 +28,21 @@ import functools
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 import specbench.runs.runner as runner
-from helpers import TEST_DEVICE, SAME_VOCAB, small
+from helpers import TEST_DEVICE, SAME_VOCAB, chi2_pvalue_groups, small, warped_probs
+from specbench.common.options import OptionError
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.acceptance import Greedy
+from specbench.decoding.engine import Engine
 from specbench.decoding.method import METHODS, IterationRecord, Method
+from specbench.decoding.sampling import Sampler
 from specbench.methods.vanilla import Vanilla
 from specbench.models.pairs import load_pair
 from specbench.runs.results import ROWS, read_rows
@@ -274,3 +285,138 @@ def test_the_window_length_and_state_checks_catch_bad_runs():
         check_state(dataclasses.replace(good, traces=traces.drop(columns="gamma")))
     with pytest.raises(AssertionError, match="state key 'gamma' missing from some trace records"):
         check_state(dataclasses.replace(good, traces=traces.assign(gamma=[2, None])))
+
+
+# --- (d) sampling: under temperature with top-k / top-p the first two tokens follow the target's exact joint ---
+
+SAMPLED = {"top_k": (0.5, 3, None), "top_p": (0.5, None, 0.5), "top_k_top_p": (0.8, 6, 0.65)}  # T, top_k, top_p
+# two prompt lengths, so a B = 4 batch left-pads; the second ends with its first token, so prompt lookup (pld) drafts
+# its second token, 6, the target's likeliest; under every setting each cut of the first two tokens' distributions
+# is at least 0.01 away from a tie or from top_p (warped_probs checks 1e-4) and EOS is not a first token
+SAMPLED_PROMPTS = ([64, 205], [32, 6, 110, 161, 32])
+DRAWS = {1: 32, 4: 64}  # batch size -> decodes of 2 new tokens per method and setting (B = 4 costs less per decode)
+# the p-value a lossless method's case must pass: with about 80 cases a correct method fails one by chance with
+# probability about 80 * 1e-4 < 1% (a fresh random stream, e.g. on CUDA); a wrong variant must fall below 1e-6
+P_PASS = 1e-4
+# what a lossless method refuses before decoding instead (the runner's check_batch, then check_decode)
+REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
+           ("hf_assisted", 4): "batch size 1 only"}
+
+
+@pytest.fixture(scope="module")
+def sampling_pair():
+    """The pair of SETTINGS (tiny_random with one vocab_size), loaded once for the sampling contract."""
+    cfg = small(*SETTINGS)
+    return load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device(TEST_DEVICE))
+
+
+def sampled_joints(pair, setting: str, ignore: str | None = None) -> np.ndarray:
+    """Exact p(t1, t2 | prompt) [prompts, V, V] under SAMPLED[setting] (with the `ignore` key, top_k or top_p, off)
+    from cache-free target forwards: p(t1) p(t2 | t1), each warped by helpers.warped_probs."""
+    T, top_k, top_p = SAMPLED[setting]
+    top_k, top_p = (None if ignore == "top_k" else top_k), (None if ignore == "top_p" else top_p)
+    V = pair.vocab_size
+
+    def probs(prefixes: list[list[int]]) -> list[np.ndarray]:  # [V] after each of n equal-length prefixes
+        with torch.no_grad():
+            logits = pair.target(torch.tensor(prefixes, device=pair.target.device)).logits[:, -1, :V]
+        return [warped_probs(row, T, top_k, top_p) for row in logits.double().cpu().numpy()]
+
+    joints = np.zeros((len(SAMPLED_PROMPTS), V, V))
+    for i, prompt in enumerate(SAMPLED_PROMPTS):
+        [p1] = probs([list(prompt)])
+        first = np.flatnonzero(p1)
+        if ignore is None:
+            assert not set(first.tolist()) & pair.eos_ids([pair.target]), "an EOS first token would end the decode"
+        for t, p2 in zip(first, probs([[*prompt, int(t)] for t in first])):
+            joints[i, t] = p1[t] * p2
+    return joints
+
+
+@functools.cache
+def composed(name: str, trained_drafter: Callable[..., Path]) -> tuple[dict, dict]:
+    """The method and decode nodes of method_cfg(name, trained_drafter), resolved (composed once a session)."""
+    cfg = method_cfg(name, trained_drafter)
+    return OmegaConf.to_container(cfg.method, resolve=True), OmegaConf.to_container(cfg.decode, resolve=True)
+
+
+def sampled_engine(pair, name: str, B: int, setting: str, trained_drafter: Callable[..., Path]) -> Engine:
+    """Method `name` from its composed config with SAMPLED[setting], checked for batch size B and bound to `pair`
+    as the runner does (check_batch, check_decode, make_engine)."""
+    T, top_k, top_p = SAMPLED[setting]
+    method_dict, decode = composed(name, trained_drafter)
+    params = runner.sampling_params({**decode, "temperature": T, "top_k": top_k, "top_p": top_p})
+    method = runner.build_method(method_dict)
+    method.check_batch(B)
+    method.check_decode(params)
+    return runner.make_engine(pair, method, params, ())
+
+
+def first_two(engine: Engine, B: int) -> np.ndarray:
+    """Counts [prompts, V, V] of the first two new tokens over DRAWS[B] seeded decodes of 2 new tokens, B rows per
+    call, the rows taking the prompts in turn (B = 1: call by call; B = 4: two rows of each prompt per call)."""
+    n = len(SAMPLED_PROMPTS)
+    counts = np.zeros((n, engine.sampler.vocab_size, engine.sampler.vocab_size))
+    gens = [torch.Generator(device=engine.device).manual_seed(1000 + b) for b in range(B)]
+    for call in range(DRAWS[B] // B):
+        rows = [(call * B + b) % n for b in range(B)]  # the prompt of each row
+        for i, g in zip(rows, engine.generate_batch([list(SAMPLED_PROMPTS[i]) for i in rows], 2, gens)):
+            counts[i, g.token_ids[0], g.token_ids[1]] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def sampled(sampling_pair, trained_drafter) -> Callable[[str, int, str], np.ndarray]:
+    """(name, B, setting) -> first_two counts of the method's engine, decoded once a module."""
+
+    @functools.cache
+    def one(name: str, B: int, setting: str) -> np.ndarray:
+        return first_two(sampled_engine(sampling_pair, name, B, setting, trained_drafter), B)
+
+    return one
+
+
+@pytest.fixture(scope="module")
+def sampled_truth(sampling_pair) -> Callable[..., np.ndarray]:
+    """(setting, ignore=None) -> sampled_joints, computed once a module."""
+    return functools.cache(functools.partial(sampled_joints, sampling_pair))
+
+
+@pytest.mark.parametrize("setting", list(SAMPLED))
+@pytest.mark.parametrize("B", [1, 4])
+@pytest.mark.parametrize("name", lossless_names())
+def test_a_lossless_method_samples_the_targets_truncated_distribution(sampled, sampled_truth, name, B, setting):
+    if (name, B) in REFUSES:
+        with pytest.raises(OptionError, match=REFUSES[name, B]):
+            sampled(name, B, setting)
+        return
+    counts = sampled(name, B, setting)
+    assert counts.sum() == DRAWS[B]
+    assert chi2_pvalue_groups(counts, sampled_truth(setting)) > P_PASS
+
+
+@pytest.mark.parametrize("setting", list(SAMPLED))
+def test_the_sampling_check_fails_against_a_target_that_ignores_a_truncation(sampled, sampled_truth, setting):
+    """ar's and vanilla's counts at B = 1 and 4 (together: draws of one distribution) against the joint without
+    top-p (without top-k under top-k alone): the check must fail."""
+    ignore = "top_k" if setting == "top_k" else "top_p"
+    counts = sum(sampled(name, B, setting) for name in ("ar", "vanilla") for B in (1, 4))
+    assert chi2_pvalue_groups(counts, sampled_truth(setting)) > P_PASS
+    assert chi2_pvalue_groups(counts, sampled_truth(setting, ignore)) < 1e-6
+
+
+@pytest.mark.parametrize("setting", list(SAMPLED))
+def test_the_sampling_check_catches_a_verifier_that_drops_top_k_and_top_p(monkeypatch, sampling_pair, trained_drafter,
+                                                                          sampled_truth, setting):
+    """vanilla whose target distributions [B, positions, V] keep the temperature but drop top-k and top-p (its
+    drafts [B, V] keep every setting): its tokens follow the untruncated target and the check fails."""
+    real = Sampler.probs
+
+    def untruncated_verify(self, logits):
+        if logits.dim() == 2:
+            return real(self, logits)
+        return torch.softmax(logits[..., : self.vocab_size].float() / self.params.temperature, dim=-1)
+
+    monkeypatch.setattr(Sampler, "probs", untruncated_verify)
+    counts = first_two(sampled_engine(sampling_pair, "vanilla", 4, setting, trained_drafter), 4)
+    assert chi2_pvalue_groups(counts, sampled_truth(setting)) < 1e-6

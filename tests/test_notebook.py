@@ -7,6 +7,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
@@ -47,9 +49,24 @@ def test_the_readme_command_on_a_mixed_folder(tmp_path):
                 tmp_path / "results" / m / decode)
     (tmp_path / "notebooks").mkdir()
     shutil.copy(ROOT / "notebooks" / "analysis.ipynb", tmp_path / "notebooks")
-    (command,) = re.findall(r"```bash\n(.*?)\n```", (ROOT / "notebooks" / "README.md").read_text(), re.S)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    readme = (ROOT / "notebooks" / "README.md").read_text()
+    (command,) = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}  # as activated
+    done = subprocess.run(["bash", "-e", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     written = sorted(p.name for p in (tmp_path / "results" / "_report").iterdir())
     assert "adasd_table1__greedy.md" in written and "adasd_table1__t1.md" in written
+
+    # the command leaves the executed notebook, with its outputs, where the README says to open it
+    (output,) = re.findall(r"jupyter execute \S+ .*--output=(\S+)", command)  # relative to the notebook's folder
+    executed = (tmp_path / "notebooks" / output).with_suffix(".ipynb").resolve()
+    assert f"`{executed.relative_to(tmp_path)}`" in readme and executed.is_file(), written
+    code = [c for c in nbformat.read(executed, as_version=4).cells if c.cell_type == "code"]
+    outputs = [o for c in code for o in c.outputs]
+    assert all(c.execution_count for c in code) and not [o for o in outputs if o.output_type == "error"]
+    assert any("tables," in o.get("text", "") for o in outputs)  # the cell that writes the tables printed its count
+    shown = [o.data["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    tables = report.build_report(load.load_runs(tmp_path / "results")).tables
+    assert len(tables) >= 2 and all(t.markdown() in shown for t in tables)  # every table shown inline

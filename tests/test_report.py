@@ -170,8 +170,9 @@ def test_refuses_mismatched_baseline(adasd_runs, tmp_path):
     write_run(tmp_path / "ids", "vanilla", "vanilla", [{"new": 5, "s": 1.0, "id": "b"}], gamma=5)
     with pytest.raises(ReportError, match="different example ids"):
         load.add_speedup(load.load_runs(tmp_path / "ids"))
-    # the CLI reports the refusal and fails
-    assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2"]) == 1
+    # the CLI reports the refusal in a note and exits 0 (the report was built); --strict makes it fail
+    assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2"]) == 0
+    assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2", "--strict"]) == 1
     # no baseline run at all for the pair/dataset: empty speedup, not a number
     write_run(tmp_path / "none", "adasd", "adasd", tps(50))
     assert math.isnan(load.add_speedup(load.load_runs(tmp_path / "none"))["speedup"].iloc[0])
@@ -194,10 +195,10 @@ def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load.load_runs(tmp_path / "missing")
     write_run(tmp_path / "twice", "a", "vanilla", tps(5), gamma=5)
-    write_run(tmp_path / "twice", "b", "vanilla", tps(6), gamma=5)
+    write_run(tmp_path / "twice", "b", "vanilla", tps(6), gamma=8)  # one setting, two runs: which is `vanilla`?
     write_run(tmp_path / "twice", "c", "ar", tps(6))
     twice = load.load_runs(tmp_path / "twice")
-    with pytest.raises(ReportError, match="ambiguous"):
+    with pytest.raises(ReportError, match=r"ambiguous .*give its options"):
         load.add_speedup(twice)
 
 
@@ -269,6 +270,44 @@ def test_short_entry_point_runs_the_report(tmp_path):
     assert p.returncode == report.main([str(tmp_path), "--no-figures"]), p.stderr
     assert "vanilla" in p.stdout and "usage: python -m specbench.report" in subprocess.run(
         [sys.executable, "-m", "specbench.report", "--help"], capture_output=True, text=True).stdout
+
+
+def test_exit_status_is_0_with_notes_for_what_was_left_out_and_non_zero_for_errors_or_strict(tmp_path, capsys):
+    """As the tools researchers script: 0 when the report was built (what it left out is named in notes, the last
+    note counts them); 1 only with --strict when something was left out; 2 when nothing can be read."""
+    write_run(tmp_path / "res", "v", "vanilla", tps(30), gamma=5, rule="rejection")
+    write_run(tmp_path / "res", "w", "vanilla", tps(31), gamma=5, rule="sample_match")  # an ambiguous cell
+    write_run(tmp_path / "res", "a", "adasd", tps(45))
+    unfinished = write_run(tmp_path / "res", "cut", "vanilla", tps(20), gamma=8)
+    (unfinished / "summary.json").unlink()  # a run still going: left out
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "res"), "--out", str(out), "--no-figures"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: left out {unfinished}: unfinished" in err and err.count("2 runs fit") == 3  # each named
+    assert err.rstrip().splitlines()[-1] == ("note: 4 table(s), cell(s), speedup(s) or run(s) left out, each named "
+                                             "above; every table the data allow was built")
+    assert sorted(p.name for p in out.iterdir()) == ["overview.csv", "overview.md", "overview.tex"]  # still written
+    assert report.main([str(tmp_path / "res"), "--no-figures", "--strict"]) == 1
+    assert "(--strict: exit status 1)" in capsys.readouterr().err
+    # nothing left out: 0, also with --strict
+    write_run(tmp_path / "ok", "ar", "ar", tps(10))
+    assert report.main([str(tmp_path / "ok"), "--no-figures", "--strict"]) == 0
+    assert "left out" not in capsys.readouterr().err
+    # errors: no run folder, a path that does not exist, unreadable input, a bad --where
+    (tmp_path / "empty").mkdir()
+    assert report.main([str(tmp_path / "empty")]) == 2
+    assert report.main([str(tmp_path / "absent")]) == 2
+    assert report.main([str(tmp_path / "ok"), "--where", "nokey=1"]) == 2
+    assert report.main([str(tmp_path / "ok"), "--baseline", "vanilla:gamma"]) == 2
+    assert report.main([str(tmp_path / "ok"), "--table", "nosuchtable"]) == 2
+    with open(tmp_path / "ok" / "ar" / "rows.jsonl", "a") as f:
+        f.write("{not json\n")
+    assert report.main([str(tmp_path / "ok")]) == 2
+    assert "error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        report.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--strict" in shown and "exit status: 0 when the report was built" in shown and "2 on an error" in shown
 
 
 def test_cli_on_real_runs(tmp_path):
@@ -352,7 +391,8 @@ def test_a_mixed_folder_is_reported_group_by_group(tmp_path, caplog):
             "--where decode.temperature=0.0)") in notes
     assert rep.left_out == 2  # the t1 and the max_new_tokens=32 groups have no ar run
     out = tmp_path / "out"
-    assert report.main([str(root), "--out", str(out), "--no-figures"]) == 1  # built, but with left-out speedups
+    assert report.main([str(root), "--out", str(out), "--no-figures"]) == 0  # built; the left-out speedups are notes
+    assert report.main([str(root), "--out", str(out), "--no-figures", "--strict"]) == 1
     assert (out / "adasd_table1__t1_max_new_tokens=128.md").read_text() == t1.markdown()
 
 
@@ -497,3 +537,74 @@ def test_eager_runs_from_before_engine_compile_compare_with_eager_runs(tmp_path)
     for g in groups:
         ar, pld = (g.runs[g.runs["method"] == m].iloc[0] for m in ("ar", "pld"))
         assert load.speedup_over(pld, ar) == pytest.approx(2.0 if not ar["flat"]["engine.compile"] else 4.0)
+
+
+def test_a_default_run_and_a_batch_size_sweep_report_each_setting_once(tmp_path):
+    """`python run.py` for ar and vanilla, then the README's sweep `-m method=ar,vanilla batch_size=1,2`, each job
+    in the folder run.py gives it: the batch_size=1 jobs resume the default runs' folders, so the report has one
+    run per setting: unique overview labels, every run in the overview, no ambiguous baseline, B = 1 in the
+    batch figure."""
+    from specbench.analysis import figures
+    from specbench.runs.layout import job_dir
+    from specbench.runs.runner import run
+
+    for method in ("ar", "vanilla"):
+        for extra in ((), ("batch_size=1",), ("batch_size=2",)):
+            cfg = small(f"method={method}", *extra, "limit=2", "decode.max_new_tokens=8", f"paths.results={tmp_path}")
+            run(cfg, job_dir(cfg))
+    runs = load.load_runs(tmp_path)
+    assert sorted(zip(runs["method"], runs["batch_size"])) == [("ar", 1), ("ar", 2), ("vanilla", 1), ("vanilla", 2)]
+    (g,) = load.groups(runs)
+    ov, notes = report.overview(g)
+    assert notes == [] and list(ov.values.index) == [(f"tiny_random · smoke · batch_size={b}", m)
+                                                     for b in (1, 2) for m in ("ar", "vanilla")]
+    assert ov.values[("", "speedup vs ar")].notna().all()
+    assert not [n for n in report.build_report(runs).notes if "ambiguous" in n]
+    data = figures.batch_speedups(runs)
+    assert sorted(data["batch_size"]) == [1, 2] and set(data["label"]) == {"vanilla"}
+
+
+def test_folders_of_one_run_from_older_versions_are_reported_once(tmp_path, caplog, capsys):
+    """Older versions named a folder by a key at its default value: `default` and a sweep's `batch_size=1` hold one
+    setting. The report keeps the newer of the two (the other named in a log line): unique labels, every setting
+    in the overview, the baseline not ambiguous, B = 1 in the batch figure."""
+    from specbench.analysis import figures
+
+    for method, speed in (("ar", 10), ("vanilla", 25)):
+        old = write_run(tmp_path, f"{method}/default", method, tps(speed), **({"gamma": 5} if method == "vanilla" else {}))
+        add_fields(old, {"finished": "2025-01-01T10:00:00+0000"})
+        add_fields(at_batch_size(old, 1, to=tmp_path / method / "batch_size=1"), {"finished": "2025-02-01T10:00:00+0000"})
+        at_batch_size(old, 2, to=tmp_path / method / "batch_size=2", speed=1.5)
+    runs = load.load_runs(tmp_path)
+    assert sorted(Path(d).relative_to(tmp_path).as_posix() for d in runs["run_dir"]) == [
+        "ar/batch_size=1", "ar/batch_size=2", "vanilla/batch_size=1", "vanilla/batch_size=2"]
+    assert f"left out {tmp_path / 'ar/default'}: the same run (method, setting and examples) as " \
+           f"{tmp_path / 'ar/batch_size=1'}" in caplog.text
+    (g,) = load.groups(runs)
+    ov, notes = report.overview(g)
+    assert notes == [] and ov.values.index.is_unique and len(ov.values) == 4
+    assert ov.values[("", "speedup vs ar")][("p · gsm8k · batch_size=1", "vanilla")] == pytest.approx(2.5)
+    assert not [n for n in report.build_report(runs).notes if "ambiguous" in n]
+    assert sorted(figures.batch_speedups(runs)["batch_size"]) == [1, 2]
+    # the CLI names the folder it did not report; at B = 1 every paper table is built, nothing left out (--strict: 0)
+    assert report.main([str(tmp_path), "--no-figures", "--strict", "--where", "batch_size=1"]) == 0
+    assert f"note: {tmp_path / 'ar/default'}: the same run as {tmp_path / 'ar/batch_size=1'}" in capsys.readouterr().err
+
+
+def test_runs_of_one_setting_over_other_examples_are_told_apart(tmp_path):
+    """Two runs of one setting over other examples (limit) are two runs: each gets its folder in its label and
+    is compared with the baseline run over its own examples."""
+    both, first = [{"new": 10, "s": 1.0, "id": "a"}, {"new": 10, "s": 1.0, "id": "b"}], [{"new": 10, "s": 2.0, "id": "a"}]
+    for folder, rows in (("all", both), ("few", first)):
+        write_run(tmp_path, f"{folder}/ar", "ar", rows)
+        write_run(tmp_path, f"{folder}/vanilla", "vanilla", [{**r, "new": 20} for r in rows], gamma=5)
+    runs = load.load_runs(tmp_path)
+    assert sorted(load.unique_labels(runs)) == ["ar [all/ar]", "ar [few/ar]", "vanilla [all/vanilla]",
+                                                "vanilla [few/vanilla]"]
+    few = runs[runs["run_dir"] == str(tmp_path / "few/vanilla")].iloc[0]
+    assert load.find_baseline(few, runs, "ar")["run_dir"] == str(tmp_path / "few/ar")
+    (g,) = load.groups(runs)
+    ov, notes = report.overview(g)
+    assert notes == [] and ov.values.index.get_level_values(1).tolist() == [
+        "ar [all/ar]", "vanilla [all/vanilla]", "ar [few/ar]", "vanilla [few/vanilla]"]
+    assert ov.values[("", "speedup vs ar")].tolist() == [1.0, 2.0, 1.0, 2.0]

@@ -127,3 +127,25 @@ def test_versions_in_words():
     assert runner.describe_version({"git_hash": "abc", "git_dirty": True}) == "git abc with uncommitted changes"
     assert runner.describe_version({"git_hash": "abc", "git_dirty": False}) == "git abc"
     assert "unknown version" in runner.describe_version({"git_hash": None, "git_dirty": None})
+
+
+def test_measurements_are_appended_whole_and_a_cut_last_line_is_skipped(tmp_path):
+    """measurements.jsonl: records appended one line each; a line a crash cut is skipped by readers and cut off by
+    the next append; the first target_1 record of a set and batch size is the one read."""
+    from specbench.runs import measurements
+
+    first = {"kind": "target_1", "measure_from": 0, "batch_size": 2, "seconds": 0.5}
+    measurements.append(tmp_path, first)
+    with open(tmp_path / measurements.MEASUREMENTS, "a") as f:
+        f.write('{"kind": "target_1", "measure_from": 0, "batch')  # a crash mid-write
+    assert measurements.read(tmp_path) == [first]
+    measurements.append(tmp_path, {**first, "seconds": 0.7})
+    measurements.append(tmp_path, {**first, "batch_size": 4, "seconds": 0.9})
+    assert measurements.target_1(tmp_path, 0, 2) == first and measurements.target_1(tmp_path, 0, 4)["seconds"] == 0.9
+    assert measurements.target_1(tmp_path, 1, 2) is None
+    assert [json.loads(line)["seconds"] for line in (tmp_path / measurements.MEASUREMENTS).read_text().splitlines()] == [
+        0.5, 0.7, 0.9]
+    with open(tmp_path / measurements.MEASUREMENTS, "a") as f:
+        f.write("not json\n")  # a whole line that is not a record: an error naming it, not a silent skip
+    with pytest.raises(ValueError, match=r"measurements\.jsonl, line 4: not a JSON record"):
+        measurements.read(tmp_path)

@@ -1,11 +1,17 @@
-"""predicted_speedup: the analytic speedup over ar from per-position acceptance and per-call costs."""
+"""predicted_speedup: the analytic speedup over ar from per-position acceptance and per-call costs, and the summary
+that reports it from what the run folder recorded."""
 
+import json
 import random
 
 import pytest
 
+import specbench.runs.runner as runner
+from helpers import small
 from specbench.decoding import speedup
 from specbench.decoding.method import IterationRecord
+from specbench.runs import measurements
+from specbench.runs.results import ROWS
 
 
 def rec(w: int, n: int, draft_s: float = 0.0, verify_s: float = 0.0) -> IterationRecord:
@@ -62,3 +68,82 @@ def test_a_simulated_run_recovers_its_alphas_and_costs():
     rows = [speedup.row_fields(speedup.call_stats(records[:half])), speedup.row_fields(speedup.call_stats(records[half - 1:]))]
     merged = speedup.merge_stats(speedup.from_row(r) for r in rows)
     assert merged["iterations"] == stats["iterations"] and merged["reached"] == stats["reached"]
+
+
+def test_above_batch_size_1_target_1_is_the_calibrations_never_a_rows():
+    """At B > 1 a row's one-token verify shared a call as wide as the batch's widest window: c_target(1) is the
+    calibration's (a call over B rows), and the costs say at which batch size and from where."""
+    stats = speedup.call_stats([rec(0, 0), rec(0, 0, 0.0, 0.5), rec(2, 1, 0.2, 1.0)])
+    one = speedup.call_costs(stats, 9.0)
+    assert (one["batch_size"], one["target_1"], one["target_1_from"]) == (1, 0.5, "rows")
+    four = speedup.call_costs(stats, 9.0, batch_size=4)
+    assert (four["batch_size"], four["target_1"], four["target_1_from"]) == (4, 9.0, "calibration")
+    assert four["target_by_width"] == one["target_by_width"] == {"1": 0.5, "3": 1.0}
+    none = speedup.call_costs(stats, None, batch_size=4)
+    assert none["target_1"] is None and none["target_1_from"] is None and speedup.predicted_speedup(stats, none) is None
+
+
+def summary_of(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def counting_calibration(monkeypatch) -> list[int]:
+    """runner.calibrate_target_1, recording the rows of each call (the batch size it measured at)."""
+    calls, real = [], runner.calibrate_target_1
+
+    def counting(job, examples, tokens=32):
+        calls.append(len(examples))
+        return real(job, examples, tokens)
+
+    monkeypatch.setattr(runner, "calibrate_target_1", counting)
+    return calls
+
+
+def test_pure_resumes_rewrite_the_same_summary_at_batch_size_2(tmp_path, monkeypatch):
+    """The summary comes from what the folder recorded: resuming with no new rows rewrites summary.json
+    identically (every number: predicted speedup, its costs, peak memory, finished); the target_1 calibration is
+    measured once, at the run's batch size, and recorded, so the first summary's prediction is the resumes'."""
+    calls = counting_calibration(monkeypatch)
+    job = small("method=vanilla", "limit=4", "decode.max_new_tokens=12", "batch_size=2", "threads=1")
+    runner.run(job, tmp_path)
+    first = summary_of(tmp_path)
+    runner.run(job, tmp_path)
+    second = summary_of(tmp_path)
+    runner.run(job, tmp_path)
+    assert summary_of(tmp_path) == second  # every field
+    assert (first["decoded"], first["resumed"], second["decoded"], second["resumed"]) == (4, 0, 0, 4)
+    assert {k: v for k, v in first.items() if k not in ("decoded", "resumed")} == {
+        k: v for k, v in second.items() if k not in ("decoded", "resumed")}
+    assert calls == [2]  # one calibration, over a batch of 2 rows
+    costs = second["call_costs"]
+    record = measurements.target_1(tmp_path, 0, 2)
+    assert costs["batch_size"] == 2 and costs["target_1_from"] == "calibration"
+    assert costs["target_1"] == record["seconds"]
+    assert record["rows"] == 2 and record["examples"] == ["smoke-00", "smoke-01"]
+    assert second["predicted_speedup"] == first["predicted_speedup"] is not None
+    # one process decoded rows: one record of its peak memory, which the summaries report
+    (process,) = measurements.processes(tmp_path, 0)
+    assert process["decoded"] == 4 and second["peak_rss_mb"] == process["peak_rss_mb"]
+    assert second["finished"] == process["finished"]
+
+
+def test_a_calibration_a_run_at_batch_size_1_needs_is_measured_once(tmp_path, monkeypatch):
+    """Rows that never verified one token (here: any width-1 statistics removed by hand) take target_1 from the
+    calibration: measured by the first summary that needs it, read back by every later one."""
+    calls = counting_calibration(monkeypatch)
+    job = small("method=vanilla", "limit=2", "decode.max_new_tokens=12", "threads=1")
+    runner.run(job, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / ROWS).read_text().splitlines()]
+    for r in rows:
+        for key in ("call_stats", "call_seconds"):
+            for part in r[key].values():
+                if isinstance(part, dict):
+                    part.pop("0", None)
+    (tmp_path / ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner.run(job, tmp_path)
+    second = summary_of(tmp_path)
+    runner.run(job, tmp_path)
+    assert summary_of(tmp_path) == second and len(calls) <= 1 and calls == [1] * len(calls)
+    assert calls == [1] and measurements.target_1(tmp_path, 0, 1)["seconds"] == second["call_costs"]["target_1"]
+    assert second["call_costs"]["target_1_from"] == "calibration" and second["call_costs"]["batch_size"] == 1
+    assert second["predicted_speedup"] is not None

@@ -2,7 +2,8 @@
 
 `load_runs` reads every finished run folder (config.json + rows.jsonl + a summary.json that counts
 every row) under the given paths into a DataFrame with one row per run; unfinished folders are left out
-with a logged note. `load_examples` and `load_traces` give one row per example / per iteration.
+with a logged note, and so are all but the newest of folders holding one run (`one_folder_per_run`).
+`load_examples` and `load_traces` give one row per example / per iteration.
 Run numbers are summary.json's (`specbench.common.aggregate.run_metrics`, pooled over tokens and
 iterations, the function that also gives `bench methods`' table), so rows measured at different times
 (repeats, re-measurements) are not pooled here behind the run's back; a key an older summary lacks is
@@ -29,9 +30,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -41,8 +44,8 @@ import yaml
 from specbench.common.aggregate import run_metrics
 from specbench.common.configs import MISSING, differences, flatten
 from specbench.common.options import OptionError, max_new_tokens
-from specbench.runs.results import (CONFIG, RESUMABLE_KEYS, ROWS, SUMMARY, measured_rows, read_measured, read_rows,
-                                    without_keys)
+from specbench.runs.identity import RESUMABLE_KEYS, identity
+from specbench.runs.results import CONFIG, ROWS, SUMMARY, measured_rows, read_measured, read_rows
 from specbench.runs.traces import read_traces
 
 log = logging.getLogger(__name__)
@@ -111,18 +114,13 @@ def compiled(config: dict) -> bool:
 
 
 def setting_of(record: dict) -> dict:
-    """What two runs must share to be compared: config minus method and resumable keys, plus the device.
+    """What two runs must share to be compared: the run identity (specbench.runs.identity) without the method,
+    with the budget that ran, plus the device.
 
-    (limit is resumable: the runs' example ids are compared instead.) batch_size 1 and engine.compile false
-    are left out, so a run with them has the setting of one from before the key existed.
+    (limit is resumable: the runs' example ids are compared instead.) The identity leaves out batch_size 1 and
+    engine.compile false, so a run with them has the setting of one from before the key existed.
     """
-    out = without_keys(record["config"], RESUMABLE_KEYS | {("method",)})
-    if batch_size(record["config"]) == 1:
-        out.pop("batch_size", None)
-    if not compiled(record["config"]):
-        out["engine"] = {k: v for k, v in (out.get("engine") or {}).items() if k != "compile"}
-        if not out["engine"]:
-            del out["engine"]
+    out = identity(record["config"], drop={("method",)})
     ran = budget(record["config"])  # the budget that ran (a null decode.max_new_tokens: the dataset's)
     if "decode" in out and ran is not None:
         out["decode"] = {**out["decode"], "max_new_tokens": ran}
@@ -243,12 +241,34 @@ def differing_keys(flats: Iterable[dict], skip: tuple[str, ...] = ()) -> list[st
 
 def labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
     """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8');
-    runtime-only keys (threads, trace, limit, ...), the device and the `skip` keys (shown elsewhere) never name a run."""
+    runtime-only keys (threads, trace, limit, ...), the device and the `skip` keys (shown elsewhere) never name a run.
+    Runs the config does not tell apart (other examples, another device) share a label: `unique_labels` tells them
+    apart."""
     out = []
     for _, run in runs.iterrows():
         same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
         keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset.") + skip)
         out.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
+    return out
+
+
+def unique_labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
+    """`labels`, each with its run's folder added (relative to the folder the runs sharing it share,
+    'ar [all/ar]') where runs of one pair and dataset, with one value of every `skip` key, share one."""
+    names = labels(runs, skip)
+    shown = [json.dumps([r["pair"], r["dataset"], name, {k: v for k, v in r["flat"].items() if _is(k, skip)}],
+                        sort_keys=True, default=str) for (_, r), name in zip(runs.iterrows(), names)]
+    out = list(names)
+    for key in set(shown):
+        at = [i for i, k in enumerate(shown) if k == key]
+        if len(at) < 2:
+            continue
+        dirs = [str(runs["run_dir"].iloc[i]) for i in at]
+        rel = [os.path.relpath(d, os.path.commonpath(dirs)) for d in dirs]
+        if len(set(rel)) < len(rel):  # one folder twice: number them
+            rel = [f"{r} #{n}" for n, r in enumerate(rel, 1)]
+        for i, r in zip(at, rel):
+            out[i] = f"{names[i]} [{r}]"
     return out
 
 
@@ -311,12 +331,44 @@ def groups(runs: pd.DataFrame) -> list[Group]:
     return out
 
 
+def one_folder_per_run(loaded: list[dict], finished: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """The loaded runs (with their summaries' `finished` times), one per run, and {folder left out: folder kept}:
+    of several folders holding one run (the same method, setting and example ids; e.g. `.../default` and
+    `.../batch_size=1`, which versions that named a key at its default value wrote for one setting) the newest
+    finished is kept and the others are left out with a logged note."""
+    same: dict[str, list[int]] = {}
+    for i, run in enumerate(loaded):
+        key = json.dumps([run["config"]["method"], run["setting"], run["example_ids"]], sort_keys=True, default=str)
+        same.setdefault(key, []).append(i)
+    kept, twins = [], {}
+    for at in same.values():
+        keep = max(at, key=lambda i: (_time(finished[i]), loaded[i]["run_dir"]))
+        kept.append(keep)
+        for i in at:
+            if i != keep:
+                twins[loaded[i]["run_dir"]] = loaded[keep]["run_dir"]
+                log.warning("left out %s: the same run (method, setting and examples) as %s, the one of them that "
+                            "finished last, which is reported (older versions named a folder by a key at its default "
+                            "value, e.g. batch_size=1 beside default); move or delete one of them",
+                            loaded[i]["run_dir"], loaded[keep]["run_dir"])
+    return [loaded[i] for i in sorted(kept)], twins
+
+
+def _time(stamp: str) -> float:
+    """A summary's `finished` time (%Y-%m-%dT%H:%M:%S%z) in seconds since the epoch; 0 where absent or unreadable."""
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return 0.0
+
+
 def load_runs(*paths: str | Path) -> pd.DataFrame:
-    """One row per run folder found under `paths` (columns: see SUMMARY_COLUMNS, plus config, setting, ...)."""
+    """One row per run folder found under `paths` (columns: see SUMMARY_COLUMNS, plus config, setting, ...);
+    attrs["same_run_as"] maps each folder left out as another folder's run to that folder."""
     dirs = find_run_dirs(paths)
     if not dirs:
         raise ReportError(f"no run folders ({CONFIG} + {ROWS}) under {', '.join(map(str, paths))}")
-    why, loaded = {}, []
+    why, loaded, finished = {}, [], []
     for d in dirs:  # each file read once
         record, every = json.loads((d / CONFIG).read_text()), read_rows(d / ROWS)
         summary = json.loads((d / SUMMARY).read_text()) if (d / SUMMARY).exists() else None
@@ -326,7 +378,10 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
             log.warning("left out %s: unfinished: %s", d, why[d])
         else:
             loaded.append(load_run(d, record, summary, rows))
-    runs = pd.DataFrame(loaded)
+            finished.append(str(summary.get("finished") or ""))
+    kept, twins = one_folder_per_run(loaded, finished)
+    runs = pd.DataFrame(kept)
+    runs.attrs["same_run_as"] = twins
     if runs.empty:
         raise ReportError(f"no finished run folder under {', '.join(map(str, paths))}: {len(dirs)} unfinished "
                           f"({'; '.join(f'{d}: {r}' for d, r in why.items())})")
@@ -389,6 +444,9 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
     if cands.empty:
         return None
     same = cands[cands["setting"] == run["setting"]]
+    if len(same) > 1:  # runs of one setting over other examples (limit): the one over the run's examples
+        mine = select(same, (ids == run["example_ids"] for ids in same["example_ids"]))
+        same = mine if len(mine) else same
     if len(same) > 1:
         raise ReportError(f"baseline {spec} is ambiguous for {run['run_dir']}: {', '.join(same['run_dir'])} "
                           "have the same setting; give its options (e.g. --baseline vanilla:gamma=5)")

@@ -5,7 +5,7 @@
 Runs are read by `specbench.analysis.load`; the tables are `specbench.analysis.tables`, the figures
 `specbench.analysis.figures`. A folder of mixed runs (greedy and sampled, other max_new_tokens, ...) is
 split into comparable groups (`load.groups`) and every table is built per group; the notes say what each
-group is, the exact `--where` that selects it, and every table, cell or speedup left out and why.
+group is, the exact `--where` that selects it, and every table, cell, speedup or unfinished run left out and why.
 Each group also gets an overview table: per run the median tok/s (with its spread over repeats), the
 measured speedup over the `ar` run of the same batch_size beside the run's predicted speedup, acceptance
 (exact and JS-relaxed where relaxed is nonzero), τ, score and truncated rows; a group of runs at several
@@ -48,7 +48,7 @@ class Report:
 
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    left_out: int = 0  # tables, cells or speedups refused or missing because of mismatched runs
+    left_out: int = 0  # tables, cells, speedups or runs refused or missing because of mismatched or unfinished runs
 
 
 def _in_group(t: Table, group: Group, many: bool) -> Table:
@@ -78,7 +78,7 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
     by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading
     if by_batch:
         runs = runs.sort_values(["pair", "dataset", "batch_size"], kind="stable")
-    runs["label"] = load.labels(runs, ("batch_size",) if by_batch else ())
+    runs["label"] = load.unique_labels(runs, ("batch_size",) if by_batch else ())  # one row per run
     where = runs["pair"] + " · " + runs["dataset"]
     if by_batch:
         where += " · batch_size=" + runs["batch_size"].astype(str)
@@ -163,6 +163,7 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         table, notes = overview(g, many)
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
         out.notes += notes
+        out.left_out += len(notes)
     out.notes += _truncation_notes(runs)
     return out
 
@@ -176,9 +177,20 @@ def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
     return [write_text_atomic(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])()) for t in tables for ext in exts]
 
 
+# The CLI's exit status, as researchers' scripts read it (`--help` shows EXIT_STATUS)
+OK, STRICT_LEFT_OUT, ERROR = 0, 1, 2
+EXIT_STATUS = ("exit status: 0 when the report was built, every table the data allow, also when something was "
+               "left out (a mismatched or ambiguous comparison, a missing baseline, an unfinished run folder): "
+               "each is a 'note:' line on stderr, and the last note counts them; 1 only with --strict when "
+               "something was left out (the same tables are still printed and written); 2 on an error: no run "
+               "folder found, unreadable input (a results path that does not exist, a corrupt config.json or "
+               "rows.jsonl), a bad --table, --where, --baseline or --format")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The report CLI: print the run list and tables; with --out also write table files and figures."""
-    ap = argparse.ArgumentParser(prog="python -m specbench.report", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m specbench.report", description=__doc__.splitlines()[0],
+                                 epilog=EXIT_STATUS)
     ap.add_argument("results", nargs="+", help="results folders (searched recursively for run folders)")
     ap.add_argument("--out", help="folder for table files and figures (printed only when absent)")
     ap.add_argument("--format", default="all", choices=[*FORMATS, "all"], help="table file format(s)")
@@ -188,30 +200,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="append", help=f"a table to build (repeatable; default all): {', '.join(tables.TABLES)}")
     ap.add_argument("--where", action="append", default=[], help="keep runs with KEY=VALUE (e.g. decode.temperature=1.0)")
     ap.add_argument("--no-figures", action="store_true", help="skip the figures")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when anything was left out (by default the "
+                    "report exits 0 and names what it left out in its notes)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        runs = where(load_runs(*args.results), args.where)
-    except (ReportError, FileNotFoundError) as e:
+        unknown = [t for t in args.table or () if t not in tables.TABLES]
+        if unknown:
+            raise ReportError(f"--table {', '.join(unknown)}: unknown; valid tables: {', '.join(tables.TABLES)}")
+        if args.baseline:
+            load.MethodSpec.parse(args.baseline)  # a malformed --baseline is an error, not a table left out
+        found = load_runs(*args.results)  # logs why it leaves out each unfinished run folder
+        same_run = found.attrs.get("same_run_as", {})  # folders of a run reported from another folder
+        unfinished = sorted(set(map(str, load.find_run_dirs(args.results))) - set(found["run_dir"]) - set(same_run))
+        runs = where(found, args.where)
+    except (ReportError, OSError, ValueError) as e:  # nothing to report on, or input that cannot be read
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ERROR
     print(runs[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.3f}"), end="\n\n")
     try:
         rep = build_report(runs, args.table, args.baseline)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return ERROR
+    rep.left_out += len(unfinished)
+    rep.notes += [f"left out {d}: unfinished (no summary.json, or other rows than it counts)" for d in unfinished]
+    rep.notes += [f"{d}: the same run as {kept}, which is reported (not counted as left out)"
+                  for d, kept in sorted(same_run.items())]
     for t in rep.tables:
         print(t.markdown())
-    for note in rep.notes:
-        print(f"note: {note}", file=sys.stderr)
     if args.out:
         for p in write_tables(rep.tables, args.out, args.format):
             print(f"wrote {p}")
         if not args.no_figures:
             for p in figures.make_figures(runs, args.out):
                 print(f"wrote {p}")
-    return 1 if rep.left_out else 0
+    if rep.left_out:
+        rep.notes.append(f"{rep.left_out} table(s), cell(s), speedup(s) or run(s) left out, each named above; every "
+                         "table the data allow was built" + (" (--strict: exit status 1)" if args.strict else ""))
+    for note in rep.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return STRICT_LEFT_OUT if args.strict and rep.left_out else OK
 
 
 if __name__ == "__main__":

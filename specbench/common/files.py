@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -12,15 +14,94 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specbench.common.errors import UserError
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository (its git history and conf/)
 CONF_DIR = ROOT / "conf"
 
 log = logging.getLogger(__name__)
 
 
+TEMPORARY = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")  # temporary_sibling's names: `.<name>.<uuid hex>.tmp`
+FULL = {errno.ENOSPC, errno.EDQUOT}  # errors of a full disk or quota
+READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}  # errors of a folder this process may not write
+
+
 def temporary_sibling(path: Path) -> Path:
     """A unique (random uuid) hidden name next to `path`: `.<name>.<uuid>.tmp`."""
     return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+
+
+def remove_temporaries(folder: Path, below: tuple[str, ...] = ()) -> list[Path]:
+    """Remove what killed writers left in `folder` and its sub-folders `below` under temporary_sibling's names."""
+    removed = []
+    for where in (Path(folder), *(Path(folder) / name for name in below)):
+        for path in sorted(where.glob(".*.tmp")) if where.is_dir() else []:
+            if not TEMPORARY.fullmatch(path.name):
+                continue
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+                removed.append(path)
+            except OSError as err:  # debris that stays costs room only: never a reason to stop a run
+                log.warning("%s: cannot remove this temporary file an interrupted writer left: %s", path, err)
+    if removed:
+        log.warning("%s: removed %d temporary files an interrupted writer left: %s", folder, len(removed),
+                    ", ".join(str(p.relative_to(folder)) for p in removed))
+    return removed
+
+
+class FolderNotWritable(UserError, OSError):
+    """A folder is full, read-only or not this user's to write; the message names it and what to do."""
+
+    def __str__(self) -> str:  # the message, not OSError's '[Errno n] strerror: filename'
+        return str(self.args[0])
+
+
+def not_writable(folder: Path, err: OSError) -> FolderNotWritable:
+    """The error for `err` (a full disk, a folder this user may not write) while writing in `folder`."""
+    name = f" {err.filename}" if err.filename and Path(err.filename) != Path(folder) else ""
+    what = f"{folder}: cannot write{name} ({err.strerror or err})"
+    if err.errno in FULL:
+        hint = ("the disk (or quota) is full; free space, or write to another disk (a run: paths.results=...), "
+                "and rerun the same command (a run resumes: the whole rows it wrote are kept)")
+    elif err.errno == errno.ENOTDIR:
+        hint = "a folder cannot be made inside a file; write elsewhere (a run: paths.results=...)"
+    else:
+        hint = "make the folder writable, or write to one this user may write (a run: paths.results=...)"
+    out = FolderNotWritable(f"{what}: {hint}")
+    out.errno, out.strerror, out.filename = err.errno, err.strerror, err.filename
+    return out
+
+
+def check_writable(folder: Path) -> None:
+    """Raise FolderNotWritable unless `folder` (or its nearest existing parent) may be written and its disk has room."""
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise not_writable(existing, OSError(errno.ENOTDIR, f"{existing} is a file, not a folder", str(folder)))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES
+        raise not_writable(existing, OSError(code, os.strerror(code), str(folder)))
+    disk = os.statvfs(existing)  # a file system that counts no blocks (or inodes) reports 0 of them: unknown
+    no_room = disk.f_blocks and (disk.f_bfree if os.geteuid() == 0 else disk.f_bavail) == 0
+    if no_room or (disk.f_files and not disk.f_favail):
+        raise not_writable(existing, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder)))
+
+
+@contextmanager
+def writing(folder: Path) -> Iterator[None]:
+    """Turn a full disk's or an unwritable folder's OSError in the block into FolderNotWritable naming `folder`."""
+    try:
+        yield
+    except FolderNotWritable:
+        raise
+    except OSError as err:
+        if err.errno not in FULL | READ_ONLY:
+            raise
+        raise not_writable(Path(folder), err) from err
 
 
 @contextmanager
@@ -32,8 +113,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """
     tmp = temporary_sibling(path)
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with writing(path.parent):
+            yield tmp
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

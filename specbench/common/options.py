@@ -111,6 +111,15 @@ def strings(value: Any, key: str, null: bool = False) -> list[str] | None:
     return list(value)
 
 
+def stop_strings(value: Any, key: str) -> list[str] | None:
+    """A list of non-empty strings or null (an empty stop string is found in every text)."""
+    found = strings(value, key, null=True)
+    if found and not all(found):
+        raise OptionError(f"{key} must be a list of non-empty strings (e.g. [\"\\n\\n\"]) or null, got {shown(value)}: "
+                          "an empty one would stop every generation at its first token")
+    return found
+
+
 def typed(value: Any, hint: Any, key: str) -> Any:
     """`value` checked against a type hint: bool, int, float, str, list[str] and `X | None` of them; others pass."""
     null = False
@@ -232,7 +241,7 @@ def check_run_settings(cfg: dict[str, Any]) -> None:
     boolean(cfg.get("remeasure", False), "remeasure")
     boolean(cfg.get("trace", False), "trace")
     boolean(cfg.get("resume_any_version", False), "resume_any_version")
-    strings(cfg.get("stop_strings"), "stop_strings", null=True)
+    stop_strings(cfg.get("stop_strings"), "stop_strings")
     choice(cfg.get("on_long_prompt", "error"), "on_long_prompt", ON_LONG_PROMPT)
     choice(cfg.get("progress", "auto"), "progress", ("auto", True, False, None))
     text(cfg.get("device", "auto"), "device")

@@ -7,7 +7,10 @@ so a plugin registers itself by being a file there (`specbench.methods`, `specbe
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 from specbench.common.errors import UserError
@@ -20,12 +23,38 @@ class UnknownNameError(UserError, KeyError):
         return str(self.args[0])
 
 
+class PluginError(UserError, ImportError):
+    """A plugin module does not import (a syntax error, an exception while it runs); the message names file and line."""
+
+
+def plugin_error(name: str, err: Exception) -> PluginError:
+    """The error for plugin module `name` whose import raised `err`: its file, line and what is wrong there."""
+    spec = importlib.util.find_spec(name)
+    file = spec.origin if spec is not None and spec.origin else name
+    if isinstance(err, SyntaxError):
+        where, what = f"{err.filename or file}, line {err.lineno}", f"{type(err).__name__}: {err.msg}"
+        code = (err.text or "").rstrip("\n")
+        if code.strip():
+            indent = len(code) - len(code.lstrip())
+            what += f"\n    {code.strip()}" + (f"\n    {' ' * (err.offset - 1 - indent)}^" if err.offset else "")
+    else:
+        lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if f.filename == file]
+        where, what = f"{file}{f', line {lines[-1]}' if lines else ''}", f"{type(err).__name__}: {err}"
+    return PluginError(f"{where}: {what}\nthe plugin module {name} cannot be imported (every module in "
+                       f"{Path(file).parent} is imported on the first lookup): fix it, or move it out of that folder")
+
+
 def import_package(package: str) -> list[str]:
     """Import every module of `package` (not sub-packages' modules); returns their names."""
     pkg = importlib.import_module(package)
     names = [f"{package}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
     for name in names:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except UserError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any error of a plugin file: named with its file and line
+            raise plugin_error(name, err) from err
     return names
 
 

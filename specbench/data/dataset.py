@@ -13,6 +13,11 @@ choice is explicit: a set folder is never bypassed for the hub and a hub failure
 to another set; a set that cannot be loaded fails with a `DataSourceError` naming the source it
 tried (a `NoLocalCopyError` when the folder is set but the set exists only online).
 
+A hub set follows the hub policy of models (specbench.common.hub.hub_source): the hub is asked once, without
+retries (an unreachable hub is remembered for the process); unreachable or with HF_HUB_OFFLINE set, the set is
+read from the local caches (the Hugging Face cache that `hf download --repo-type dataset <id>` fills, or the
+datasets cache of an earlier load) without a request, else the load fails at once with the download command.
+
 Rows are `Row`s that know where they came from (file and line, or hub set and row): a corrupt
 line, a byte that is not UTF-8, an empty file or a row missing a field its benchmark needs fails
 naming the file (or set), the 1-based line (or row) and the field, never with a bare KeyError.
@@ -20,6 +25,7 @@ naming the file (or set), the 1-based line (or row) and the field, never with a 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -27,7 +33,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from specbench.common.errors import UserError
 from specbench.common.options import BUDGET_KEY, OptionError, check_options, choice, integer, shown, text
@@ -74,7 +80,7 @@ class Evaluator:
         raise NotImplementedError
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
-        """Task metrics for one output; `score` is the headline number (None: not scored)."""
+        """Task metrics for one output: `score` (None: not scored), and where scored `reference` and `extracted`."""
         return {"score": None}
 
     def reference(self, example: Example) -> str | None:
@@ -101,9 +107,10 @@ def parse_shard(shard: str | None) -> tuple[int, int] | None:
     try:
         i, n = (int(s) for s in str(shard).split("/"))
     except ValueError:
-        raise ValueError(f"shard must look like 'i/n' (e.g. 0/4), got {shown(shard)}") from None
+        raise OptionError(f"shard must look like 'i/n' (e.g. 0/4), got {shown(shard)}") from None
     if not 0 <= i < n:
-        raise ValueError(f"shard {shard!r}: need 0 <= i < n")
+        raise OptionError(f"shard={shard}: need 0 <= i < n in shard=i/n (shard i of n, counted from 0: 0/4, 1/4, 2/4 "
+                          "and 3/4 are the 4 shards of 4)")
     return i, n
 
 
@@ -121,8 +128,8 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
         examples = examples[:limit]
     if s:
         if s[0] >= len(examples):
-            raise ValueError(f"shard={shard} selects no examples: there are only {len(examples)} to "
-                             f"share (after limit); use at most {len(examples)} shards")
+            raise OptionError(f"shard={shard} selects no examples: there are only {len(examples)} to "
+                              f"share (after limit); use at most {len(examples)} shards")
         examples = examples[s[0] :: s[1]]
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
@@ -136,6 +143,10 @@ class DataSourceError(UserError, RuntimeError):
 
 class NoLocalCopyError(DataSourceError):
     """A local data folder is set but the set (or the split asked for) has no local copy: it exists only online."""
+
+
+class HubSetUnavailable(DataSourceError):
+    """The hub (asked once) or HF_HUB_OFFLINE rules out a hub set and no local cache holds it."""
 
 
 @dataclass(frozen=True)
@@ -299,14 +310,103 @@ def read_local(path: Path) -> list[Row]:
     return parse_rows(data, str(path), name.endswith(".jsonl"))
 
 
-def load_hub(path: str, name: str | None, split: str | None, data_files: str | None) -> list[dict[str, Any]]:
-    """Rows of a hub dataset (or of `data_files` through a builder such as 'json') via datasets.load_dataset."""
+def hub_repo(path: str, data_files: str | None) -> tuple[str, str | None] | None:
+    """(hub dataset id, file in it or None) that load_hub reads: `path`, or the repository of `data_files` of the form
+    hf://datasets/<owner>/<name>/<file>; None for a local folder, other files or a name that is no hub id."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if data_files:
+        parts = data_files.removeprefix("hf://datasets/").split("/")
+        if not data_files.startswith("hf://datasets/") or len(parts) < 3:
+            return None
+        repo: tuple[str, str | None] = ("/".join(parts[:2]), "/".join(parts[2:]))
+    elif path.count("/") == 1 and not Path(path).exists():
+        repo = (path, None)
+    else:
+        return None
+    try:
+        validate_repo_id(repo[0])
+    except HFValidationError:  # a revision (name@rev) or an odd name: left to datasets
+        return None
+    return repo
+
+
+def in_datasets_cache(repo_id: str) -> bool:
+    """Has an earlier load left the hub set `repo_id` in the datasets cache (where datasets looks offline)?"""
+    from datasets import config
+    from datasets.naming import camelcase_to_snakecase
+
+    owner, name = repo_id.split("/")
+    root = Path(config.HF_DATASETS_CACHE) / f"{owner}___{camelcase_to_snakecase(name)}"
+    return any(p.is_dir() for p in root.glob("*/*/*"))  # <config>/<version>/<hash>, as datasets' cache lookup
+
+
+@contextlib.contextmanager
+def offline_mode() -> Iterator[None]:
+    """datasets and huggingface_hub in offline mode for the block: they read the local caches and make no request."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
+
+
+def load_cached(path: str, name: str | None, kwargs: dict[str, Any], repo_id: str, file: str | None) -> Any:
+    """The set from the local caches alone, without a request: `file` of the hub snapshot through the builder
+    `path`; else the datasets cache of an earlier load, then the snapshot folder (`hf download`)."""
     import datasets
+
+    from specbench.common.hub import HubUnavailable, cache_names, cached_snapshot
+
+    snapshot, tried = cached_snapshot(repo_id, "dataset"), []
+    with offline_mode():
+        if file is not None:
+            if snapshot is None or not (snapshot / file).is_file():
+                raise HubUnavailable(f"{file} of {repo_id} is not in {cache_names('dataset')}")
+            return datasets.load_dataset(path, name, **{**kwargs, "data_files": str(snapshot / file)})
+        for where, source in (("the datasets cache", path if in_datasets_cache(repo_id) else None),
+                              (f"the snapshot {snapshot}", snapshot and str(snapshot))):
+            if source is not None:
+                try:
+                    return datasets.load_dataset(source, name, **kwargs)
+                except Exception as err:  # noqa: BLE001 - e.g. another config or split cached: try the next
+                    tried.append(f"{where}: {type(err).__name__}: {err}")
+    raise HubUnavailable(f"{repo_id} (config {name}, split {kwargs['split']}) could not be read from "
+                         f"{cache_names('dataset')}: " + ("; ".join(tried) or "not there"))
+
+
+def load_hub(path: str, name: str | None, split: str | None, data_files: str | None) -> list[dict[str, Any]]:
+    """Rows of a hub dataset (or of `data_files` through a builder such as 'json') via datasets.load_dataset, after
+    hub_source asked the hub once (as for models); read from the local caches when the hub cannot be reached or
+    HF_HUB_OFFLINE is set. HubSetUnavailable, with the download command, when neither can supply it."""
+    import datasets
+
+    from specbench.common.hub import HubUnavailable, cached_snapshot, download_command, hub_source
 
     kwargs: dict[str, Any] = {"split": split or "train"}
     if data_files:
         kwargs["data_files"] = data_files
-    return datasets.load_dataset(path, name, **kwargs).to_list()
+    repo = hub_repo(path, data_files)
+    if repo is None:
+        return datasets.load_dataset(path, name, **kwargs).to_list()
+    repo_id, file = repo
+    snapshot = cached_snapshot(repo_id, "dataset")
+    cached = (snapshot is not None and (snapshot / file).is_file()) if file else (
+        snapshot is not None or in_datasets_cache(repo_id))
+    try:
+        if hub_source(repo_id, None, "dataset", cached) == "hub":
+            return datasets.load_dataset(path, name, **kwargs).to_list()
+        log.info("%s: reading the local caches (no request)", repo_id)
+        return load_cached(path, name, kwargs, repo_id, file).to_list()
+    except HubUnavailable as err:
+        command = download_command(repo_id, None, "dataset") + (f" {file}" if file else "")
+        raise HubSetUnavailable(f"{err}\nDownload it where the hub is reachable (later runs read the local cache):"
+                                f"\n  {command}") from None
 
 
 def load_url(url: str, timeout: float = 60.0) -> list[Row]:
@@ -342,6 +442,11 @@ def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]
     try:
         rows = load_url(source.url) if source.url else load_hub(source.hub, source.hub_config, source.hub_split,
                                                                 source.hub_files)
+    except HubSetUnavailable as err:  # the hub asked once (or HF_HUB_OFFLINE) and no local cache holds the set
+        local = (f"Or set dataset.data_dir / ${DATA_DIR_ENV} to a folder holding {source.local}" if source.local
+                 else "This set has no local copy for dataset.data_dir")
+        raise HubSetUnavailable(f"{source.label}: could not load {source.hub_name()} from the Hugging Face hub: "
+                                f"{err}\n{local}") from err
     except DataSourceError:  # the download worked but its content is not rows: already names the URL and line
         raise
     except Exception as err:  # datasets and urllib raise many types (connection, not found, offline mode)

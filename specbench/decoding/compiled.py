@@ -79,11 +79,11 @@ def forward_static(model: PreTrainedModel, call: Any, cache: StaticCache, ids: t
         layer.cumulative_length.fill_(start)
     if K is None or not cache.is_initialized:
         pos = torch.arange(start, start + k, device=ids.device)[None]
-        return model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True).logits
+        return model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True).logits
     pos = torch.arange(start, start + K, device=ids.device)[None]
     padded = ids.new_zeros((1, K))  # a fresh [1, K] tensor: a view of the buffer would carry its stride into the
     padded[:, :k] = ids             # graph's guards and recompile for every buffer width
-    out = call(input_ids=padded, position_ids=pos, past_key_values=cache, use_cache=True)
+    out = call(input_ids=padded, position_ids=pos, cache=cache, use_cache=True)
     return out.logits[:, :k].clone()  # a copy: CUDA graphs reuse their output buffers
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -202,6 +202,23 @@ class Method:
         """For `external` methods: decode prompt_ids [P] with another loop, stopping by `stop` (the engine's
         specbench.decoding.stopping.StopCriteria), and return a specbench.decoding.engine.Generation."""
         raise NotImplementedError(f"method {self.name!r} is not external")
+
+
+def check_option(name: str, check: Callable[..., Any], value: Any, key: str, **limits: Any) -> Any:
+    """`value` of option `key` of method `name` through `check` (options.real, integer, ...), the error naming both."""
+    from specbench.common.options import OptionError
+
+    try:
+        return check(value, f"method.{key}", **limits)
+    except OptionError as err:
+        raise OptionError(f"{err} (method {name!r})") from None
+
+
+def option_error(name: str, message: str) -> Exception:
+    """The error of method `name`'s options that `message` describes (naming each key as method.<key>)."""
+    from specbench.common.options import OptionError
+
+    return OptionError(f"{message} (method {name!r})")
 
 
 def check_gamma(name: str, gamma: int, key: str = "gamma") -> int:

@@ -56,7 +56,7 @@ class SamplingParams:
 
 
 class Sampler:
-    """Turns raw logits [n, V] into token choices and distributions for one decode setting."""
+    """Turns raw logits [..., V] into token choices and distributions for one decode setting."""
 
     def __init__(self, params: SamplingParams, vocab_size: int) -> None:
         self.params = params
@@ -65,12 +65,16 @@ class Sampler:
         self._dummy_ids = torch.zeros((1, 1), dtype=torch.long)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Processed sampling distribution [n, V] from logits [n, V_model] (float32)."""
+        """Processed sampling distribution [..., V] from logits [..., V_model] ([n] or [B, positions] lead), float32."""
         logits = logits[..., : self.vocab_size].float()
         if self.params.greedy:
             return torch.softmax(logits, dim=-1)  # statistics only: softmax at T=1
         if self._warpers:
-            logits = self._warpers(self._dummy_ids.expand(logits.shape[0], 1), logits)
+            # the warpers take scores [N, V] (top-p scatters its mask along dim 1): one row per leading index,
+            # each row warped alone, so flattening the leading dims and restoring them changes no row's result
+            flat = logits.reshape(-1, logits.shape[-1])  # [N, V], N = prod(leading dims)
+            flat = self._warpers(self._dummy_ids.expand(flat.shape[0], 1), flat)
+            logits = flat.reshape(logits.shape)
         return torch.softmax(logits, dim=-1)
 
     def pick(self, probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -15,8 +15,14 @@ iteration of a generation is left out: its forwards include the prompt. Then
 over the run's iterations (a ratio of sums: tokens per second against ar's 1 / c_target(1)). With one
 w and c_target(w+1) = c_target(1) = 1 / c this is Leviathan's (1 - alpha^{w+1}) / ((1 - alpha)(w c + 1)).
 c_target(k) is the mean verify time of the iterations that verified k tokens; c_draft the draft seconds
-per drafted token. A run that never verified one token (e.g. vanilla without a short last block) has no
-c_target(1): the runner measures it then with a short `ar` calibration decode (runner.calibrate_target_1).
+per drafted token. At batch_size B > 1 a row's seconds are those of the batch's calls (a row that verified
+k tokens shared a call as wide as the batch's widest), so c_target(1), ar's cost per token of each row,
+must be a call over B rows verifying one token each: it is always taken from a calibration at B, never from
+the rows. At B = 1 c_target(1) comes from the rows' one-token verifies where there are any; a run that never
+verified one token (e.g. vanilla without a short last block) takes it from the calibration. The
+calibration is a short `ar` decode at the run's batch size (runner.calibrate_target_1), measured once per
+set of repeats and recorded in the run folder (specbench.runs.measurements), so recomputing a summary from
+the same rows gives the same prediction.
 """
 
 from __future__ import annotations
@@ -83,15 +89,25 @@ def expected_tokens(alpha: list[float], w: int) -> float:
     return total
 
 
-def call_costs(stats: dict[str, Any], target_1: float | None = None) -> dict[str, Any]:
-    """{"target_1": s, "target_by_width": {"w+1": s}, "draft_per_token": s}: mean seconds of a target call by
-    the tokens it verified, and draft seconds per drafted token; target_1 from the stats when observed, else
-    the `target_1` given (a calibration)."""
+def call_costs(stats: dict[str, Any], target_1: float | None = None, batch_size: int = 1) -> dict[str, Any]:
+    """{"batch_size": B, "target_1": s, "target_1_from": "rows" | "calibration" | None, "target_by_width":
+    {"w+1": s}, "draft_per_token": s}: mean seconds of a target call by the tokens a row verified, draft seconds
+    per drafted token, and target_1 from the stats when B = 1 and observed, else the `target_1` given (a
+    calibration at B)."""
     n = stats["iterations"]
     by_width = {str(int(w) + 1): stats["verify_s"][w] / n[w] for w in sorted(n, key=int)}
     drafted = sum(int(w) * k for w, k in n.items())
-    return {"target_1": by_width.get("1", target_1), "target_by_width": by_width,
-            "draft_per_token": sum(stats["draft_s"].values()) / drafted if drafted else None}
+    observed = by_width.get("1") if batch_size == 1 else None  # at B > 1 a row's one-token verify shared a wider call
+    return {"batch_size": batch_size, "target_1": observed if observed is not None else target_1,
+            "target_1_from": "rows" if observed is not None else "calibration" if target_1 is not None else None,
+            "target_by_width": by_width,
+            "draft_per_token": sum(stats["draft_s"][w] for w in by_key(stats["draft_s"])) / drafted if drafted
+            else None}
+
+
+def by_key(counts: dict[str, Any]) -> list[str]:
+    """A per-width dict's keys in numeric order: sums over them do not depend on the order rows listed them."""
+    return sorted(counts, key=int)
 
 
 def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | None:
@@ -100,6 +116,6 @@ def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | N
     if not n or c1 is None or cd is None:
         return None
     alpha = alphas(stats)
-    tokens = sum(k * expected_tokens(alpha, int(w)) for w, k in n.items())
-    seconds = sum(k * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)]) for w, k in n.items())
+    tokens = sum(n[w] * expected_tokens(alpha, int(w)) for w in by_key(n))
+    seconds = sum(n[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)]) for w in by_key(n))
     return tokens / seconds * c1 if seconds else None

@@ -81,7 +81,7 @@ class ModelState:
             ids, extra, width = self.block(buf, upto)
         if layers:
             extra["output_hidden_states"] = True
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep, **extra)
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
         if layers:
             self.hidden = torch.stack([out.hidden_states[k][:, -keep:] for k in layers])
         sync(self.device)

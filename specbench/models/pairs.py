@@ -9,7 +9,7 @@ with the same pair reuse the models.
 
 Before any `from_pretrained` of a hub id that is not a local folder, the pair's models are looked up
 in the local Hugging Face cache; one missing there fails at once when HF_HUB_OFFLINE is set, and
-otherwise after one request to the hub (no retries; specbench.models.hub) that cannot supply it. The
+otherwise after one request to the hub (no retries; specbench.common.hub) that cannot supply it. The
 one error per pair names every missing model, the command that downloads it with the installed
 huggingface_hub, the gated-licence and token hints, and the GPU memory the pair needs (pair_needs).
 """
@@ -25,8 +25,9 @@ from typing import Any, Callable
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specbench.common.errors import UserError
 from specbench.common.registry import Registry
-from specbench.models.hub import ModelUnavailable, check_hub_id, hub_source, pretrained, unavailable
+from specbench.common.hub import ModelUnavailable, check_hub_id, hub_source, pretrained, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -221,15 +222,20 @@ def load_tokenizer(path: str, revision: str | None = None, source: str | None = 
     return pretrained(AutoTokenizer.from_pretrained, path, revision, source)
 
 
+class VocabularyMismatch(UserError, ValueError):
+    """Target and draft tokenizers differ in a pair not marked cross_tokenizer; the message names both models."""
+
+
 def check_vocab(target_name: str, tok_t: PreTrainedTokenizerBase, draft_name: str,
                 tok_d: PreTrainedTokenizerBase) -> None:
     """Raise unless target and draft tokenizers map the same strings to the same ids."""
     if tok_t.get_vocab() != tok_d.get_vocab():
-        raise ValueError(
+        raise VocabularyMismatch(
             f"target {target_name!r} (vocabulary {len(tok_t)}) and draft {draft_name!r} "
             f"(vocabulary {len(tok_d)}) do not share a tokenizer vocabulary; speculative decoding "
             "here needs one vocabulary, except method=uag (and hf_assisted), which re-tokenize the drafts: "
-            "for them, mark the pair config with cross_tokenizer: true"
+            "for them, mark the pair config with cross_tokenizer: true (pair.cross_tokenizer=true); other methods "
+            "need a draft of the target's tokenizer"
         )
 
 

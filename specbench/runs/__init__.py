@@ -1,1 +1,1 @@
-"""Run bookkeeping: the runner, results folders, provenance, merging shards, SLURM and wandb."""
+"""Run bookkeeping: the runner, the run identity, results folders, provenance, merging shards, SLURM and wandb."""

@@ -1,9 +1,11 @@
 """Where runs lie: one leaf folder per run, `<results>/<pair>/<dataset>/<method>/<decode>/<leaf>`.
 
 conf/config.yaml builds the folders with the OmegaConf resolvers registered on import of this module:
-- `specbench.leaf`: the run's overrides (Hydra's override_dirname) as one folder name, `default` when
-  there are none, so a run with overrides is never nested inside the default run's folder; a '/' in a
-  value would nest folders, so a shard `i/n` reads `iofn` and any other '/' (a path, a model id) `--`.
+- `specbench.leaf` (`${specbench.leaf:}`, no argument): the overrides that name the run's folder
+  (specbench.runs.identity.folder_overrides: no path group, resumable key or key at its default value) as
+  one folder name (`leaf`), `default` when there are none, so a run with overrides is never nested inside
+  the default run's folder; a '/' in a value would nest folders, so a shard `i/n` reads `iofn` and any
+  other '/' (a path, a model id) `--`.
 - `specbench.under`: a path below a base folder unless it is absolute (os.path.join). A sweep's own
   folder is `<results>/.sweeps/<start time>/` (its multirun.yaml and submitit logs, kept per sweep);
   its jobs' sub-folder is their `hydra.run.dir` made absolute, which os.path.join puts in place of the
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from specbench.runs.identity import folder_overrides
 from specbench.runs.results import CONFIG, LOCK, FolderLocked, folder_lock
 
 DEFAULT_LEAF = "default"  # the leaf of a run without overrides (an override name always holds '=')
@@ -50,6 +53,11 @@ def leaf(override_dirname: str) -> str:
     return short + ("," + shard.group(0).lstrip(",") if shard else "")
 
 
+def run_leaf(*, _root_: DictConfig) -> str:
+    """The `specbench.leaf` resolver: the `leaf` of the overrides that name the folder of the config it is in."""
+    return leaf(",".join(folder_overrides(_root_)))
+
+
 def unsharded(name: str) -> str | None:
     """The leaf of the same overrides without `shard=iofn` (None unless the name holds exactly one)."""
     rest, hits = SHARD_ITEM.subn("", name)
@@ -63,7 +71,7 @@ def under(base: str, path: str) -> str:
 
 def register_resolvers() -> None:
     """Register `specbench.leaf` and `specbench.under` (conf/config.yaml's folder names) with OmegaConf."""
-    OmegaConf.register_new_resolver("specbench.leaf", leaf, replace=True)
+    OmegaConf.register_new_resolver("specbench.leaf", run_leaf, replace=True)
     OmegaConf.register_new_resolver("specbench.under", under, replace=True)
 
 

@@ -8,7 +8,7 @@ shard i holds examples i, i+n, i+2n, ... of the dataset's fixed order), e.g.
     python -m specbench.runs.merge SHARD_DIR ... [--out DIR]       # exactly these shards
 
 A shard group is the finished run folders whose configs are equal except for `shard` and
-the keys a resumed run may change (specbench.runs.results.RESUMABLE_KEYS; `limit` must be
+the keys a resumed run may change (the run identity, specbench.runs.identity; `limit` must be
 equal). A group is merged only when it is complete: every shard 0..n-1 present exactly once, each
 finished (its summary counts all its rows), no example id in two shards, and shard sizes those of
 a round-robin split. Anything else is refused with the reason, and nothing is written for it.
@@ -41,13 +41,11 @@ from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
 from specbench.common.configs import differing
 from specbench.runs.layout import unsharded
-from specbench.runs.results import RESUMABLE_KEYS, without_keys
+from specbench.runs.identity import identity as run_identity
 from specbench.common.files import write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
-
-IGNORED = {k for k in RESUMABLE_KEYS if k != ("limit",)} | {("shard",)}
 
 
 class MergeError(ValueError):
@@ -85,8 +83,8 @@ def load_shard(run_dir: Path) -> Shard:
 
 
 def identity(config: dict) -> dict:
-    """The config without the shard and the keys that do not change rows (limit kept)."""
-    return without_keys(config, IGNORED)
+    """What a shard group shares: the run identity (specbench.runs.identity) without the shard, `limit` kept."""
+    return run_identity(config, drop={("shard",)}, keep={("limit",)})
 
 
 def config_diff(a: dict, b: dict) -> list[str]:

@@ -5,15 +5,19 @@ A mistyped option key of the method or the dataset would otherwise get Hydra's a
 finds every `method.<key>` / `dataset.<key>` override (with or without `+` / `++`) whose key the chosen
 method or dataset does not accept, for each choice the command runs (a sweep's values, an
 experiment's sweep parameters, else the composed default), and fails listing the valid keys: the
-config node's own keys and the options of the class it builds (its constructor's parameters). Any
-other problem with the overrides is left to Hydra, which reports it itself.
+config node's own keys and the options of the class it builds (its constructor's parameters).
+`check_top_level_keys`, called first, does the same for a top-level key no config has (`limt=5`, which
+Hydra would advise to write `+limt=5`, a run that ignores it). Any other problem with the overrides is left
+to Hydra, which reports it itself.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -23,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from specbench.common.configs import compose_config
 from specbench.common.files import CONF_DIR
-from specbench.common.options import init_options, unknown_options
+from specbench.common.options import OptionError, init_options, unknown_options
 from specbench.common.registry import UnknownNameError
 from specbench.data.dataset import NAME_KEYS, SELECTION_KEYS, evaluator_class
 from specbench.decoding.method import METHODS
@@ -31,6 +35,9 @@ from specbench.decoding.method import METHODS
 log = logging.getLogger(__name__)
 
 GROUPS = ("method", "dataset")  # the config groups whose keys are the options of a registered class
+# Hydra's flags that compose another primary config or search other config folders: top-level keys not checked
+CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir")
+SELECTED = re.compile(r"oc\.select:\s*([A-Za-z_]\w*)")  # ${oc.select:slurm.partition,null}: a key a config reads if set
 
 
 def valid_keys(group: str, node: dict[str, Any]) -> set[str]:
@@ -62,13 +69,16 @@ def choices_of(line: str) -> list[str]:
 
 
 def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> None:
-    """Fail, listing the valid keys, for a method or dataset option key (`method.gama=3`, `+dataset.nn=5`) that
-    the chosen method or dataset does not accept; every other override is left to Hydra."""
+    """Fail, listing the valid keys, for an unknown top-level key (check_top_level_keys) or a method or dataset
+    option key (`method.gama=3`, `+dataset.nn=5`) that the chosen method or dataset does not accept; every other
+    override is left to Hydra."""
     lines = [a for a in args if "=" in a and not a.startswith("-")]
     try:
         parsed = OverridesParser.create().parse_overrides(lines)
     except HydraException:
         return  # Hydra reports the syntax error
+    if not any(a.split("=")[0] in CONFIG_FLAGS for a in args):
+        check_top_level_keys(lines, parsed, config_dir)
     keyed = {line: o.key_or_group.split(".") for line, o in zip(lines, parsed)
              if o.key_or_group.split(".")[0] in GROUPS and "." in o.key_or_group and not o.is_delete()}
     if not keyed:
@@ -95,3 +105,78 @@ def check_node(group: str, node: dict[str, Any], given: list[tuple[str, str]]) -
     if bad:
         shown = f" ({', '.join(line for line, _ in bad)})"
         raise unknown_options(f"{group} {node['name']!r}", sorted({k for _, k in bad}), valid - set(NAME_KEYS), shown)
+
+
+def is_group(loader: Any, key: str) -> bool:
+    """Is `key` (pair, hydra/launcher) a config group of the loader's search path?"""
+    parent, _, name = key.rpartition("/")
+    return name in loader.list_groups(parent)
+
+
+def selected_keys(config_dir: Path) -> set[str]:
+    """The top-level keys the config files read only when set (`${oc.select:slurm.partition,null}`)."""
+    return {m for f in Path(config_dir).rglob("*.yaml") for m in SELECTED.findall(f.read_text())}
+
+
+def choice_values(loader: Any, o: Override) -> list[str]:
+    """The choices of one group override: a sweep's values (a glob: every option of the group), else its one."""
+    try:
+        return values(o)
+    except (HydraException, TypeError, ValueError):
+        return loader.get_group_options(o.key_or_group)
+
+
+def composed_keys(loader: Any, groups: list[Override]) -> set[str]:
+    """The top-level keys of the config composed with the group overrides, once per value of a swept group."""
+    from hydra import compose
+
+    fixed = [f"{o.get_key_element()}={o.value()}" for o in groups if not o.is_sweep_override()]
+    runs = [fixed] + [[*fixed, f"{o.get_key_element()}={v}"] for o in groups if o.is_sweep_override()
+                      for v in choice_values(loader, o)]
+    return {k for overrides in runs for k in compose("config", overrides=overrides)}
+
+
+def check_top_level_keys(lines: list[str], parsed: list[Override], config_dir: Path = CONF_DIR) -> None:
+    """Fail, listing the valid top-level keys, for an override (+, ++, a sweep's) of a top-level key no config has."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    primary = OmegaConf.load(Path(config_dir) / "config.yaml")
+    quick = set(primary) - {"defaults"}
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        top_groups = set(loader.list_groups(""))
+        keyed, groups = [], []
+        for line, o in zip(lines, parsed):
+            key = o.key_or_group
+            if key.split("/")[0].split(".")[0] == "hydra" or o.is_delete():
+                continue  # Hydra's own keys and groups; a deleted key Hydra reports itself
+            (groups if is_group(loader, key) else keyed).append((line, o))
+        unknown = [(line, o.key_or_group.split(".")[0]) for line, o in keyed
+                   if o.key_or_group.split(".")[0] not in quick | top_groups]
+        if not unknown:
+            return
+        try:
+            keys = composed_keys(loader, [o for _, o in groups])
+        except (HydraException, OmegaConfBaseException) as err:  # a bad group choice: Hydra reports it
+            log.debug("top-level keys not checked: %s", err)
+            return
+    valid = (keys | selected_keys(config_dir) | quick) - top_groups - {"hydra"}
+    bad = [(line, key) for line, key in unknown if key not in valid | top_groups]
+    if bad:
+        raise unknown_top_level(bad, valid, top_groups - {"hydra"})
+
+
+def unknown_top_level(bad: list[tuple[str, str]], valid: Iterable[str], groups: Iterable[str]) -> OptionError:
+    """The error for (line, top-level key) pairs: a close match for each, the valid keys and the config groups."""
+    names = sorted({key for _, key in bad})
+    groups = [*sorted(groups), "hydra/launcher"]
+    known = {name.rpartition("/")[2]: name for name in [*groups, *sorted(valid)]}  # launcher -> hydra/launcher
+    close = {k: [known[m] for m in difflib.get_close_matches(k, list(known), n=1)] for k in names}
+    hints = [m[0] if len(names) == 1 else f"{m[0]} for {k}" for k, m in close.items() if m]
+    return OptionError(
+        f"unknown top-level key{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))} "
+        f"({', '.join(line for line, _ in bad)}): no config reads {'them' if len(names) > 1 else 'it'}"
+        f"{'; did you mean ' + ', '.join(hints) + '?' if hints else '.'} Valid top-level keys: "
+        f"{', '.join(sorted(valid))}; config groups (group=name): {', '.join(groups)}; and hydra.* "
+        f"(python run.py --help lists them all)")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from specbench.common.files import ROOT
-from specbench.models.hub import cached_config
+from specbench.common.hub import cached_config
 
 PACKAGES = ["specbench", "torch", "transformers", "accelerate", "datasets", "hydra-core", "omegaconf",
             "tokenizers", "numpy", "scipy", "pandas", "scikit-learn", "lm-eval"]

@@ -7,7 +7,9 @@ there while a reopening writer cuts the file back to it (a write that fails cuts
 trailing partial line (a crash of a version that wrote no marker) is cut off too. Rows are unique by id
 on read: a file holding an id twice (two writers on one folder, before the folder lock existed) reads as
 its first row of each id. JSON files such as summary.json are written to a temporary file of a unique
-name and renamed, so they are either the old or the new version.
+name and renamed, so they are either the old or the new version; the temporary files of a writer killed
+before its rename are removed by the folder's next writer (folder_lock). A full disk or a folder that may
+not be written fails with FolderNotWritable, naming the folder and what to do.
 
 One writer per folder: `folder_lock` holds an exclusive flock on `<folder>/.lock` for the whole
 run (specbench.runs.runner.run takes it for every task, specbench.runs.merge for its output folder). The
@@ -31,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench.common.errors import UserError
-from specbench.common.files import write_json_atomic
+from specbench.common.files import FULL, remove_temporaries, write_json_atomic, writing
+from specbench.runs import identity
 
 log = logging.getLogger(__name__)
 
@@ -40,44 +43,15 @@ PENDING = ".rows.pending"  # while a batch of rows is appended: rows.jsonl's siz
 LOCK = ".lock"
 LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
 
-# Config keys that may change between a run and its resumption without changing any row: the run identity
-# (the runner's resume check, the report's run setting, specbench.runs.merge) is the config without them,
-# and a run folder's name leaves out exactly these keys and those the path names (conf/config.yaml's
-# hydra.job.config.override_dirname.exclude_keys; tests/test_config.py checks that the two agree).
-# `task` is always `bench` for a benchmark run (folders written before the task group existed lack it);
-# logger / slurm / paths: where results are sent, where jobs run and where folders lie (a drafter folder
-# reaches the rows through method.drafter, which stays in the identity); wait_for_lock,
-# resume_any_version: how a run treats a busy folder or rows of another code version.
-# repeats, remeasure: how many timing repeats a run holds and whether to start a new set of them.
-RESUMABLE_KEYS = {("limit",), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
-                  ("logger",), ("slurm",), ("paths",), ("wait_for_lock",), ("resume_any_version",),
-                  ("repeats",), ("remeasure",)}
+# The run identity (the keys a resumed run may change, and the keys older folders lack) is defined in
+# specbench.runs.identity; these names stay importable from here.
+RESUMABLE_KEYS = identity.RESUMABLE_KEYS
+with_defaults = identity.with_defaults
 
 
-# Top-level keys that joined the run identity after run folders existed, with the value a config without
-# them ran at (a folder written before `batch_size` decoded one example at a time): at that value they are
-# left out of an identity, so such a folder and a new one at that value are the same run.
-IDENTITY_DEFAULTS = {"batch_size": 1}
-
-
-def with_defaults(config: dict) -> dict:
-    """The config with the IDENTITY_DEFAULTS it lacks filled in (how an identity's differences are shown)."""
-    return {**IDENTITY_DEFAULTS, **config}
-
-
-def without_keys(config: dict, paths: set[tuple[str, ...]] = RESUMABLE_KEYS) -> dict:
-    """A deep copy of the config with the keys at `paths` (e.g. ("limit",)) removed, and the IDENTITY_DEFAULTS
-    at their default value."""
-    out = json.loads(json.dumps(config, default=str))
-    for key, value in IDENTITY_DEFAULTS.items():
-        if key in out and type(out[key]) is type(value) and out[key] == value:
-            del out[key]
-    for path in paths:
-        node = out
-        for k in path[:-1]:
-            node = node.get(k) or {}
-        node.pop(path[-1], None)
-    return out
+def without_keys(config: dict) -> dict:
+    """The run identity of a resolved config (specbench.runs.identity.identity): what the resume check compares."""
+    return identity.identity(config)
 
 
 SUMMARY = "summary.json"
@@ -163,8 +137,9 @@ class RowWriter:
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / ROWS
         self.pending = Path(run_dir) / PENDING
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._repair()
+        with writing(self.path.parent):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._repair()
         self.rows = read_rows(self.path)
         self.done = {row_key(r) for r in self.rows}
 
@@ -200,7 +175,7 @@ class RowWriter:
         data = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in rows)
         write_json_atomic(self.pending, {"size": self.path.stat().st_size if self.path.exists() else 0})
         try:
-            with open(self.path, "a") as f:
+            with writing(self.path.parent), open(self.path, "a") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -249,10 +224,11 @@ def _holder() -> bytes:
 
 def _try_lock(run_dir: Path) -> int | None:
     """An fd holding the exclusive lock of run_dir/.lock, or None while another process holds it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with writing(run_dir):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except FileNotFoundError:  # the folder was removed after mkdir (see folder_lock's clean-up): again
         return _try_lock(run_dir)
     try:
@@ -269,8 +245,14 @@ def _try_lock(run_dir: Path) -> int | None:
     if not same:
         os.close(fd)
         return _try_lock(run_dir)
-    os.ftruncate(fd, 0)
-    os.write(fd, _holder())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, _holder())
+    except OSError as err:  # a full disk: the flock holds all the same, without its holder's name
+        if err.errno not in FULL:
+            os.close(fd)
+            raise
+        log.warning("%s: cannot write this run's name into the lock file (%s)", path, err.strerror)
     return fd
 
 
@@ -279,8 +261,10 @@ def folder_lock(run_dir: Path, timeout: float | None = 0.0) -> Iterator[None]:
     """Hold the exclusive lock of run_dir (created if missing) while the block runs: one writer per folder.
 
     A busy folder raises FolderLocked naming the holder at once (timeout 0), after `timeout` seconds,
-    or never (timeout None: wait). A folder this call created and left holding only the lock file is
-    removed again, so a run refused before writing anything leaves nothing behind.
+    or never (timeout None: wait). Once held, the temporary files of writers killed before their rename
+    (`.summary.json.<uuid>.tmp`, `..rows.pending.<uuid>.tmp`, ...) are removed from the folder. A folder
+    this call created and left holding only the lock file is removed again, so a run refused before
+    writing anything leaves nothing behind.
     """
     run_dir = Path(run_dir)
     created = not run_dir.exists()
@@ -299,6 +283,7 @@ def folder_lock(run_dir: Path, timeout: float | None = 0.0) -> Iterator[None]:
             told = True
         time.sleep(LOCK_POLL_S if left is None else min(LOCK_POLL_S, left))
     try:
+        remove_temporaries(run_dir, below=("traces",))  # the one writer now: killed writers' temporary files
         yield
     finally:
         try:

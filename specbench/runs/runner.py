@@ -16,26 +16,27 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.runs import provenance
+from specbench.runs import measurements, provenance
 from specbench.runs import wandb_log
 from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
 from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
+from specbench.common.errors import UserError
 from specbench.common.options import (check_mandatory, check_options, check_run_settings, engine_compile, integer,
-                                      max_new_tokens, real, threads_setting)
+                                      max_new_tokens, real, stop_strings, threads_setting)
 from specbench.models.pairs import Pair, check_cross_tokenizer, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.common.aggregate import repeat_spread
 from specbench.runs.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows,
-                                     with_defaults, without_keys)
+                                     read_rows, with_defaults, without_keys)
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import SamplingParams
-from specbench.runs.traces import write_trace
+from specbench.runs.traces import trace_path, write_trace
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +186,19 @@ def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings
     return Engine(method, stop_strings, compile)
 
 
+class PromptTooLong(UserError, ValueError):
+    """A prompt does not fit the model context and on_long_prompt=error; the message names the example."""
+
+
 def fit_prompt(ids: list[int], context: int | None, max_new: int, on_long: str, where: str
                ) -> tuple[list[int], int | None]:
     """The prompt ids [P] if they fit the context; else an error, or its last tokens when truncating."""
     if context is None or len(ids) < context:
         return ids, None
     if on_long == "error":
-        raise ValueError(f"{where}: the prompt has {len(ids)} tokens but the model context is {context}; "
-                         "set on_long_prompt=truncate to keep its last tokens")
+        raise PromptTooLong(f"{where}: the prompt has {len(ids)} tokens but the model context is {context} (the "
+                            "models' max_position_embeddings) and on_long_prompt=error; set on_long_prompt=truncate "
+                            "to keep its last tokens, or select other examples (limit, shard)")
     keep = max(1, context - max_new) if context > max_new else context // 2
     return ids[-keep:], len(ids)
 
@@ -324,31 +330,64 @@ def start_repeat(method: Method, initial: dict | None, rows: list[dict], repeat:
     restore_carried(method, [r for r in rows if r.get("repeat", 0) == repeat], run_dir)
 
 
-def calibrate_target_1(job: Job, ex: Example, tokens: int = 32) -> float:
-    """Median seconds of a one-token target forward: `ar` decoding `tokens` tokens of `ex` twice (the first
-    a warm-up; each generation's first iteration, the prompt's, left out), for runs that never verified a
-    single token."""
+def calibrate_target_1(job: Job, examples: list[Example], tokens: int = 32) -> dict[str, Any]:
+    """Median seconds of a target call verifying one token per row: `ar` decoding `tokens` tokens of `examples`
+    together (a batch of the run's size) twice, the first a warm-up; only the iterations every row took part
+    in, each generation's first (the prompts') left out. Returns the fields of a `target_1` record
+    (specbench.runs.measurements)."""
     engine = make_engine(job.pair, build_method({"name": "ar"}), job.method.bound.params, (), job.engine.compile)
-    ids, _ = fit_prompt(job.encode(ex, []), engine.context_length, tokens, job.on_long, f"example {ex.id!r}")
-    engine.generate(ids, tokens)
-    records = engine.generate(ids, tokens).records
-    return median(r.verify_s for r in records[1:] or records)  # an EOS at once leaves only the prompt's
+    prompts = [fit_prompt(job.encode(ex, []), engine.context_length, tokens, job.on_long, f"example {ex.id!r}")[0]
+               for ex in examples]
+    engine.generate_batch(prompts, tokens)
+    gens = engine.generate_batch(prompts, tokens)
+    together = min(len(g.records) for g in gens)  # iterations 0..together-1 ran over every row
+    seconds = [gens[0].records[i].verify_s for i in range(1, together)] or [gens[0].records[0].verify_s]  # EOS at once
+    return {"seconds": median(seconds), "rows": len(examples), "examples": [ex.id for ex in examples],
+            "tokens": tokens, "calls": len(seconds)}
 
 
-def speedup_summary(job: Job, rows: list[dict], example: Example | None) -> dict[str, Any]:
+def recorded_target_1(job: Job, examples: list[Example], run_dir: Path, measure_from: int, batch_size: int
+                      ) -> float | None:
+    """The calibrated target_1 of the set `measure_from` at `batch_size`, read from the folder's measurements;
+    measured (calibrate_target_1 on the first batch's examples) and recorded the first time only."""
+    record = measurements.target_1(run_dir, measure_from, batch_size)
+    if record is None and examples:
+        record = measurements.append(run_dir, {"kind": "target_1", "measure_from": measure_from,
+                                               "batch_size": batch_size, "device": str(job.engine.device),
+                                               "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                               **calibrate_target_1(job, examples[:batch_size])})
+        log.info("%s: target_1 calibrated at batch_size %d: %.3g s per call (recorded in %s)", run_dir, batch_size,
+                 record["seconds"], measurements.MEASUREMENTS)
+    return None if record is None else record["seconds"]
+
+
+def speedup_summary(job: Job, rows: list[dict], examples: list[Example], run_dir: Path, measure_from: int,
+                    batch_size: int) -> dict[str, Any]:
     """`call_costs` and `predicted_speedup` of a drafting run from its rows' call_stats (null for ar and
-    draft_only, or rows without call_stats); a target_1 the rows never observed is calibrated.
+    draft_only, or rows without call_stats) and, for a target_1 the rows cannot give, the folder's calibration.
 
-    At batch_size > 1 the rows' call times are those of batched calls, so c_target / c_draft are the costs
-    of a call over the batch, not of one sequence's (target_1, when calibrated, is a one-row call's).
+    At batch_size > 1 the rows' call times are those of batched calls, so c_target / c_draft are the costs of a
+    call over the batch, and target_1 is a calibrated call over a batch of that size (speedup.call_costs).
+    Everything comes from what the folder recorded: the same rows give the same numbers on every resume.
     """
     stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
     if not job.method.uses_draft or not stats["iterations"]:
         return {"call_costs": None, "predicted_speedup": None}
-    costs = speedup.call_costs(stats)
-    if costs["target_1"] is None and example is not None:
-        costs = speedup.call_costs(stats, calibrate_target_1(job, example))
+    costs = speedup.call_costs(stats, None, batch_size)
+    if costs["target_1"] is None:
+        costs = speedup.call_costs(stats, recorded_target_1(job, examples, run_dir, measure_from, batch_size),
+                                   batch_size)
     return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs)}
+
+
+def recorded_processes(run_dir: Path, measure_from: int, decoded: int, device: torch.device) -> dict[str, Any]:
+    """The summary's peak memory and `finished` from the set's `process` records (specbench.runs.measurements),
+    this process's appended first when it decoded rows or the set has none yet (a folder of an older version)."""
+    if decoded or not measurements.processes(run_dir, measure_from):
+        measurements.append(run_dir, {"kind": "process", "measure_from": measure_from, "decoded": decoded,
+                                      **provenance.peak_memory(device),
+                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return measurements.peak_and_finished(measurements.processes(run_dir, measure_from))
 
 
 def missing(writer: RowWriter, batch: Batch) -> list[Example]:
@@ -356,11 +395,25 @@ def missing(writer: RowWriter, batch: Batch) -> list[Example]:
     return [ex for ex in batch.examples if not writer.has(ex.id, batch.repeat)]
 
 
-def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path) -> list[dict[str, Any]]:
+def untraced(writer: RowWriter, batch: Batch, run_dir: Path) -> dict[str, dict]:
+    """The rows of `batch` the folder holds without their trace (a run without trace=true wrote them), by id."""
+    ids = {ex.id for ex in batch.examples
+           if writer.has(ex.id, batch.repeat) and not trace_path(run_dir, ex.id, batch.repeat).exists()}
+    return {r["id"]: r for r in writer.rows if ids and r["id"] in ids and r.get("repeat", 0) == batch.repeat}
+
+
+def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path,
+               retrace: dict[str, dict] | None = None) -> list[dict[str, Any]]:
     """Decode `batch` whole; the rows of its examples whose id is `wanted` (their traces written first with
-    trace=true)."""
+    trace=true), and the traces of the rows in `retrace` (in the folder without one; the rows are kept)."""
     rows = []
     for ex, (g, info) in zip(batch.examples, decode_batch(job, batch.examples, job.trace)):
+        if ex.id in (retrace or {}):
+            write_trace(run_dir, ex.id, g.records, batch.repeat)
+            if list(retrace[ex.id].get("token_ids") or []) != list(g.token_ids):
+                log.warning("%s: example %r (repeat %d) decoded again for its trace gave other tokens than its row "
+                            "(%d new tokens, the row %d): the trace is not of the row's decode", run_dir, ex.id,
+                            batch.repeat, len(g.token_ids), len(retrace[ex.id].get("token_ids") or []))
         if ex.id not in wanted:
             continue
         if job.trace:
@@ -418,6 +471,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     check_cross_tokenizer(c["pair"], method.name, "draft" in method.roles, method.cross_tokenizer)
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
+    stop_strings(list(evaluator.stop_strings), "dataset.stop_strings")  # the top-level key's: check_run_settings
     examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))
     device = resolve_device(c.get("device", "auto"))
     threads = set_threads(c.get("threads", "auto"))
@@ -438,8 +492,14 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         saved = new_measurement(run_dir, check_version(run_dir, saved, record, any_version), writer.rows)
     first = saved.get("measure_from", 0)
     repeats = range(first, first + int(c.get("repeats", 1)))
-    todo = [b for b in batches(examples, repeats, batch_size) if missing(writer, b)]  # repeat by repeat
+    # repeat by repeat; with trace=true also the batches of rows without their trace (decoded again for it)
+    todo = [b for b in batches(examples, repeats, batch_size)
+            if missing(writer, b) or (job.trace and untraced(writer, b, run_dir))]
     wanted, to_decode = len(examples) * len(repeats), sum(len(missing(writer, b)) for b in todo)
+    retraced = sum(len(untraced(writer, b, run_dir)) for b in todo) if job.trace else 0
+    if retraced:
+        log.warning("%s: trace=true: %d rows in the folder have no trace (a run without trace=true wrote them); "
+                    "decoding their examples again for their traces (their rows are kept)", run_dir, retraced)
     log.info("%s: %d examples, %d already done, %d to decode%s%s", run_dir, wanted, wanted - to_decode, to_decode,
              f" ({len(examples)} examples x {len(repeats)} repeats)" if len(repeats) > 1 else "",
              f" in {len(todo)} batches of up to {batch_size}" if batch_size > 1 else "")
@@ -450,23 +510,25 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if todo:
         saved = check_version(run_dir, saved, record, any_version)
     warm_up(job, [b.examples for b in todo if b.repeat == todo[0].repeat][: int(c.get("warmup", 0))])
-    current = None
+    previous = None
     with progress_bar(None, cfg.get("progress", "auto"), total=to_decode, desc=method.name, unit="ex") as bar:
         for b in todo:
-            if b.repeat != current:
-                start_repeat(method, initial, writer.rows, b.repeat, run_dir)
-                current = b.repeat
-            new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir)
+            if (b.repeat, b.index - 1) != previous:  # a new repeat, or after batches not decoded: the state before b
+                before = {ex.id for ex in examples[: b.index * batch_size]}
+                start_repeat(method, initial, [r for r in writer.rows if r["id"] in before], b.repeat, run_dir)
+            previous = (b.repeat, b.index)
+            new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir,
+                             untraced(writer, b, run_dir) if job.trace else None)
             writer.append_many(new)  # one write: a crash leaves whole batches
             bar.update(len(new))
 
-    rows = measured_rows(writer.rows, saved)
+    rows = measured_rows(read_rows(writer.path), saved)  # as recorded: a resume reads the same rows back
+    process = recorded_processes(run_dir, first, to_decode, device)  # before a calibration adds to the peak
     summary = {**summarize(rows), **repeat_spread(rows), "decoded": to_decode, "resumed": len(rows) - to_decode,
                "measure_from": first, "batch_size": batch_size,
-               **speedup_summary(job, rows, examples[0] if examples else None),
+               **speedup_summary(job, rows, examples, run_dir, first, batch_size),
                "method": method.name, "pair": c["pair"]["name"], "dataset": evaluator.name,
-               "lossless": method.lossless, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               **provenance.peak_memory(device), **record,
+               "lossless": method.lossless, **process, **record,
                **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}}
     write_json_atomic(run_dir / SUMMARY, summary)
     wandb_log.log_run(c.get("logger"), run_dir, summary, rows)  # best effort: never raises

@@ -3,7 +3,11 @@
 - `for_hydra(err)`: what run.py's main() raises to Hydra: a user error (bad input, a missing model)
   becomes `JobError`, a CompactHydraException, whose message Hydra prints without a traceback
   (HYDRA_FULL_ERROR=1 still prints the whole chain); any other error goes up unchanged.
+- `WritableFolders`: a Hydra callback that fails a run whose folder (a sweep: whose paths.results) is
+  read-only or on a full disk with that message, before Hydra writes `.hydra/` and the job's log there.
 - `log_job_error(err)`: the job's error with its traceback, into the job's log file (run.log) only.
+- `JobLog`: the handler of that log file (conf/config.yaml `hydra.job_logging`); a line it cannot write
+  (a full disk) is dropped without logging's traceback on stderr: the job's error names the disk.
 - `SweepFailures`: a Hydra callback (conf/config.yaml `hydra.callbacks`) that ends a sweep with every
   failed job and its error. Hydra itself shows only the first failed job's error: BasicSweeper raises
   it once the launcher returns, so `on_multirun_end` never runs for a sweep with a failed job. The
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.errors import UserError
+from specbench.common.files import FULL, FolderNotWritable, check_writable
 from specbench.runs.slurm import result_files, submitit_results, sweep_jobs
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,15 @@ def for_hydra(err: BaseException) -> BaseException:
 def describe(err: BaseException) -> str:
     """A job's error in one message: the text of a user error, else '<type>: <text>'."""
     return str(err) if isinstance(err, (UserError, JobError)) else f"{type(err).__name__}: {err}"
+
+
+class JobLog(logging.FileHandler):
+    """The job's log file: a line the disk has no room for is dropped quietly (the run's error says why)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        err = sys.exc_info()[1]
+        if not (isinstance(err, OSError) and err.errno in FULL):
+            super().handleError(record)
 
 
 def log_job_error(err: BaseException) -> None:
@@ -98,6 +113,26 @@ def summary(failures: list[tuple[str, str]], total: int | None) -> str:
             lines += [label, *("    " + line for line in message.splitlines())]
             shown[message] = label.split(" ")[0]
     return "\n".join(lines)
+
+
+class WritableFolders(Callback):
+    """Fails a run (a sweep) whose folder (paths.results) may not be written or has no room, naming it."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from specbench.runs.layout import job_dir
+
+        self.check(job_dir(config))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.check(Path(config.paths.results))
+
+    @staticmethod
+    def check(folder: Path) -> None:
+        """Exit with the message alone unless `folder` may be written and has room."""
+        try:
+            check_writable(folder)
+        except FolderNotWritable as err:  # Hydra turns a callback's exceptions into warnings and goes on
+            raise SystemExit(str(err)) from None
 
 
 class SweepFailures(Callback):

@@ -20,12 +20,15 @@ def trace_frame(example_id: str, records: list[IterationRecord], repeat: int = 0
     return pd.DataFrame(rows)
 
 
+def trace_path(run_dir: Path, example_id: str, repeat: int = 0) -> Path:
+    """Where the trace of one example's repeat is: repeat 0 in traces/<id>.parquet, repeat k in <id>.r<k>.parquet."""
+    return Path(run_dir) / "traces" / f"{example_id.replace('/', '_')}{f'.r{repeat}' if repeat else ''}.parquet"
+
+
 def write_trace(run_dir: Path, example_id: str, records: list[IterationRecord], repeat: int = 0) -> Path:
-    """Write the trace of one example's repeat atomically (temporary file, then rename); repeat 0 is
-    <id>.parquet, repeat k <id>.r<k>.parquet."""
-    d = Path(run_dir) / "traces"
-    d.mkdir(exist_ok=True)
-    path = d / f"{example_id.replace('/', '_')}{f'.r{repeat}' if repeat else ''}.parquet"
+    """Write the trace of one example's repeat atomically (temporary file, then rename) to its trace_path."""
+    path = trace_path(run_dir, example_id, repeat)
+    path.parent.mkdir(exist_ok=True)
     with atomic_path(path) as tmp:
         trace_frame(example_id, records, repeat).to_parquet(tmp, index=False)
     return path

@@ -57,6 +57,7 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
 from specbench.runs import provenance
+from specbench.runs.identity import TASK_RESUMABLE
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar, switch_progress
@@ -249,7 +250,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     run_dir, device = output_dir(out_dir), resolve_device(cfg.get("device", "auto"))
     record = task_record(cfg, device)
     if (run_dir / INFO).exists():
-        check_task_resume(run_dir, record, resumable=("save_every",))
+        check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
         log.info("%s: already trained (%s); delete it to train again", run_dir, INFO)
         return json.loads((run_dir / INFO).read_text())
     pair_cfg = OmegaConf.to_container(cfg.pair, resolve=True)
@@ -257,7 +258,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
     set_threads(cfg.get("threads", "auto"))
     pair = load_pair(pair_cfg, device)
-    check_task_resume(run_dir, record, resumable=("save_every",))
+    check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
     d = Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))

@@ -45,6 +45,7 @@ from specbench.data.dataset import Example, Source, load_source
 from specbench.models.pairs import load_pair, resolve_device
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
+from specbench.runs.identity import TASK_RESUMABLE
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
@@ -167,7 +168,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     prompts = [encode(tok, ex) for ex in examples]
     ctx = pair.context_length([model])
     record = task_record(cfg, device)
-    check_task_resume(run_dir, record, resumable=("n",))
+    check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["synth"])
     writer = RowWriter(run_dir)
     eos, pad = sorted(pair.eos_ids([model])), pair.pad_id([model])
     batches = [range(b, min(b + bs, len(examples))) for b in range(0, len(examples), bs)]

@@ -1,6 +1,7 @@
-"""The Hugging Face hub side of loading a model: is it a local folder, in the local cache, or can the hub
-supply it (asked once, without retries), and the error with the download command of the installed
-huggingface_hub, the gated-licence and token hints when none of them can."""
+"""The Hugging Face hub side of loading a model or a hub dataset: is it a local folder, in the local cache, or
+can the hub supply it (asked once, without retries; an unreachable hub is remembered for the process), and
+the error with the download command of the installed huggingface_hub, the gated-licence and token hints when
+none of them can. Models and datasets (specbench.data.dataset.load_hub) share hub_source and ask_hub."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ from specbench.common.errors import UserError
 log = logging.getLogger(__name__)
 
 
-HUB_TIMEOUT_S = 10.0  # the one request that asks the hub for a model missing from the local cache
+HUB_TIMEOUT_S = 10.0  # the one request that asks the hub about a model or dataset before it is loaded
 OFFLINE_HINT = "For the offline Qwen2.5-Coder / SmolLM2 models run ../shared/tools/prepare-offline-models."
 _HUB_DOWN: dict[str, str] = {}  # endpoint -> why it could not be reached: asked once per process
 
 
-class ModelUnavailable(UserError, RuntimeError):
+class HubUnavailable(UserError, RuntimeError):
+    """A model or dataset is neither local nor in the local cache, and the hub cannot supply it."""
+
+
+class ModelUnavailable(HubUnavailable):
     """A model is neither a local folder nor in the Hugging Face cache, and the hub cannot supply it."""
 
 
@@ -36,9 +41,10 @@ def hf_cli() -> str:
     return "hf" if Version(huggingface_hub.__version__) >= Version("0.34") else "huggingface-cli"
 
 
-def download_command(repo_id: str, revision: str | None = None) -> str:
-    """The shell command that downloads `repo_id` into the local cache with the installed huggingface_hub."""
-    return f"{hf_cli()} download {repo_id}" + (f" --revision {revision}" if revision else "")
+def download_command(repo_id: str, revision: str | None = None, repo_type: str = "model") -> str:
+    """The shell command that downloads `repo_id` (a model, or a `repo_type` repository) into the local cache."""
+    kind = "" if repo_type == "model" else f" --repo-type {repo_type}"
+    return f"{hf_cli()} download{kind} {repo_id}" + (f" --revision {revision}" if revision else "")
 
 
 def access_hints(repo_ids: list[str]) -> str:
@@ -61,20 +67,38 @@ def cached_config(repo_id: str, revision: str | None = None) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def cached_snapshot(repo_id: str, repo_type: str = "model", revision: str | None = None) -> Path | None:
+    """The folder of the repository's snapshot at `revision` (default: main) in the local Hugging Face cache (what
+    `hf download` fills, possibly in part), None if absent."""
+    folder = Path(hf_constants.HF_HUB_CACHE) / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    ref = folder / "refs" / (revision or "main")
+    snapshot = folder / "snapshots" / (ref.read_text().strip() if ref.is_file() else (revision or "main"))
+    return snapshot if snapshot.is_dir() else None
+
+
 def in_hf_cache(repo_id: str, revision: str | None) -> bool:
     """Is the model's config.json in the local Hugging Face cache at `revision` (default: main)?"""
     return cached_config(repo_id, revision) is not None
 
 
-def ask_hub(repo_id: str, revision: str | None) -> str | None:
-    """One request for the model's metadata, without retries: None if the hub serves it, else why not. A hub
-    found unreachable is not asked again in this process."""
+def cache_names(repo_type: str = "model") -> str:
+    """The local caches a model (the hub cache) or a dataset (also the datasets cache) is looked up in."""
+    hub_cache = f"the local Hugging Face cache ({hf_constants.HF_HUB_CACHE})"
+    if repo_type == "model":
+        return hub_cache
+    datasets_cache = os.environ.get("HF_DATASETS_CACHE") or os.path.join(hf_constants.HF_HOME, "datasets")
+    return f"{hub_cache} or the datasets cache ({datasets_cache})"
+
+
+def ask_hub(repo_id: str, revision: str | None, repo_type: str = "model") -> str | None:
+    """One request for the metadata of a model (or a `repo_type` repository), without retries: None if the hub
+    serves it, else why not. A hub found unreachable is not asked again in this process."""
     endpoint = hf_constants.ENDPOINT
     if endpoint in _HUB_DOWN:
         return _HUB_DOWN[endpoint]
-    log.info("asking %s for %s (one request, %.0f s timeout)", endpoint, repo_id, HUB_TIMEOUT_S)
+    log.info("asking %s for %s %s (one request, %.0f s timeout)", endpoint, repo_type, repo_id, HUB_TIMEOUT_S)
     try:
-        HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
+        HfApi(endpoint=endpoint).repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=HUB_TIMEOUT_S)
     except GatedRepoError:
         return "it is gated and this account has not accepted its licence (or no token is set)"
     except RevisionNotFoundError:
@@ -84,33 +108,33 @@ def ask_hub(repo_id: str, revision: str | None) -> str | None:
         if status in (401, 403):
             return f"the hub refused it (HTTP {status}): it does not exist, or it is private or gated and needs a token"
         missing = isinstance(err, RepositoryNotFoundError)
-        return "the hub has no such model" if missing else f"the hub answered HTTP {status}"
+        return f"the hub has no such {repo_type}" if missing else f"the hub answered HTTP {status}"
     except Exception as err:  # noqa: BLE001 - no answer at all (the HTTP client's error types differ by version)
         _HUB_DOWN[endpoint] = f"the hub ({endpoint}) is unreachable: {type(err).__name__}: {err}"
         return _HUB_DOWN[endpoint]
     return None
 
 
-def hub_source(path: str, revision: str | None = None) -> str:
-    """Where from_pretrained reads `path`: 'local' (a folder), 'cache' (the local Hugging Face cache only) or
-    'hub'; raises ModelUnavailable with the reason when none can supply it."""
+def hub_source(path: str, revision: str | None = None, repo_type: str = "model", cached: bool | None = None) -> str:
+    """Where a model (or a `repo_type` repository) `path` is read from: 'local' (a folder), 'cache' (the local
+    caches only) or 'hub'; `cached`: whether a local cache holds it (default: the model's config.json is in the
+    Hugging Face cache). Raises ModelUnavailable (HubUnavailable for a dataset) with the reason when none can."""
     if Path(path).is_dir():
         return "local"
     label = f"{path} (revision {revision or 'main'})"
-    cached = in_hf_cache(path, revision)
+    cached = in_hf_cache(path, revision) if cached is None else cached
+    error = ModelUnavailable if repo_type == "model" else HubUnavailable
     if hub_offline():
         if cached:
             return "cache"
-        raise ModelUnavailable(f"{label} is not in the local Hugging Face cache ({hf_constants.HF_HUB_CACHE}) "
-                               "and HF_HUB_OFFLINE is set")
-    why = ask_hub(path, revision)
+        raise error(f"{label} is not in {cache_names(repo_type)} and HF_HUB_OFFLINE is set")
+    why = ask_hub(path, revision, repo_type)
     if why is None:
         return "hub"
     if cached:
-        log.warning("%s: %s; loading it from the local Hugging Face cache", label, why)
+        log.warning("%s: %s; loading it from %s", label, why, cache_names(repo_type))
         return "cache"
-    raise ModelUnavailable(f"{label} is not in the local Hugging Face cache ({hf_constants.HF_HUB_CACHE}), "
-                           f"and {why}")
+    raise error(f"{label} is not in {cache_names(repo_type)}, and {why}")
 
 
 def unavailable(problems: list[str], models: list[tuple[str, str | None]], needs: str = "") -> ModelUnavailable:

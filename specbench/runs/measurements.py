@@ -1,0 +1,86 @@
+"""What a run measured beside its rows, recorded once: `<run folder>/measurements.jsonl`, append-only.
+
+A summary is recomputed from the folder every time a run ends, resumed or not, so every number it reports
+comes from what the folder recorded, never from a new measurement of the process that happens to write it:
+a pure resume rewrites the same summary.json. Beside the rows, two things are measured once and appended
+here as JSON lines, each for one set of repeats (`measure_from`, see specbench.runs.results.measured_rows):
+
+- `{"kind": "target_1", ...}`: the seconds of one target call verifying one token per row at the run's
+  `batch_size` (specbench.runs.runner.calibrate_target_1), the c_target(1) of a predicted speedup
+  (specbench.decoding.speedup) whose rows never observed it: written by the first summary that needs it,
+  with the batch size, the example ids and the tokens it decoded; later summaries read it;
+- `{"kind": "process", ...}`: a process that decoded rows of the set records its peak memory
+  (specbench.runs.provenance.peak_memory), how many rows it decoded and when it finished; the summary's
+  peak memory is the largest of the set's records and its `finished` the latest. A set without one (a
+  folder of an older version, or a crash between the last row and the record) gets the first summarizing
+  process's, recorded.
+
+Each line is written whole with one write(), flushed and fsync'ed; a reader skips a partial last line (a crash
+mid-write), which the next append cuts off; the first `target_1` record of a set and batch size is the one read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MEASUREMENTS = "measurements.jsonl"
+
+
+def read(run_dir: Path) -> list[dict[str, Any]]:
+    """The folder's records, in the order written (a partial or unreadable last line is skipped)."""
+    path = Path(run_dir) / MEASUREMENTS
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(keepends=True), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if line.endswith("\n"):
+                raise ValueError(f"{path}, line {n}: not a JSON record") from None
+            log.warning("%s: ignoring the partial last line a crash left", path)
+            break
+        out.append(record)
+    return out
+
+
+def append(run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Append one record as one line, flushed to disk, after cutting a partial last line a crash left (the caller
+    holds the folder's lock); returns the record."""
+    path = Path(run_dir) / MEASUREMENTS
+    if path.exists():
+        data = path.read_bytes()
+        keep = data.rfind(b"\n") + 1
+        if keep != len(data):
+            log.warning("%s: dropping the partial last line a crash left (%d bytes)", path, len(data) - keep)
+            with open(path, "r+b") as f:
+                f.truncate(keep)
+    with open(path, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return record
+
+
+def target_1(run_dir: Path, measure_from: int, batch_size: int) -> dict[str, Any] | None:
+    """The first `target_1` record of the set `measure_from` at `batch_size`, or None."""
+    return next((r for r in read(run_dir) if r.get("kind") == "target_1" and r.get("measure_from") == measure_from
+                 and r.get("batch_size") == batch_size), None)
+
+
+def processes(run_dir: Path, measure_from: int) -> list[dict[str, Any]]:
+    """The `process` records of the set `measure_from`."""
+    return [r for r in read(run_dir) if r.get("kind") == "process" and r.get("measure_from") == measure_from]
+
+
+def peak_and_finished(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The largest peak memory of the records (each key the records give) and the latest `finished`."""
+    out: dict[str, Any] = {k: max(r[k] for r in records if r.get(k) is not None)
+                           for k in ("peak_rss_mb", "peak_cuda_mb") if any(r.get(k) is not None for r in records)}
+    return {**out, "finished": max(r["finished"] for r in records)}
