@@ -48,7 +48,8 @@ def lossless_compiled() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="module", params=["tiny_random", "toy"])
+# the toy pair (76 s of CI) runs in the slow lane; tiny_random, every method the same way, in CI
+@pytest.fixture(scope="module", params=["tiny_random", pytest.param("toy", marks=pytest.mark.slow)])
 def pair_prompts(request):
     """(pair, prompt ids): tiny_random with the smoke prompts, the toy pair with toy arithmetic problems."""
     dataset = "smoke" if request.param == "tiny_random" else "toy_arith"

@@ -252,6 +252,7 @@ def test_pld_sampling_follows_the_target():
     assert chi2_pvalue(joint_counts(engine, 2000, PLD_PROMPT), joint) < 1e-6
 
 
+@pytest.mark.slow  # 6000 decodes (29 s); in CI the sampling contract (test_method_contracts.py) covers layer_skip
 def test_layer_skip_sampling_follows_the_target():
     torch.set_num_threads(1)
     target = tiny_llama(11, vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2,

@@ -96,6 +96,7 @@ def test_equals_ar_under_greedy(tmp_path, name):
         assert (tr["stop"] == "policy").any()  # the confidence stop fired
 
 
+@pytest.mark.slow  # 28 s; in CI the sampling contract (test_method_contracts.py) covers gammatune
 def test_gammatune_sampling_follows_the_target():
     models = TableLM(V, 11), TableLM(V, 12)
     counts = sample_pairs(models, None, N, method=build_method({"name": "gammatune", "gamma": 2}))

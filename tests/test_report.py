@@ -559,7 +559,11 @@ def test_a_default_run_and_a_batch_size_sweep_report_each_setting_once(tmp_path)
     assert notes == [] and list(ov.values.index) == [(f"tiny_random · smoke · batch_size={b}", m)
                                                      for b in (1, 2) for m in ("ar", "vanilla")]
     assert ov.values[("", "speedup vs ar")].notna().all()
-    assert not [n for n in report.build_report(runs).notes if "ambiguous" in n]
+    built = report.build_report(runs)
+    assert not [n for n in built.notes if "ambiguous" in n or "differ in batch_size" in n], built.notes
+    # each paper table once per batch size, comparing runs of that batch size only
+    names = {t.name for t in built.tables}
+    assert {"adasd_table1__batch_size=1", "adasd_table1__batch_size=2"} <= names and "adasd_table1" not in names
     data = figures.batch_speedups(runs)
     assert sorted(data["batch_size"]) == [1, 2] and set(data["label"]) == {"vanilla"}
 

@@ -58,6 +58,18 @@ def _in_group(t: Table, group: Group, many: bool) -> Table:
     return replace(t, name=f"{t.name}__{load.slug(group.title)}", title=f"{t.title} [{group.title}]")
 
 
+def _by_batch_size(runs: pd.DataFrame) -> list[tuple[int | None, pd.DataFrame]]:
+    """[(None, runs)] where the runs share one batch size, else [(B, the runs at B)] per batch size."""
+    if runs["batch_size"].nunique() <= 1:
+        return [(None, runs)]
+    return [(int(b), r) for b, r in runs.groupby("batch_size", sort=True)]
+
+
+def _at_batch_size(t: Table, b: int | None) -> Table:
+    """The table named and titled for batch size `b` (None: the group has one batch size)."""
+    return t if b is None else replace(t, name=f"{t.name}__batch_size={b}", title=f"{t.title} · batch_size={b}")
+
+
 def _cell(x: float, spec: str, missing: bool) -> str:
     return "missing" if missing else "" if pd.isna(x) else format(x, spec)
 
@@ -149,12 +161,13 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             out.notes.append(f"group [{g.title}]: {len(g.runs)} runs ({', '.join(load.labels(g.runs))}); they differ "
                              f"from the other groups in {', '.join(g.keys)}; alone: {load.where_args(g.where)}")
         built = []
-        for name in names or tables.TABLES:
-            try:
-                built += [(name, t) for t in tables.build(name, g.runs, baseline)]
-            except ReportError as e:
-                out.notes.append(f"{name} [{g.title}]: left out: {e}")
-                out.left_out += 1
+        for b, runs in _by_batch_size(g.runs):  # a paper's table compares runs of one batch size
+            for name in names or tables.TABLES:
+                try:
+                    built += [(name, _at_batch_size(t, b)) for t in tables.build(name, runs, baseline)]
+                except ReportError as e:
+                    out.notes.append(f"{name} [{g.title}{'' if b is None else f', batch_size={b}'}]: left out: {e}")
+                    out.left_out += 1
         specs = {baseline or tables.baseline_of(n) for n, _ in built} | {"ar"}
         for spec in sorted(specs):
             missing = _baseline_elsewhere(g, groups, spec)

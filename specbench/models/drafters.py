@@ -8,11 +8,17 @@ from pathlib import Path
 from safetensors.torch import load_file
 from transformers import PreTrainedModel
 
+from specbench.common.errors import UserError
+from specbench.common.options import OptionError
 from specbench.models.pairs import Pair, check_vocab, load_model, load_tokenizer
 from specbench.models.steering import SteeredDrafter, Steering
 
 KINDS = ("distilled", "sd2")
 INFO = "distill.json"  # written last by a distill run: marks its folder finished
+
+class DrafterMissing(UserError, FileNotFoundError):
+    """method.drafter names no finished distill run; the message says how to train one."""
+
 
 _LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
 
@@ -25,16 +31,16 @@ def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreT
     """
     how = f"train one with `python run.py task=distill task.kind={kind}` and set method.drafter to its folder"
     if folder in (None, ""):
-        raise ValueError(f"method {kind!r} needs method.drafter, the folder of a trained drafter: {how}")
+        raise OptionError(f"method.drafter: method {kind!r} needs method.drafter, the folder of a trained drafter: {how}")
     folder = Path(folder)
     if not (folder / INFO).exists():
-        raise FileNotFoundError(f"{folder} is not a finished distill run (no {INFO}): {how}")
+        raise DrafterMissing(f"method.drafter: {folder} is not a finished distill run (no {INFO}): {how}")
     info = json.loads((folder / INFO).read_text())
     if info["kind"] != kind:
-        raise ValueError(f"{folder} holds a {info['kind']!r} drafter; method {kind!r} needs one trained with "
+        raise OptionError(f"method.drafter: {folder} holds a {info['kind']!r} drafter; method {kind!r} needs one trained with "
                          f"task.kind={kind}")
     if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
-        raise ValueError(f"{folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); this run's "
+        raise OptionError(f"method.drafter: {folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); this run's "
                          f"pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
     draft = pair.model("draft")
     key = json.dumps([str(folder.resolve()), info["finished"], str(draft.device), str(draft.dtype)])

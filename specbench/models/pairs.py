@@ -26,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.common.errors import UserError
+from specbench.common.options import OptionError
 from specbench.common.registry import Registry
 from specbench.common.hub import ModelUnavailable, check_hub_id, hub_source, pretrained, unavailable
 
@@ -58,7 +59,7 @@ class Pair:
         """The model playing `role` ('target' or 'draft')."""
         m = self.target if role == "target" else self.draft
         if m is None:
-            raise ValueError(f"pair {self.name!r} has no {role} model: it runs only methods that use the target "
+            raise OptionError(f"pair {self.name!r} has no {role} model: it runs only methods that use the target "
                              f"alone (method=ar); pick a pair with a draft for speculative methods")
         return m
 
@@ -98,7 +99,8 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(_DTYPES)}")
+        raise OptionError(f"pair.target.dtype / pair.draft.dtype: unknown dtype {dtype!r}; "
+                          f"valid: auto, {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
 
 
@@ -118,10 +120,10 @@ def _quantization_config(quant: dict | None) -> Any:
         from transformers import QuantoConfig
 
         if bits not in (4, 8):
-            raise ValueError(f"quantization.bits must be 4 or 8, got {bits!r}")
+            raise OptionError(f"pair.<target|draft>.quantization.bits must be 4 or 8, got {bits!r}")
         return QuantoConfig(weights=f"int{bits}", **q)
     if backend != "bitsandbytes":
-        raise ValueError(f"quantization.backend must be bitsandbytes or quanto, got {backend!r}")
+        raise OptionError(f"pair.<target|draft>.quantization.backend must be bitsandbytes or quanto, got {backend!r}")
     from transformers import BitsAndBytesConfig
 
     if bits == 8:
@@ -129,7 +131,7 @@ def _quantization_config(quant: dict | None) -> Any:
     if bits == 4:
         compute = q.pop("compute_dtype", "bfloat16")
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=_DTYPES[compute], **q)
-    raise ValueError(f"quantization.bits must be 4 or 8, got {bits!r}")
+    raise OptionError(f"pair.<target|draft>.quantization.bits must be 4 or 8, got {bits!r}")
 
 
 ONE_GPU_GB = 80.0  # the largest common single GPU (A100 / H100 80 GB): weights beyond it need several GPUs
@@ -201,7 +203,7 @@ def load_model(spec: dict, device: torch.device, source: str | None = None) -> P
     hub_source answers it (asked here when None)."""
     unknown = set(spec) - MODEL_KEYS
     if unknown:
-        raise ValueError(f"unknown model keys {sorted(unknown)} for {spec.get('path')!r}; valid: {sorted(MODEL_KEYS)}")
+        raise OptionError(f"unknown model keys {sorted(unknown)} for {spec.get('path')!r}; valid: {sorted(MODEL_KEYS)}")
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device)}
     for key in ("attn_implementation", "device_map"):
         if spec.get(key):
@@ -241,7 +243,6 @@ def check_vocab(target_name: str, tok_t: PreTrainedTokenizerBase, draft_name: st
 
 def check_cross_tokenizer(cfg: dict, method_name: str, uses_pair_draft: bool, cross_ok: bool) -> None:
     """Before loading: a pair marked cross_tokenizer runs its draft only in methods that re-tokenize."""
-    from specbench.common.options import OptionError
 
     if cfg.get("cross_tokenizer") and uses_pair_draft and not cross_ok:
         raise OptionError(
