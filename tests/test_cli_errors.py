@@ -204,3 +204,19 @@ def test_a_full_disk_keeps_whole_rows_and_the_rerun_resumes(tmp_path):
     summary = run(compose_cfg(*args), folder)  # the same command again, in this process
     assert (summary["decoded"], summary["resumed"]) == (2, 1)
     assert [r["id"] for r in read_rows(folder / ROWS)] == ["smoke-00", "smoke-01", "smoke-02"]
+
+
+def test_a_folder_of_another_configuration_or_code_version_is_refused_as_a_user_error(tmp_path):
+    """The runner's refusals of a folder (another run identity, rows of another git hash) are user errors: their
+    message alone on the command line, naming the folder and what to do; the folder's rows are left as they are."""
+    folder = tmp_path / "run"
+    run(compose_cfg(*TINY_RUN, "limit=1"), folder)
+    rows = (folder / ROWS).read_bytes()
+    with pytest.raises(UserError, match=r"holds results of a different configuration.*decode.seed"):
+        run(compose_cfg(*TINY_RUN, "limit=1", "decode.seed=5"), folder)
+    record = folder / "config.json"
+    saved = record.read_text()
+    record.write_text(saved.replace('"git_hash": "', '"git_hash": "0000000'))
+    with pytest.raises(UserError, match=r"refusing to mix rows of different code versions.*resume_any_version=true"):
+        run(compose_cfg(*TINY_RUN, "limit=2"), folder)  # a row to add
+    assert (folder / ROWS).read_bytes() == rows

@@ -9,3 +9,7 @@ from __future__ import annotations
 
 class UserError(Exception):
     """Bad input or a missing resource; the message names it and says what is valid or what to do."""
+
+
+class InputError(UserError, ValueError):
+    """A refused value, file or folder content (a ValueError for callers that catch those), shown without traceback."""

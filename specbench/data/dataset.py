@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from specbench.common.errors import UserError
+from specbench.common.errors import InputError, UserError
 from specbench.common.options import BUDGET_KEY, OptionError, check_options, choice, integer, shown, text
 from specbench.common.registry import Registry, UnknownNameError
 
@@ -73,7 +73,7 @@ class Evaluator:
 
     def __init__(self, data_dir: str | None = None, **options: Any) -> None:
         if options:
-            raise ValueError(f"dataset {self.name!r} got unknown options {sorted(options)}")
+            raise InputError(f"dataset {self.name!r} got unknown options {sorted(options)}")
         self.data_dir = data_dir  # local copies folder; None: the hub
 
     def examples(self) -> list[Example]:
@@ -123,7 +123,7 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
     """The first `limit` examples (in the dataset's fixed order), then every n-th from i for shard i/n."""
     limit, s = check_selection(limit, shard)
     if not examples:
-        raise ValueError("the dataset has no examples")
+        raise InputError("the dataset has no examples")
     if limit is not None:
         examples = examples[:limit]
     if s:
@@ -133,7 +133,7 @@ def select(examples: list[Example], limit: int | None, shard: str | None) -> lis
         examples = examples[s[0] :: s[1]]
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
-        raise ValueError("dataset has duplicate example ids; results could not be resumed safely")
+        raise InputError("dataset has duplicate example ids; results could not be resumed safely")
     return examples
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerBase
 
+from specbench.common.errors import InputError
 from specbench.data.dataset import Example
 
 
@@ -27,7 +28,7 @@ def encode(tokenizer: PreTrainedTokenizerBase, example: Example, system_prompt: 
     """Token ids of the prompt [P]. chat_template: 'auto' (use it if the tokenizer has one), True, False."""
     has = bool(getattr(tokenizer, "chat_template", None))
     if chat_template is True and not has:
-        raise ValueError(f"dataset.chat_template=true but tokenizer {tokenizer.name_or_path!r} has no chat template")
+        raise InputError(f"dataset.chat_template=true but tokenizer {tokenizer.name_or_path!r} has no chat template")
     if has and chat_template in (True, "auto"):
         text = tokenizer.apply_chat_template(messages(example, system_prompt), add_generation_prompt=True, tokenize=False)
         return tokenizer(text, add_special_tokens=False)["input_ids"]

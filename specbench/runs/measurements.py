@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from specbench.common.errors import InputError
+
 log = logging.getLogger(__name__)
 
 MEASUREMENTS = "measurements.jsonl"
@@ -43,7 +45,7 @@ def read(run_dir: Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             if line.endswith("\n"):
-                raise ValueError(f"{path}, line {n}: not a JSON record") from None
+                raise InputError(f"{path}, line {n}: not a JSON record") from None
             log.warning("%s: ignoring the partial last line a crash left", path)
             break
         out.append(record)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from specbench.common.errors import UserError
+from specbench.common.errors import InputError, UserError
 from specbench.common.files import FULL, remove_temporaries, write_json_atomic, writing
 from specbench.runs import identity
 
@@ -95,7 +95,7 @@ def pending_size(path: Path) -> int | None:
     try:
         return int(json.loads(marker.read_text())["size"])
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{marker}: not a pending-append marker ({e}); delete it if {path} holds no "
+        raise InputError(f"{marker}: not a pending-append marker ({e}); delete it if {path} holds no "
                          "rows of an interrupted append") from None
 
 
@@ -114,9 +114,9 @@ def read_rows(path: Path) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {n}: not a JSON row ({e})") from None
+                raise InputError(f"{path}, line {n}: not a JSON row ({e})") from None
             if not isinstance(row, dict) or "id" not in row:
-                raise ValueError(f"{path}, line {n}: a row must be a JSON object with an 'id'")
+                raise InputError(f"{path}, line {n}: a row must be a JSON object with an 'id'")
             if row_key(row) in seen:
                 repeated += 1
                 continue
@@ -171,7 +171,7 @@ class RowWriter:
         for i, key in enumerate(keys):
             if key in self.done or key in keys[:i]:
                 where = self.path if key in self.done else "the rows to append"
-                raise ValueError(f"example {key[0]!r} (repeat {key[1]}) is already in {where}")
+                raise InputError(f"example {key[0]!r} (repeat {key[1]}) is already in {where}")
         data = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in rows)
         write_json_atomic(self.pending, {"size": self.path.stat().st_size if self.path.exists() else 0})
         try:
@@ -199,7 +199,7 @@ def lock_timeout(value: Any) -> float | None:
         return None
     if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
         return float(value)
-    raise ValueError(f"wait_for_lock must be false (fail at once), true (wait) or a number of seconds >= 0, "
+    raise InputError(f"wait_for_lock must be false (fail at once), true (wait) or a number of seconds >= 0, "
                      f"got {value!r}")
 
 

@@ -23,7 +23,7 @@ from specbench.decoding.engine import Engine, Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
-from specbench.common.errors import UserError
+from specbench.common.errors import InputError, UserError
 from specbench.common.options import (check_mandatory, check_options, check_run_settings, engine_compile, integer,
                                       max_new_tokens, real, stop_strings, threads_setting)
 from specbench.models.pairs import Pair, check_cross_tokenizer, load_pair, resolve_device
@@ -110,7 +110,7 @@ def check_resume(run_dir: Path, record: dict) -> dict:
         old = json.loads(path.read_text())
         saved, now = without_keys(old["config"]), without_keys(record["config"])  # identity: no resumable keys
         if saved != now:
-            raise ValueError(
+            raise InputError(
                 f"{run_dir} holds results of a different configuration (saved vs now: "
                 f"{'; '.join(differences(with_defaults(saved), with_defaults(now)))}); refusing to mix them. Use another output folder "
                 f"(hydra.run.dir=...) or delete it. Saved: {path}"
@@ -144,7 +144,7 @@ def check_version(run_dir: Path, saved: dict, record: dict, allow: bool) -> dict
     if new in known:
         return saved
     if not allow:
-        raise ValueError(f"{run_dir} holds rows of {describe_version(known[0])}, but this is "
+        raise InputError(f"{run_dir} holds rows of {describe_version(known[0])}, but this is "
                          f"{describe_version(new)}; refusing to mix rows of different code versions. Rerun with "
                          "resume_any_version=true to add rows anyway (recorded in config.json), or use another "
                          "folder (hydra.run.dir=...)")
@@ -161,7 +161,7 @@ def restore_carried(method: Method, rows: list[dict], run_dir: Path) -> None:
         return
     last = rows[-1]  # rows are appended in decode order
     if "carried_state" not in last:
-        raise ValueError(f"{run_dir}: method {method.name!r} carries state from one example to the next, but the "
+        raise InputError(f"{run_dir}: method {method.name!r} carries state from one example to the next, but the "
                          f"row of {last['id']!r} has no 'carried_state' (an older version wrote it), so resuming "
                          "would not continue as an uninterrupted run. Rerun it in another folder "
                          "(hydra.run.dir=...) or delete this one.")

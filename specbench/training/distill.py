@@ -56,6 +56,7 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
+from specbench.common.errors import InputError
 from specbench.runs import provenance
 from specbench.runs.identity import TASK_RESUMABLE
 from specbench.models.pairs import Pair, load_pair, resolve_device
@@ -217,11 +218,11 @@ def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int
     """(train, held-out) sequences of the synth folder task.data, checked to come from this pair."""
     rows, synth_record = read_synth(task["data"])
     if synth_record["config"]["pair"] != pair_cfg:
-        raise ValueError(f"synth data {task['data']} was sampled from pair {synth_record['config']['pair']['name']!r} "
+        raise InputError(f"synth data {task['data']} was sampled from pair {synth_record['config']['pair']['name']!r} "
                          f"with another configuration than this run's pair {pair_cfg['name']!r}")
     seqs, val_n = sequences(rows, int(task["max_length"])), int(task["val_n"])
     if not 0 < val_n < len(seqs):
-        raise ValueError(f"task.val_n must be in 1..{len(seqs) - 1} (the data has {len(seqs)} usable rows), "
+        raise InputError(f"task.val_n must be in 1..{len(seqs) - 1} (the data has {len(seqs)} usable rows), "
                          f"got {val_n}")
     return seqs[:-val_n], seqs[-val_n:]
 
@@ -230,7 +231,7 @@ def restore(path: Path, d: Distiller, opt: torch.optim.Optimizer, sched: Any, n_
     """Load checkpoint.pt into the weights, optimiser and scheduler; returns (step, log, seconds)."""
     ck = torch.load(path, map_location=d.student.device, weights_only=True)
     if ck["train_rows"] != n_train:
-        raise ValueError(f"{path} was trained on {ck['train_rows']} rows, the data now has {n_train}; refusing to "
+        raise InputError(f"{path} was trained on {ck['train_rows']} rows, the data now has {n_train}; refusing to "
                          "resume on other data")
     d.load_state(ck["weights"])
     opt.load_state_dict(ck["opt"])
@@ -244,9 +245,9 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     task = OmegaConf.to_container(cfg.task, resolve=True)
     kind, bs, seed = task["kind"], int(task["batch_size"]), int(task["seed"])
     if kind not in KINDS:
-        raise ValueError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS)}")
+        raise InputError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS)}")
     if task.get("autocast") not in _AMP:
-        raise ValueError(f"task.autocast must be one of {list(_AMP)}, got {task.get('autocast')!r}")
+        raise InputError(f"task.autocast must be one of {list(_AMP)}, got {task.get('autocast')!r}")
     run_dir, device = output_dir(out_dir), resolve_device(cfg.get("device", "auto"))
     record = task_record(cfg, device)
     if (run_dir / INFO).exists():

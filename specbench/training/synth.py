@@ -40,6 +40,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import GenerationConfig, PreTrainedModel
 
+from specbench.common.errors import InputError, UserError
 from specbench.runs import provenance
 from specbench.data.dataset import Example, Source, load_source
 from specbench.models.pairs import load_pair, resolve_device
@@ -54,6 +55,11 @@ from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
 
 log = logging.getLogger(__name__)
 
+
+class SynthMissing(UserError, FileNotFoundError):
+    """task.data names no finished synth run; the message says how to make one."""
+
+
 PROMPT_SETS: Registry = Registry("prompt set")
 ULTRACHAT_TRAIN = Source("UltraChat_200k train_sft", hub="HuggingFaceH4/ultrachat_200k", hub_split="train_sft",
                          local="ultrachat/train_sft.jsonl")
@@ -65,7 +71,7 @@ def toy_train(n: int | None, seed: int, data_dir: str | None) -> list[Example]:
     from specbench.data.toy_task import problems
 
     if n is None:
-        raise ValueError("task.n must be set for task.prompts=toy_train (the toy problem stream is endless)")
+        raise InputError("task.n must be set for task.prompts=toy_train (the toy problem stream is endless)")
     return [Example(id=f"toy_train-{i:05d}", prompt=p.question) for i, p in enumerate(problems(seed, "train").take(n))]
 
 
@@ -107,7 +113,7 @@ def check_task_resume(run_dir: Path, record: dict, resumable: tuple[str, ...]) -
         old = json.loads(path.read_text())["config"]
         saved, now = identity(old), identity(record["config"])
         if saved != now:
-            raise ValueError(f"{run_dir} holds a {old['task']['name']} run of a different configuration (saved vs "
+            raise InputError(f"{run_dir} holds a {old['task']['name']} run of a different configuration (saved vs "
                              f"now: {'; '.join(differences(saved, now))}); refusing to mix them. Use another folder "
                              f"(hydra.run.dir=...) or delete it. Saved: {path}")
     else:
@@ -158,7 +164,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     run_dir = output_dir(out_dir)
     temperature, max_new, bs = float(task["temperature"]), int(task["max_new_tokens"]), int(task["batch_size"])
     if temperature < 0 or max_new < 1 or bs < 1:
-        raise ValueError(f"task.temperature must be >= 0, task.max_new_tokens and task.batch_size >= 1; got "
+        raise InputError(f"task.temperature must be >= 0, task.max_new_tokens and task.batch_size >= 1; got "
                          f"{temperature}, {max_new}, {bs}")
     examples = prompt_set(task)
     device = resolve_device(cfg.get("device", "auto"))
@@ -180,7 +186,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
         longest = max(len(prompts[i]) for i in r)
         new = max_new if ctx is None else min(max_new, ctx - longest)
         if new < 1:
-            raise ValueError(f"prompt {examples[r[0]].id!r}..: {longest} tokens leave no room in the context of {ctx}")
+            raise InputError(f"prompt {examples[r[0]].id!r}..: {longest} tokens leave no room in the context of {ctx}")
         outs = sample_batch(model, [prompts[i] for i in r], new, temperature, pad, eos,
                             example_seed(int(task["seed"]), f"batch-{r[0]}"), pair.vocab_size)
         for i, (ids, stop) in zip(r, outs):
@@ -205,7 +211,7 @@ def read_synth(folder: str | Path) -> tuple[list[dict], dict]:
     folder = Path(folder)
     rows = read_rows(folder / ROWS)
     if not (folder / SUMMARY).exists() or json.loads((folder / SUMMARY).read_text())["n_rows"] != len(rows):
-        raise FileNotFoundError(f"{folder} holds no finished synth run ({SUMMARY} missing or older than "
+        raise SynthMissing(f"{folder} holds no finished synth run ({SUMMARY} missing or older than "
                                 f"{ROWS}); create or finish it with `python run.py task=synth ...`, or point "
                                 "task.data at a finished one")
     return rows, json.loads((folder / CONFIG).read_text())
