@@ -311,7 +311,7 @@ class PartWrite:
 
 
 def full_disk_on_append(nth: int, fraction: float) -> Any:
-    """An `open` for specbench.runs.results whose nth append to a rows file writes `fraction` of it, then fails."""
+    """An `open` for specbench.common.files (rows appends) whose nth append to a rows file writes `fraction` of it, then fails."""
     appends: list[str] = []
 
     def opener(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:

@@ -7,7 +7,7 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-import specbench.runs.results as results
+import specbench.common.files as files
 import specbench.runs.runner as runner
 from helpers import DATA, compose_cfg, full_disk_on_append, require_data, small
 from specbench.common.options import OptionError
@@ -113,8 +113,8 @@ def test_a_crash_in_a_batch_leaves_the_whole_batches_and_resumes_to_the_uninterr
 def test_a_write_failing_part_way_leaves_no_row_of_its_batch(tmp_path, monkeypatch):
     job = (*JOB, "batch_size=3")
     runner.run(small(*job), tmp_path / "whole")
-    with monkeypatch.context() as m:  # RowWriter's open: the second batch's append writes 2/3, whole rows among it
-        m.setattr(results, "open", full_disk_on_append(2, 2 / 3), raising=False)
+    with monkeypatch.context() as m:  # the rows append's open: the second batch's append writes 2/3, whole rows among it
+        m.setattr(files, "open", full_disk_on_append(2, 2 / 3), raising=False)
         with pytest.raises(OSError, match="No space"):
             runner.run(small(*job), tmp_path / "resumed")
     rows_file = tmp_path / "resumed" / ROWS

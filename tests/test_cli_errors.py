@@ -186,10 +186,10 @@ def test_a_read_only_results_folder(tmp_path):
 FULL_DISK = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-import specbench.runs.results as results
+import specbench.common.files as files
 from helpers import full_disk_on_append
 
-results.open = full_disk_on_append(2, 1 / 2)  # the second row's append writes half of it, then the disk is full
+files.open = full_disk_on_append(2, 1 / 2)  # the second row's append writes half of it, then the disk is full
 """
 
 

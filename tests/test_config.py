@@ -21,7 +21,7 @@ from specbench.models.pairs import check_vocab, load_model
 from specbench.common.registry import UnknownNameError
 from specbench.runs import runner
 from specbench.runs.identity import RESUMABLE_KEYS, TASK_RESUMABLE, names_folder
-from specbench.runs.results import without_keys
+from specbench.runs.identity import identity as run_identity
 from specbench.runs.runner import build_method, run
 from specbench.runs.slurm import sweep_jobs
 from specbench.runs import merge
@@ -137,7 +137,7 @@ def folder(cfg: DictConfig) -> Path:
 
 def identity(cfg: DictConfig) -> dict:
     """What the resume check compares: the resolved config without the resumable keys."""
-    return without_keys(runner.resolved(cfg))
+    return run_identity(runner.resolved(cfg))
 
 
 def other(value: Any) -> str:
@@ -237,13 +237,13 @@ def test_the_resume_check_the_report_and_merge_share_one_identity():
     from before batch_size and engine.compile existed is the run at their defaults for all three."""
     cfg = runner.resolved(compose_cfg())
     old = {k: v for k, v in cfg.items() if k not in ("batch_size", "engine")}
-    assert without_keys(old) == without_keys(cfg) != without_keys({**cfg, "batch_size": 2})
-    assert without_keys(cfg) != without_keys({**cfg, "engine": {"compile": True}})
-    setting = {k: v for k, v in without_keys(cfg).items() if k != "method"}
+    assert run_identity(old) == run_identity(cfg) != run_identity({**cfg, "batch_size": 2})
+    assert run_identity(cfg) != run_identity({**cfg, "engine": {"compile": True}})
+    setting = {k: v for k, v in run_identity(cfg).items() if k != "method"}
     setting["decode"] = {**setting["decode"], "max_new_tokens": load.budget(cfg)}
     assert load.setting_of({"config": cfg, "device_info": {"device": "cpu"}}) == {**setting, "device_info": {"device": "cpu"}}
     assert load.setting_of({"config": old}) == load.setting_of({"config": cfg})
-    shard = {k: v for k, v in without_keys(cfg).items() if k != "shard"}
+    shard = {k: v for k, v in run_identity(cfg).items() if k != "shard"}
     assert merge.identity({**cfg, "shard": "1/2", "limit": 5}) == {**shard, "limit": 5} == merge.identity({**old, "limit": 5})
 
 

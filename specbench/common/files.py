@@ -156,3 +156,24 @@ def atomic_folder(path: Path, replace: bool = False) -> Iterator[Path]:
             log.info("%s was written meanwhile by another process; keeping it", path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cut_to_last_line(path: Path, end: int | None = None) -> int:
+    """Cut `path` after its last complete line that ends before byte `end` (default: its size): what a crash
+    left mid-append goes; returns the number of bytes cut (0 for a missing file)."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = data.rfind(b"\n", 0, len(data) if end is None else end) + 1
+    if keep != len(data):
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+    return len(data) - keep
+
+
+def append_durably(path: Path, text: str) -> None:
+    """Append `text` (whole lines) to `path` in one write, flushed and fsync'ed to disk."""
+    with open(path, "a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from specbench.common.errors import InputError, UserError
+from specbench.common.hub import HubUnavailable, cache_names, cached_snapshot, download_command, hub_source
 from specbench.common.options import BUDGET_KEY, OptionError, check_options, choice, integer, shown, text
 from specbench.common.registry import Registry, UnknownNameError
 
@@ -344,7 +345,10 @@ def in_datasets_cache(repo_id: str) -> bool:
 
 @contextlib.contextmanager
 def offline_mode() -> Iterator[None]:
-    """datasets and huggingface_hub in offline mode for the block: they read the local caches and make no request."""
+    """datasets and huggingface_hub in offline mode for the block: they read the local caches and make no request.
+
+    Set through their public config constants and restored after: load_dataset has no per-call offline switch,
+    and HF_HUB_OFFLINE / HF_DATASETS_OFFLINE in the environment are read once, on import."""
     import datasets.config
     from huggingface_hub import constants
 
@@ -360,8 +364,6 @@ def load_cached(path: str, name: str | None, kwargs: dict[str, Any], repo_id: st
     """The set from the local caches alone, without a request: `file` of the hub snapshot through the builder
     `path`; else the datasets cache of an earlier load, then the snapshot folder (`hf download`)."""
     import datasets
-
-    from specbench.common.hub import HubUnavailable, cache_names, cached_snapshot
 
     snapshot, tried = cached_snapshot(repo_id, "dataset"), []
     with offline_mode():
@@ -385,8 +387,6 @@ def load_hub(path: str, name: str | None, split: str | None, data_files: str | N
     hub_source asked the hub once (as for models); read from the local caches when the hub cannot be reached or
     HF_HUB_OFFLINE is set. HubSetUnavailable, with the download command, when neither can supply it."""
     import datasets
-
-    from specbench.common.hub import HubUnavailable, cached_snapshot, download_command, hub_source
 
     kwargs: dict[str, Any] = {"split": split or "train"}
     if data_files:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from specbench.common.errors import InputError
+from specbench.common.files import append_durably, cut_to_last_line
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +56,10 @@ def append(run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Append one record as one line, flushed to disk, after cutting a partial last line a crash left (the caller
     holds the folder's lock); returns the record."""
     path = Path(run_dir) / MEASUREMENTS
-    if path.exists():
-        data = path.read_bytes()
-        keep = data.rfind(b"\n") + 1
-        if keep != len(data):
-            log.warning("%s: dropping the partial last line a crash left (%d bytes)", path, len(data) - keep)
-            with open(path, "r+b") as f:
-                f.truncate(keep)
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    cut = cut_to_last_line(path)
+    if cut:
+        log.warning("%s: dropping the partial last line a crash left (%d bytes)", path, cut)
+    append_durably(path, json.dumps(record, sort_keys=True) + "\n")
     return record
 
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench.common.errors import InputError, UserError
-from specbench.common.files import FULL, remove_temporaries, write_json_atomic, writing
-from specbench.runs import identity
+from specbench.common.files import (FULL, append_durably, cut_to_last_line, remove_temporaries, write_json_atomic,
+                                    writing)
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +42,6 @@ ROWS = "rows.jsonl"
 PENDING = ".rows.pending"  # while a batch of rows is appended: rows.jsonl's size before it (JSON {"size": n})
 LOCK = ".lock"
 LOCK_POLL_S = 0.5  # how often a waiting run retries a busy folder's lock
-
-# The run identity (the keys a resumed run may change, and the keys older folders lack) is defined in
-# specbench.runs.identity; these names stay importable from here.
-RESUMABLE_KEYS = identity.RESUMABLE_KEYS
-with_defaults = identity.with_defaults
-
-
-def without_keys(config: dict) -> dict:
-    """The run identity of a resolved config (specbench.runs.identity.identity): what the resume check compares."""
-    return identity.identity(config)
-
 
 SUMMARY = "summary.json"
 CONFIG = "config.json"
@@ -150,15 +139,9 @@ class RowWriter:
     def _repair(self) -> None:
         """Cut the rows of an unfinished append and a partial trailing line left by a crash, so appends
         start on a fresh line after whole batches."""
-        end = pending_size(self.path)
-        if self.path.exists():
-            data = self.path.read_bytes()
-            keep = data.rfind(b"\n", 0, len(data) if end is None else end) + 1
-            if keep != len(data):
-                log.warning("%s: dropping %d bytes of rows an interrupted run left unfinished", self.path,
-                            len(data) - keep)
-                with open(self.path, "r+b") as f:
-                    f.truncate(keep)
+        cut = cut_to_last_line(self.path, pending_size(self.path))
+        if cut:
+            log.warning("%s: dropping %d bytes of rows an interrupted run left unfinished", self.path, cut)
         self.pending.unlink(missing_ok=True)
 
     def append(self, row: dict) -> None:
@@ -175,10 +158,8 @@ class RowWriter:
         data = "".join(json.dumps(_clean(r), sort_keys=True) + "\n" for r in rows)
         write_json_atomic(self.pending, {"size": self.path.stat().st_size if self.path.exists() else 0})
         try:
-            with writing(self.path.parent), open(self.path, "a") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            with writing(self.path.parent):
+                append_durably(self.path, data)
         except BaseException:
             self._repair()  # back to the size before this batch
             raise

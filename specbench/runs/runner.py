@@ -32,7 +32,8 @@ from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.common.aggregate import repeat_spread
 from specbench.runs.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows,
-                                     read_rows, with_defaults, without_keys)
+                                     read_rows)
+from specbench.runs.identity import identity, with_defaults
 from specbench.common.configs import differences
 from specbench.common.files import write_json_atomic
 from specbench.decoding.sampling import SamplingParams
@@ -108,7 +109,7 @@ def check_resume(run_dir: Path, record: dict) -> dict:
     path = run_dir / CONFIG
     if path.exists():
         old = json.loads(path.read_text())
-        saved, now = without_keys(old["config"]), without_keys(record["config"])  # identity: no resumable keys
+        saved, now = identity(old["config"]), identity(record["config"])  # no resumable keys
         if saved != now:
             raise InputError(
                 f"{run_dir} holds results of a different configuration (saved vs now: "
@@ -493,10 +494,11 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     first = saved.get("measure_from", 0)
     repeats = range(first, first + int(c.get("repeats", 1)))
     # repeat by repeat; with trace=true also the batches of rows without their trace (decoded again for it)
-    todo = [b for b in batches(examples, repeats, batch_size)
-            if missing(writer, b) or (job.trace and untraced(writer, b, run_dir))]
+    all_batches = batches(examples, repeats, batch_size)
+    retrace = {(b.repeat, b.index): untraced(writer, b, run_dir) for b in all_batches} if job.trace else {}
+    todo = [b for b in all_batches if missing(writer, b) or retrace.get((b.repeat, b.index))]
     wanted, to_decode = len(examples) * len(repeats), sum(len(missing(writer, b)) for b in todo)
-    retraced = sum(len(untraced(writer, b, run_dir)) for b in todo) if job.trace else 0
+    retraced = sum(len(r) for r in retrace.values())
     if retraced:
         log.warning("%s: trace=true: %d rows in the folder have no trace (a run without trace=true wrote them); "
                     "decoding their examples again for their traces (their rows are kept)", run_dir, retraced)
@@ -517,8 +519,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                 before = {ex.id for ex in examples[: b.index * batch_size]}
                 start_repeat(method, initial, [r for r in writer.rows if r["id"] in before], b.repeat, run_dir)
             previous = (b.repeat, b.index)
-            new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir,
-                             untraced(writer, b, run_dir) if job.trace else None)
+            new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir, retrace.get((b.repeat, b.index)))
             writer.append_many(new)  # one write: a crash leaves whole batches
             bar.update(len(new))
 
