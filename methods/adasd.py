@@ -1,8 +1,8 @@
-"""AdaSD (Lu et al., ../shared/papers/adasd.md): an entropy stop T_G for drafting and a JS-distance
-acceptance relaxation T_V, both learned during decoding (Algorithm 1), plus the ablations and the
-Appendix B variants of the T_V update.
+"""AdaSD (Lu et al., "AdaSD: Adaptive Speculative Decoding for Efficient Language Model Inference"): an entropy
+stop T_G for drafting and a JS-distance acceptance relaxation T_V, both learned during decoding (Algorithm 1),
+plus the ablations and the Appendix B variants of the T_V update.
 
-Registered names (design.md section 4): `adasd`, `adasd_gen_only`, `adasd_verify_only`,
+Registered names (docs/design.md section 4): `adasd`, `adasd_gen_only`, `adasd_verify_only`,
 `adasd_variant_a`, `adasd_variant_b`, `adasd_variant_c`. They differ only in whether the entropy
 stop is on, whether the rule is `js_relaxed(base)`, and the T_V formula.
 """
@@ -59,7 +59,7 @@ class AdaSD(Method):
 
     Updates after every iteration (lines 18-19): T_G = average(L_E^R),
     T_V = (average(L_D^A) + average(L_D^R)) / 2. A formula that needs the mean of an empty list
-    leaves its threshold unchanged (design.md; the paper initialises the lists to [null]), so
+    leaves its threshold unchanged (docs/design.md; the paper initialises the lists to [null]), so
     T_G stays 0 until the first rejection and T_V stays 0 until both lists are non-empty.
     Strict inequalities as in the paper: drafting stops when T_G < H(q_i) (line 6, the token is
     kept), a mismatch is accepted when d_JS <= T_V (line 11; JSRelaxed does `js <= threshold`).
@@ -111,6 +111,10 @@ class AdaSD(Method):
         """Bind as any method; the rule built for the decode settings starts from the current T_V."""
         super().bind(binding)
         self.set_t_v(self.t_v)
+
+    def relaxation(self) -> float:
+        """T_V, which the js_relaxed rule accepts mismatches by."""
+        return self.t_v
 
     def reset(self) -> None:
         """New generation call: fresh state unless `persist`."""

@@ -1,4 +1,5 @@
-"""GammaTune and GammaTune+ (../shared/papers/gammatune.md, Algorithm 1): adaptive speculation length.
+"""GammaTune and GammaTune+: adaptive speculation length (Gautam et al., "Token-Driven GammaTune: Adaptive
+Calibration for Enhanced Speculative Decoding", Algorithm 1).
 
 After each iteration with A accepted drafts out of a planned window γ:
     A' = A + δ           if A == γ (every planned draft accepted: expand)   else A

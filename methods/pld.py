@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.drafts import DraftSource, propose_fixed
+from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
+from specbench.decoding.proposal import Proposal
 from specbench.decoding.method import METHODS, check_gamma
 from specbench.methods.vanilla import Vanilla
 
@@ -42,11 +43,10 @@ class Lookup(DraftSource):
     def __init__(self, max_ngram: int, num_tokens: int, vocab: int, eos_ids: frozenset[int]) -> None:
         self.max_ngram, self.num_tokens, self.vocab, self.eos_ids = max_ngram, num_tokens, vocab, eos_ids
 
-    def propose(self, buf: torch.Tensor, rows: list, w_max: list[int]) -> int:
-        proposals = [lookup(buf[b, : r.L], self.max_ngram, self.num_tokens, self.eos_ids) if w_max[b] > 0
-                     else [] for b, r in enumerate(rows)]
-        propose_fixed(proposals, buf, rows, w_max, self.vocab, self.eos_ids)
-        return 0  # no draft forwards
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        found = [lookup(buf[b, :L], self.max_ngram, self.num_tokens, self.eos_ids) if m > 0 else []
+                 for b, (L, m) in enumerate(zip(d.L, d.w_max))]
+        return fixed_proposals(found, d)  # no draft forwards
 
 
 @METHODS.register("pld")
@@ -60,7 +60,7 @@ class PromptLookup(Vanilla):
         super().__init__(gamma=gamma, rule=rule, **options)
         self.max_ngram = check_gamma(self.name, max_ngram, "max_ngram")
 
-    def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource:
+    def draft_source(self, states: dict[str, Any]) -> DraftSource:
         return Lookup(self.max_ngram, self.gamma, self.bound.vocab_size, self.bound.eos_ids)
 
 

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from specbench.common.options import OptionError
-from specbench.decoding.drafts import DraftSource, propose_fixed
+from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
+from specbench.decoding.proposal import Proposal
 from specbench.decoding.method import METHODS, check_gamma
 from specbench.decoding.sampling import SamplingParams
 from specbench.methods.vanilla import Vanilla
@@ -55,19 +56,19 @@ def to_target(tok: Any, committed: list[int], text: str, lookbehind: int) -> lis
 class Retokenized(DraftSource):
     """A draft model of another vocabulary; its greedy drafts re-tokenized for the target (one row)."""
 
-    def __init__(self, state: Any, engine: Any, target_tok: Any, draft_tok: Any, draft_eos: frozenset[int],
-                 gamma: int, lookbehind: int) -> None:
-        self.state, self.engine = state, engine
+    def __init__(self, state: Any, target_tok: Any, draft_tok: Any, draft_eos: frozenset[int], gamma: int,
+                 lookbehind: int) -> None:
+        self.state = state
         self.target_tok, self.draft_tok, self.draft_eos = target_tok, draft_tok, draft_eos
         self.gamma, self.lookbehind = gamma, lookbehind
         self.vocab = len(draft_tok)  # logits beyond the draft tokenizer (embedding padding) are ignored
         self.ids: list[int] = []  # the draft tokens of the last iteration (context and drafts)
 
-    def propose(self, buf: torch.Tensor, rows: list, w_max: list[int]) -> int:
-        r, draft = rows[0], self.state
-        if w_max[0] <= 0:
-            return 0
-        committed = buf[0, : r.L].tolist()
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        draft = self.state
+        if d.w_max[0] <= 0:
+            return fixed_proposals([[]], d)
+        committed = buf[0, : d.L[0]].tolist()
         ctx = self.draft_tok.encode(self.target_tok.decode(committed), add_special_tokens=False)
         same = len(os.path.commonprefix([self.ids, ctx]))
         draft.crop(min(draft.fed[0], same, len(ctx) - 1))  # the cache keeps what is still the context
@@ -82,8 +83,7 @@ class Retokenized(DraftSource):
                 break
         self.ids = ctx + new
         prop = to_target(self.target_tok, committed, new_text(self.draft_tok, ctx, new), self.lookbehind)
-        propose_fixed([prop], buf, rows, w_max, self.engine.sampler.vocab_size, self.engine.stop.eos_ids)
-        return len(new)
+        return fixed_proposals([prop], d, steps=len(new))
 
 
 @METHODS.register("uag")
@@ -112,12 +112,12 @@ class UniversalAssisted(Vanilla):
             raise OptionError(f"method 'uag' re-tokenizes each row's context for its draft model and decodes one row "
                               f"at a time (got batch_size={batch_size}); set batch_size=1")
 
-    def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource:
+    def draft_source(self, states: dict[str, Any]) -> DraftSource:
         b = self.bound
         draft = b.models["draft"]
         d_tok = (b.pair.draft_tokenizer if b.pair is not None else None) or b.tokenizer  # None: the target's
         eos = {d_tok.eos_token_id}
         gen = draft.generation_config.eos_token_id if draft.generation_config is not None else None
         eos |= set(gen if isinstance(gen, list) else [gen])
-        return Retokenized(states["draft"], engine, b.tokenizer, d_tok, frozenset(eos - {None}), self.gamma,
+        return Retokenized(states["draft"], b.tokenizer, d_tok, frozenset(eos - {None}), self.gamma,
                            self.lookbehind)

@@ -11,7 +11,12 @@
   (d) vanilla's measured speedup over ar beside Leviathan et al.'s expected speedup for the measured acceptance
       rate and cost ratio, and the compiled / eager throughput ratios.
 
-`methods` runs each method through the runner on one pair and dataset and prints the design.md metric table.
+`verify` measures the target's verify cost against the number of drafted nodes verified: the median ms of one
+forward of the root's token and w nodes after a cached prompt, the nodes fed as a chain (causal) and as a tree
+(tree attention: a complete binary tree in breadth-first order, specbench.decoding.tree_state), each relative to
+a one-token forward (ar's call, w = 0), for w in --nodes.
+
+`methods` runs each method through the runner on one pair and dataset and prints the docs/design.md metric table.
 
 `batch` runs `ar`, `vanilla`, `gammatune` and `adasd` on the toy pair at batch sizes 1..32, each (method,
 batch size) as its own `python run.py` process (peak memory is per process), and prints per batch size and
@@ -46,6 +51,7 @@ from specbench.data.dataset import Example, build_dataset
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.engine import Engine, Generation
 from specbench.decoding.state import ModelState, sync
+from specbench.decoding.tree_state import feed_tree, keep_path
 from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.data.prompting import encode
@@ -131,6 +137,39 @@ def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool
         times.append(state.seconds - t0)
         state.crop(len(prompt))
     return 1e3 * statistics.median(times[2:])
+
+
+def tree_ms(model: PreTrainedModel, prompt: list[int], nodes: int, steps: int = 15) -> float:
+    """Median ms of one tree-attention forward of `nodes` nodes (node j's parent (j - 1) // 2: a complete binary
+    tree) after a cached prompt; each forward's nodes are then dropped from the cache again (keep_path)."""
+    buf = torch.tensor([prompt + [65]], dtype=torch.long, device=model.device)
+    state = ModelState(model)
+    state.forward(buf, len(prompt) - 1, 1)  # the prompt but its last token is cached; each forward feeds it and the tree
+    parents = [(j - 1) // 2 if j else -1 for j in range(nodes)]
+    times = []
+    for _ in range(steps + 2):
+        t0 = state.seconds
+        feed_tree(state, buf, len(prompt), [65] * nodes, parents, [], True)
+        times.append(state.seconds - t0)
+        keep_path(state, len(prompt) - 1, [])
+    return 1e3 * statistics.median(times[2:])
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Print the verify cost table: drafted nodes w, chain ms (w + 1 tokens), tree ms (the root's token and w nodes)
+    and both relative to one token."""
+    torch.set_num_threads(args.threads)
+    pair = load(args.pair, resolve_device(args.device))
+    prompt = dataset_prompts(pair, args.dataset, 1)[0]
+    one = call_ms(pair.target, prompt, 1, steps=args.steps)
+    print(f"pair {args.pair} ({pair.target.name_or_path}, {pair.target.dtype}, {pair.target.device}), prompt of "
+          f"{len(prompt)} tokens, {torch.get_num_threads()} thread(s), median of {args.steps} forwards")
+    print("| nodes | chain ms | tree ms | chain / 1 token | tree / 1 token |")
+    print("|---|---|---|---|---|")
+    for n in args.nodes:
+        chain_ms, t_ms = call_ms(pair.target, prompt, n + 1, steps=args.steps), tree_ms(pair.target, prompt, n, args.steps)
+        print(f"| {n} | {chain_ms:.2f} | {t_ms:.2f} | {chain_ms / one:.2f} | {t_ms / one:.2f} |", flush=True)
+    return 0
 
 
 def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
@@ -385,7 +424,7 @@ def cmd_batch(args: argparse.Namespace, command: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line: subcommands engine, methods and batch with their options."""
+    """The command line: subcommands engine, verify, methods and batch with their options."""
     ap = argparse.ArgumentParser(prog="python -m specbench.bench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("engine", help="engine overhead and throughput against transformers' assisted generation")
@@ -400,7 +439,15 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (1: several threads on a shared 2-core box spin and time erratically)")
-    m = sub.add_parser("methods", help="every method on one pair: the design.md metric table")
+    v = sub.add_parser("verify", help="the target's verify cost against the nodes verified (chain and tree)")
+    v.add_argument("--pair", default="toy", help="a conf/pair name")
+    v.add_argument("--dataset", default="smoke", help="a conf/dataset name whose first prompt is the prefix")
+    v.add_argument("--nodes", type=batch_sizes, default=batch_sizes("1,2,4,8,16,32,64"),
+                   help="comma-separated node counts (default 1,2,4,8,16,32,64)")
+    v.add_argument("--steps", type=int, default=15, help="forwards per count (the median is printed)")
+    v.add_argument("--device", default="auto")
+    v.add_argument("--threads", type=int, default=1)
+    m = sub.add_parser("methods", help="every method on one pair: the docs/design.md metric table")
     m.add_argument("--pair", default="tiny_random")
     m.add_argument("--methods", default=ALL_METHODS, help="comma-separated method names")
     m.add_argument("--dataset", default="smoke")
@@ -440,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     if args.cmd == "batch":
         return cmd_batch(args, shlex.join(["python", "-m", "specbench.bench", *argv]))
+    if args.cmd == "verify":
+        return cmd_verify(args)
     return cmd_engine(args) if args.cmd == "engine" else cmd_methods(args)
 
 

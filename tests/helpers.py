@@ -25,7 +25,7 @@ from scipy.stats import chisquare
 from specbench.common.configs import compose_config
 from specbench.common.files import write_json_atomic
 from specbench.decoding.acceptance import Rule
-from specbench.decoding.engine import Engine
+from specbench.decoding.decoders import Decoder as Engine, make_decoder
 from specbench.decoding.method import Binding, Method
 from specbench.decoding.metrics import summarize
 from specbench.runs.runner import build_method
@@ -245,7 +245,7 @@ def bound_engine(method: Method, models: dict[str, Any], vocab_size: int, temper
                  pair: Any = None, compile: bool = False) -> Engine:
     """An engine running `method` bound to `models` (pair role -> model) with these settings."""
     method.bind(Binding(models, tokenizer, vocab_size, frozenset(eos_ids), SamplingParams(temperature), context, pair))
-    return Engine(method, tuple(stop_strings), compile)
+    return make_decoder(method, tuple(stop_strings), compile)
 
 
 def pair_engine(pair: Any, method: dict | Method, eos_ids=(), stop_strings=(), context: int | None = 512,

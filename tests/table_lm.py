@@ -23,6 +23,7 @@ class TableLM(torch.nn.Module):
         self.vocab, self.seed, self.scale = vocab, seed, scale
         self.config = LlamaConfig(num_hidden_layers=1, vocab_size=vocab, max_position_embeddings=4096)
         self.device = torch.device("cpu")
+        self.dtype = torch.float32
 
     def logits_for(self, prefix: list[int]) -> torch.Tensor:
         """Next-token logits [V] after `prefix`."""
@@ -33,11 +34,21 @@ class TableLM(torch.nn.Module):
     def forward(self, input_ids, cache, use_cache=True, logits_to_keep=0, attention_mask=None,
                 position_ids=None):
         """Logits [B, keep, V] of the last `keep` columns; a row's prefix is its tokens at the columns its
-        attention mask [B, columns] marks (every column without one), holes get zero logits."""
+        attention mask [B, columns] marks (every column without one), holes get zero logits; with a 4-D additive
+        mask [B, 1, n, columns] (tree attention) query j's prefix is the columns its row of the mask leaves at 0."""
         B, n = input_ids.shape
         kv = input_ids.to(torch.float64).view(B, 1, n, 1)
         keys, _ = cache.update(kv, kv, 0)  # the real cache now holds every column of every row
         cols = keys.shape[2]
+        if attention_mask is not None and attention_mask.dim() == 4:
+            keep = logits_to_keep or n
+            out = torch.zeros((B, keep, self.vocab))
+            for b in range(B):
+                ids = keys[b].view(-1).long().tolist()
+                for j in range(keep):
+                    seen = (attention_mask[b, 0, n - keep + j] == 0).tolist()
+                    out[b, j] = self.logits_for([t for t, m in zip(ids, seen) if m])
+            return SimpleNamespace(logits=out)
         mask = torch.ones((B, cols), dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         keep = logits_to_keep or n
         out = torch.zeros((B, keep, self.vocab))

@@ -300,7 +300,8 @@ DRAWS = {1: 32, 4: 64}  # batch size -> decodes of 2 new tokens per method and s
 P_PASS = 1e-4
 # what a lossless method refuses before decoding instead (the runner's check_batch, then check_decode)
 REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
-           ("hf_assisted", 4): "batch size 1 only"}
+           ("hf_assisted", 4): "batch size 1 only", ("spec_tree", 4): "one row at a time",
+           ("dyn_tree", 4): "one row at a time"}
 
 
 @pytest.fixture(scope="module")

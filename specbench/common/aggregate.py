@@ -54,6 +54,7 @@ def run_metrics(rows: list[dict[str, Any]], source: str = "rows") -> dict[str, A
     tokens_per_s = Σ new_tokens / Σ decode_s (token-weighted throughput);
     mean_drafted (#cand) = Σ drafted / k;  mean_accepted (#match) = Σ accepted / k;
     acceptance_rate = Σ accepted / Σ drafted;  block_efficiency τ = Σ new_tokens / Σ target_calls;
+    nodes_per_call = Σ drafted / Σ target_calls (the drafted nodes a target call verifies: a tree's width);
     mean_t_v, mean_t_g = Σ mean·iterations / Σ iterations over the rows reporting them;
     score = mean over the scored rows;  engine_overhead = 1 - Σ model_s / Σ decode_s.
     `source` names the rows in warnings (e.g. a rows.jsonl path).
@@ -69,6 +70,7 @@ def run_metrics(rows: list[dict[str, Any]], source: str = "rows") -> dict[str, A
         "mean_accepted": None if k is None else ratio(accepted, k),
         "acceptance_rate": ratio(accepted, drafted),
         "block_efficiency": ratio(new, total(rows, "target_calls")),
+        "nodes_per_call": ratio(drafted, total(rows, "target_calls")),
         "mean_t_v": iteration_mean(rows, "mean_t_v"),
         "mean_t_g": iteration_mean(rows, "mean_t_g"),
         "score": ratio(sum(scored), len(scored)),

@@ -1,11 +1,14 @@
-"""Acceptance rules: given drafts x [w], draft dists q [w, V] and target dists p [w+1, V], decide.
+"""Acceptance rules: given each row's proposal (specbench.decoding.proposal) and the target's distributions, decide.
 
-A rule is built once per run for its decode settings (`make_rule(spec, greedy)`) and called as
-`rule(x, q, p, generator)`. It returns (ok [w] bool, fallback [w+1] long). The engine accepts the
-longest prefix of ok, n = number of leading True, and emits fallback[n] as the next token: the
-correction at the first rejected position, or the bonus token from p_{w+1} when all w drafts are
-accepted. At temperature 0 every base rule is built as `greedy` (argmax matching); `js_relaxed`
-then relaxes it.
+A rule is built once per run for its decode settings (`make_rule(spec, greedy)`). The engine calls it once per
+iteration for the whole batch, `rule.accept(proposals, p, generators, thresholds)`, and gets one Verdict per row:
+the accepted root path and the next token after it. On a chain of drafts x [w] with draft dists q [w, V] and
+target dists p [w+1, V] a rule is the per-row call `rule(x, q, p, generator)` -> (ok [w] bool, fallback [w+1]
+long): the accepted path is the longest prefix of ok, n = number of leading True, and fallback[n] is the next
+token: the correction at the first rejected position, or the bonus token from p_{w+1} when all w drafts are
+accepted. On a tree the rule walks down from the root (specbench.decoding.trees). At temperature 0 every base
+rule is built as `greedy` (argmax matching); `js_relaxed` then relaxes it. Greedy acceptance is `Greedy`'s alone:
+the engine asks no rule for its type.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import torch
 
 from specbench.common.registry import Registry
+from specbench.decoding import trees
+from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.sampling import js_distance
 
 RULES: Registry = Registry("acceptance rule")
@@ -38,6 +43,35 @@ class Rule:
         """Of the first n drafts of the last call, how many were accepted only by a relaxation (here: none)."""
         return 0
 
+    def accept(self, props: list[Proposal], p: torch.Tensor, generators: list[torch.Generator | None],
+               thresholds: list[float] | None = None) -> list[Verdict]:
+        """One verdict per row b of a batch: props [B] with n_b nodes, p [B, K, V] whose last n_b + 1 columns are
+        row b's target distributions (root first), a generator per row; `thresholds` [B] are the rows'
+        relaxation thresholds (T_V), which exact rules ignore. A chain is decided by the per-row call, a tree by
+        its walk from the root."""
+        K, out = p.shape[1], []
+        for b, prop in enumerate(props):
+            n, g = len(prop), generators[b]
+            pb = p[b, K - n - 1 :]  # [n+1, V]
+            if not prop.is_chain:
+                path, token = trees.tree_path(self.name, prop, pb, g)
+                out.append(Verdict(path, token))
+                continue
+            x = torch.tensor(prop.tokens, dtype=torch.long, device=p.device)
+            ok, fallback = self.decide(x, prop.verify_q(p.shape[-1], p.device), pb, g, thresholds, b)
+            n_ok, relaxed = self.count(ok)
+            out.append(Verdict(list(range(n_ok)), int(fallback[n_ok]), relaxed, self.distances()))
+        return out
+
+    def decide(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None,
+               thresholds: list[float] | None, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row b's chain verdicts (ok [w], fallback [w+1]): the per-row call (a relaxed rule reads thresholds[b])."""
+        return self(x, q, p, generator)
+
+    def distances(self) -> torch.Tensor | None:
+        """d_JS(p_i, q_i) [w] of the last chain decided, when the rule computed them (a relaxed rule)."""
+        return None
+
     def count(self, ok: torch.Tensor) -> tuple[int, int]:
         """(n, relaxed) of the last call's verdicts ok [w]: n = leading accepted drafts, and how many of those
         only a relaxation accepted (one host sync)."""
@@ -54,6 +88,16 @@ class Greedy(Rule):
     def __call__(self, x, q, p, generator):
         top = p.argmax(-1)  # [w+1]
         return x == top[: x.shape[0]], top
+
+    def accept(self, props, p, generators, thresholds=None):
+        """One argmax over the batch's p [B, K, V] (one host copy), then each row's longest root path whose every
+        token is the argmax at its parent, and the argmax after it (chains and trees alike)."""
+        K, top = p.shape[1], p.argmax(-1).tolist()  # [B, K]
+        out = []
+        for b, prop in enumerate(props):
+            path, token = trees.greedy_path(prop, top[b][K - len(prop) - 1 :])
+            out.append(Verdict(path, token))
+        return out
 
 
 @RULES.register("rejection")
@@ -108,9 +152,26 @@ class JSRelaxed(Rule):
         self.exact: torch.Tensor | None = None
 
     def __call__(self, x, q, p, generator):
+        return self.relax(x, q, p, generator, self.threshold)
+
+    def relax(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None,
+              threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The base rule's verdicts on x [w], each mismatch also accepted when d_JS(p_i, q_i) <= threshold."""
         self.js = js_distance(p[: x.shape[0]], q)  # [w]
         self.exact, fallback = self.base(x, q, p, generator)
-        return self.exact | (self.js <= self.threshold), fallback
+        return self.exact | (self.js <= threshold), fallback
+
+    def accept(self, props, p, generators, thresholds=None):
+        if any(not prop.is_chain for prop in props):
+            raise ValueError(f"rule {self.name!r} relaxes chains only: a tree's nodes have no single position to "
+                             "compare; use an exact rule (greedy, rejection, sample_match) for trees")
+        return super().accept(props, p, generators, thresholds)
+
+    def decide(self, x, q, p, generator, thresholds, b):
+        return self.relax(x, q, p, generator, self.threshold if thresholds is None else thresholds[b])
+
+    def distances(self) -> torch.Tensor | None:
+        return self.js
 
     def relaxed(self, n: int) -> int:
         """#{i < n : the base rule rejected x_i}: accepted drafts that only d_JS <= T_V let through."""

@@ -1,116 +1,160 @@
-"""Draft sources: what proposes a row's draft tokens x_1..x_w and their distributions q_1..q_w in step 1.
+"""Proposers: what drafts a row's tokens in step 1, returned as values (specbench.decoding.proposal.Proposal).
 
-A method combines a draft source with its policy (window, keep_drafting) and its acceptance rule
-(Method.draft_source picks the source). Every q_i is over the target's vocabulary [V]:
+A method is a proposer (this module's `DraftSource`s), a policy (window, keep drafting, update, state: the
+`Policy` protocol) and a rule (specbench.decoding.acceptance). Everything a proposer needs comes in a `Drafting`
+as arguments: the rows' committed lengths, their caps, their policies, their generators, the sampler and the
+stop tokens; it returns one Proposal per row and never touches the engine or a row. Every q is over the
+target's vocabulary [V]:
 - `ModelDraft`: a draft model, x_i ~ q_i = q(. | buf[:L+i-1]) (argmax at temperature 0), one forward per token
   for the whole batch; the draft of the pair, or one a method builds (layer_skip: the target's first layers);
-- a source with a deterministic proposal (prompt lookup, re-tokenized drafts of another vocabulary) sets
-  q_i = one-hot(x_i) (`propose_fixed`). The `rejection` rule then accepts x_i with probability
+- a proposer with a deterministic proposal (prompt lookup, re-tokenized drafts of another vocabulary) has
+  q = None, one-hot(x_i) (`fixed_proposals`). The `rejection` rule then accepts x_i with probability
   min(1, p_i(x_i) / 1) = p_i(x_i) and otherwise draws from norm(max(p_i - q_i, 0)) = p_i without x_i, so the
   token is distributed as p_i whatever the proposal was: the method stays lossless.
-Each source writes x into buf[b, L_b:L_b+w_b], fills row.qs and row.why (window / eos / policy / length, and
-`source` when the source had nothing more to propose), and returns the draft forwards it ran.
+A proposer may use buf[b, L_b:] as scratch (a draft model feeds its drafts from there); the engine writes the
+proposal it verifies.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
 
 import torch
 
-# Rows, model states and the engine are specbench.decoding.engine's Row, ModelState and Engine (typed Any here:
-# the engine imports this module)
+from specbench.decoding.proposal import Proposal, chain
+from specbench.decoding.sampling import Sampler
+
+
+class Policy(Protocol):
+    """A row's draft policy: how far to draft, whether to go on after each token, and what it learns."""
+
+    def window(self) -> int: ...
+
+    def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool: ...
+
+
+@dataclass
+class Drafting:
+    """One iteration's drafting request for B rows: what a proposer may read (nothing of the engine)."""
+
+    L: list[int]  # [B] committed tokens of each row (prompt included)
+    w_max: list[int]  # [B] the most tokens row b may draft (0: none)
+    policies: Sequence[Policy]  # [B] each row's policy, asked after every drafted token
+    generators: Sequence[torch.Generator | None]  # [B]
+    sampler: Sampler  # the decode settings' processed distributions and draws
+    eos_ids: frozenset[int]  # tokens that end a generation: drafting stops after one
 
 
 class DraftSource:
     """Proposes each row's drafts for one iteration (subclasses implement propose)."""
 
-    def propose(self, buf: torch.Tensor, rows: list[Any], w_max: list[int]) -> int:
-        """Write row b's drafts x_1..x_w (w <= w_max[b]) into buf[b, L_b:], their q_i [V] into row.qs and why
-        drafting ended into row.why; return the draft forwards run."""
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        """Row b's proposal of at most d.w_max[b] nodes after buf[b, :L_b] [B][n_b]."""
         raise NotImplementedError
 
-    def rollback(self, rows: list[Any], accepted: list[int]) -> None:
-        """After the verify: row b keeps its accepted prefix buf[b, :L_b + accepted[b]] (L_b not yet advanced)."""
+    def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
+        """After the verify: row b keeps buf[b, :lengths[b]] plus its proposal's accepted path (lengths = L_b)."""
 
 
-def take(row: Any, buf_row: torch.Tensor, i: int, q: torch.Tensor, x: int, last: int, eos_ids: frozenset[int]
-         ) -> bool:
-    """Draft token i (0-based) x with distribution q [V] into the row: its buffer, its qs, and its policy's
-    verdict; True if the row may draft another (not EOS, the policy keeps going, i + 1 < last)."""
-    buf_row[row.L + i] = x
-    row.qs.append(q)
-    keep = row.method.keep_drafting(i + 1, q, x)  # asked for EOS too: confidence learns from it
-    if x in eos_ids:
-        row.why = "eos"
-    elif not keep:
-        row.why = "policy"
-    return x not in eos_ids and keep and i + 1 < last
+class Chain:
+    """A chain under construction for one row: tokens, their q, and the policy's verdict after each."""
+
+    def __init__(self, policy: Policy, last: int, eos_ids: frozenset[int], vocab: int) -> None:
+        self.policy, self.last, self.eos_ids, self.vocab = policy, last, eos_ids, vocab
+        self.tokens: list[int] = []
+        self.qs: list[torch.Tensor] = []
+        self.why = "window" if last > 0 else "length"
+
+    def take(self, x: int, q: torch.Tensor | None) -> bool:
+        """Append draft x with distribution q [V] (None: one-hot); True if the row may draft another (not EOS,
+        the policy keeps going, fewer than `last` tokens)."""
+        self.tokens.append(x)
+        if q is not None:
+            self.qs.append(q)
+        if q is None:  # the policy sees a deterministic draft's q = one-hot(x) [V]
+            q = torch.zeros(self.vocab)
+            q[x] = 1.0
+        keep = self.policy.keep_drafting(len(self.tokens), q, x)  # asked for EOS too: confidence learns from it
+        if x in self.eos_ids:
+            self.why = "eos"
+        elif not keep:
+            self.why = "policy"
+        return x not in self.eos_ids and keep and len(self.tokens) < self.last
+
+    def proposal(self, steps: int) -> Proposal:
+        """The chain as a Proposal (q [w, V] stacked, or None for a deterministic one)."""
+        q = torch.stack(self.qs) if self.qs else None
+        return chain(self.tokens, q, self.why, steps)
 
 
 class ModelDraft(DraftSource):
     """A draft model with its KV cache over the batch's rows (the pair's draft, or a model the method built)."""
 
-    def __init__(self, state: Any, engine: Any) -> None:
-        self.state, self.engine = state, engine
+    def __init__(self, state: Any, fixed_window: bool = False) -> None:
+        self.state = state  # a specbench.decoding.state.ModelState
+        self.fixed_window = fixed_window  # the policy drafts its whole window whatever the tokens
 
-    def propose(self, buf: torch.Tensor, rows: list[Any], w_max: list[int]) -> int:
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
         """x_i drawn from q_i = q(. | buf[b, :L_b+i-1]) for every open row; the batch drafts to its longest window
         and a row that stopped feeds a masked hole (its draft cache keeps its tokens)."""
-        draft, eng = self.state, self.engine
-        if draft.on_device and rows[0].method.fixed_window and w_max[0] > 0:
-            return self.propose_on_device(buf, rows[0], w_max[0])
-        open_ = [b for b, m in enumerate(w_max) if m > 0]  # rows still drafting
+        draft = self.state
+        if draft.on_device and self.fixed_window and d.w_max[0] > 0:
+            return [self.propose_on_device(buf, d)]
+        chains = [Chain(p, m, d.eos_ids, d.sampler.vocab_size) for p, m in zip(d.policies, d.w_max)]
+        open_ = [b for b, m in enumerate(d.w_max) if m > 0]  # rows still drafting
         i = 0
         while open_:
             drafting = set(open_)
-            upto = [r.L + i if b in drafting else draft.fed[b] for b, r in enumerate(rows)]  # the others feed a hole
-            q = eng.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(eng.device)  # [B, V]
-            x = self.pick(q, open_, rows)
-            open_ = [b for b in open_ if take(rows[b], buf[b], i, q[b], x[b], w_max[b], eng.stop.eos_ids)]
+            upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
+            q = d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(buf.device)  # [B, V]
+            x = pick(q, open_, d)
+            for b in open_:
+                buf[b, d.L[b] + i] = x[b]  # fed to the next draft forward
+            open_ = [b for b in open_ if chains[b].take(x[b], q[b])]
             i += 1
-        return i
+        return [c.proposal(i) for c in chains]
 
-    def propose_on_device(self, buf: torch.Tensor, row: Any, w: int) -> int:
+    def propose_on_device(self, buf: torch.Tensor, d: Drafting) -> Proposal:
         """The one row of a compiled state, its policy a fixed window: x_1..x_w drawn with no host synchronisation
         (x_i is written into buf on the device and fed from there) and read back once; drafts after a drafted
         EOS are dropped as the per-token loop would not have drafted them (their forwards are still counted)."""
-        draft, eng = self.state, self.engine
+        draft, L, w = self.state, d.L[0], d.w_max[0]
         qs = []
         for i in range(w):
-            q = eng.sampler.probs(draft.forward(buf, row.L + i, 1)[:, 0]).to(eng.device)  # [1, V]
-            buf[0, row.L + i] = eng.sampler.pick(q, row.generator)[0]
+            q = d.sampler.probs(draft.forward(buf, L + i, 1)[:, 0]).to(buf.device)  # [1, V]
+            buf[0, L + i] = d.sampler.pick(q, d.generators[0])[0]
             qs.append(q[0])
-        for i, x in enumerate(buf[0, row.L : row.L + w].tolist()):
-            if not take(row, buf[0], i, qs[i], x, w, eng.stop.eos_ids):
+        c = Chain(d.policies[0], w, d.eos_ids, d.sampler.vocab_size)
+        for i, x in enumerate(buf[0, L : L + w].tolist()):
+            if not c.take(x, qs[i]):
                 break
-        return w
+        return c.proposal(w)
 
-    def pick(self, q: torch.Tensor, open_: list[int], rows: list[Any]) -> dict[int, int]:
-        """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""
-        if self.engine.sampler.params.greedy:
-            top = q.argmax(-1).tolist()
-            return {b: top[b] for b in open_}
-        return {b: int(self.engine.sampler.pick(q[b : b + 1], rows[b].generator)[0]) for b in open_}
-
-    def rollback(self, rows: list[Any], accepted: list[int]) -> None:
-        """The draft cache keeps at most the accepted prefix (it never saw the last draft token nor the next one)."""
-        self.state.crop([min(f, r.L + n) for f, r, n in zip(self.state.fed, rows, accepted)])
+    def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
+        """The draft cache keeps at most the accepted chain (it never saw the last draft token nor the next one)."""
+        self.state.crop([min(f, L + len(p)) for f, L, p in zip(self.state.fed, lengths, paths)])
 
 
-def propose_fixed(proposals: list[list[int]], buf: torch.Tensor, rows: list[Any], w_max: list[int],
-                  vocab: int, eos_ids: frozenset[int]) -> None:
-    """Draft each row b's deterministic proposal (target ids) with q_i = one-hot(x_i) [vocab], up to w_max[b]
-    tokens, its first EOS, or its policy's stop; a proposal shorter than the window ends with why = source."""
-    for b, (r, prop) in enumerate(zip(rows, proposals)):
-        if w_max[b] <= 0:
-            continue
-        if len(prop) < w_max[b]:
-            r.why = "source"
-        last = min(w_max[b], len(prop))
-        for i, x in enumerate(prop[:last]):
-            q = torch.zeros(vocab, device=buf.device)
-            q[x] = 1.0
-            if not take(r, buf[b], i, q, x, last, eos_ids):
-                break
+def pick(q: torch.Tensor, open_: list[int], d: Drafting) -> dict[int, int]:
+    """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""
+    if d.sampler.params.greedy:
+        top = q.argmax(-1).tolist()
+        return {b: top[b] for b in open_}
+    return {b: int(d.sampler.pick(q[b : b + 1], d.generators[b])[0]) for b in open_}
 
+
+def fixed_proposals(tokens: list[list[int]], d: Drafting, steps: int = 0) -> list[Proposal]:
+    """Each row b's deterministic proposal (target ids, q = one-hot) up to d.w_max[b] tokens, its first EOS or its
+    policy's stop; a proposal shorter than the window ends with why = source."""
+    out = []
+    for b, prop in enumerate(tokens):
+        c = Chain(d.policies[b], min(d.w_max[b], len(prop)), d.eos_ids, d.sampler.vocab_size)
+        if d.w_max[b] > 0:
+            if len(prop) < d.w_max[b]:
+                c.why = "source"
+            for x in prop[: c.last]:
+                if not c.take(x, None):
+                    break
+        out.append(c.proposal(steps))
+    return out

@@ -1,20 +1,25 @@
-"""The one speculative decoding loop every method runs through (design.md section 3), for B >= 1 rows at once.
+"""The one speculative decoding loop every native method runs through (docs/design.md, "The engine"), for B >= 1
+rows at once; `hf_assisted`, whose loop is transformers', has its own decoder beside it (specbench.decoding.decoders).
 
 State: a token buffer buf [B, max P_b + max_new_tokens + 1] whose row b holds its committed tokens in
 buf[b, :L_b] (the prompt first, no padding: a token's buffer index is its position), and one KV cache per
-model. One iteration, one named step each, every row with its own L_b, window, rule and policy:
-  1. draft: the method's draft source (specbench.decoding.drafts) proposes x_1..x_w with their q_1..q_w (a draft
-     model: x_i drawn from q_i = q(. | buf[b, :L_b+i-1]); a deterministic proposal: q_i one-hot), asking the
-     row's policy after each token;
-  2. verify: one target forward over the row's uncached tokens and drafts gives p_1..p_{w+1} (the first
-     iteration's forward is also the prompt prefill, as in transformers' assisted generation);
-  3. accept: the row's rule gives n accepted drafts and the next token buf[b, L_b+n]; L_b <- L_b + n + 1
-     (a relaxed rule also says how many of the n only its relaxation accepted);
-  4. roll back: both caches keep the row's accepted prefix buf[b, :L_b+n];
+model. One iteration, one named step each, every row with its own L_b, window, policy and generator:
+  1. draft: the method's proposer (specbench.decoding.drafts) returns each row's Proposal
+     (specbench.decoding.proposal): n_b nodes x_j with parents a(j) and draft distributions q_j (a chain: a(j) =
+     j - 1, x_j drawn from q_j = q(. | buf[b, :L_b+j]); a deterministic proposal: q_j one-hot), at most
+     min(window, tokens left - 1, context left - 1) of them, the row's policy asked after each token;
+  2. verify: one target forward over the row's uncached tokens and its nodes gives p at the root and at every
+     node (the first iteration's forward is also the prompt prefill, as in transformers' assisted generation).
+     A chain is fed causally from the buffer; a tree (one row) with tree attention: node j attends to the prefix
+     and its own ancestors at position L_b - 1 + depth(j) (specbench.decoding.tree_state);
+  3. accept: the method's rule, called once for the batch, gives each row's accepted root path (n nodes) and
+     the next token; the path and the token go to buf[b, L_b:L_b+n+1]; L_b <- L_b + n + 1;
+  4. roll back: both caches keep the row's prefix buf[b, :L_b] plus its accepted path (a chain: a crop; a tree:
+     the other nodes' keys and values removed);
   5. update: the row's policy is updated with its iteration record;
   6. stop: the block's tokens are checked one by one as an autoregressive decoder would check them
      (specbench.decoding.stopping: EOS, stop string, length, context); tokens after the first that ends it are dropped.
-`ar` and `draft_only` are the same loop with w = 0: one forward, one token per iteration, so
+`ar` and `draft_only` are the same loop with empty proposals: one forward, one token per iteration, so
 every method's tokens are produced and counted by the same code. Model calls and seconds are
 counted per pair role: draft_only's calls are draft calls.
 
@@ -31,7 +36,8 @@ other rows (`Cache.batch_select_indices`), so a finished row costs nothing more;
 Drafting when rows want different lengths: the batch drafts to the longest window still open; a row that has
 stopped drafting (window, policy, EOS or length) feeds a masked hole in the remaining draft forwards. Its
 record's `draft_steps` (the batch's draft forwards that iteration) next to its own `drafted` shows that cost.
-Every row owns its method instance (Method.fork: policy state, rule, thresholds) and its random generator,
+Trees are verified one row at a time (batch_size 1, eager path); a batch or the compiled path refuses them.
+Every row owns its method instance (Method.fork: policy state, thresholds) and its random generator,
 so under greedy decoding each row's schedule and tokens are the ones it gets at B = 1 (up to the float
 rounding of batched kernels). Time is shared: each iteration's wall time and each forward's seconds are split
 equally among the rows in it, so a row's decode_s is its share and the shares of a batch sum to its wall
@@ -46,12 +52,15 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.acceptance import Greedy, JSRelaxed, Rule
+from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
+from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.method import IterationRecord, Method
+from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding.state import Clock, ModelState, sync
 from specbench.decoding.stopping import StopCriteria
+from specbench.decoding.tree_state import feed_tree, keep_path
 
 
 @dataclass
@@ -113,8 +122,6 @@ class Row:
     stop_reason: str = ""
     decode_s: float = 0.0  # share of the wall time
     latency_s: float = 0.0
-    qs: list[torch.Tensor] = field(default_factory=list)  # this iteration's q_1..q_w, each [V]
-    why: str = "none"  # why this iteration's drafting ended
     seconds: dict = field(default_factory=dict)  # role -> forward seconds (share)
     calls: dict = field(default_factory=dict)  # role -> forward calls taken part in
 
@@ -147,8 +154,6 @@ class Engine:
         if B == 0:
             return []
         method.check_batch(B)
-        if method.external:  # a method that decodes with another library's loop (hf_assisted; B = 1)
-            return [method.generate_external(prompts[0], max_new_tokens, self.stop, (generators or [None])[0], trace)]
         rows = self.new_rows(prompts, max_new_tokens, generators or [None] * B)
         stats = trace or method.needs_stats
         layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
@@ -156,7 +161,7 @@ class Engine:
         states = {role: self.new_state(model, B, need, role)  # by pair role
                   for role, model in method.bound.models.items()}
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
-        source = method.draft_source(states, self)  # what proposes the drafts (None: no drafting)
+        source = method.draft_source(states)  # what proposes the drafts (None: no drafting)
         buf = torch.zeros((B, need), dtype=torch.long, device=self.device)
         for b, p in enumerate(prompts):
             buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
@@ -169,37 +174,36 @@ class Engine:
         clock = Clock(self.device, events=self.compile)  # phase marks: CUDA events on the compiled path
         while rows:
             t_iter = clock.mark()
-            # 1. draft: row b at most min(window, tokens left - 1, context left - 1) tokens
-            if source:
-                method.before_draft([r.method for r in rows])
-                steps = source.propose(buf, rows, self.windows(rows, max_new_tokens))
-            else:
-                steps = 0
+            # 1. draft: row b proposes at most min(window, tokens left - 1, context left - 1) nodes
+            props = self.propose(source, buf, rows, max_new_tokens)
             t1 = clock.mark()
-            # 2. verify: row b's p_1..p_{w_b+1} are the last w_b + 1 of one target forward's kept columns
-            w = [len(r.qs) for r in rows]
-            keep = max(w) + 1
-            p_all = self.sampler.probs(target.forward(buf, [r.L + n for r, n in zip(rows, w)], keep, layers))
+            # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
+            p_all = self.sampler.probs(self.verify(target, buf, rows, props, layers))  # [B, keep, V]
+            keep = p_all.shape[1]
             t2 = clock.mark()
-            # 3. accept x_1..x_n and the next token buf[b, L_b+n] per row
-            accepted = self.accept(buf, rows, p_all, keep)
-            if layers:  # states at the last accepted position buf[b, L_b+n-1], whose p_{n+1} gave buf[b, L_b+n]
-                for b, (r, (n, _)) in enumerate(zip(rows, accepted)):
-                    r.method.observe_hidden(target.hidden[:, b, keep - w[b] - 1 + n])  # [len(layers), H]
-            # 4. roll back: the caches keep each row's accepted prefix buf[b, :L_b+n]
-            target.crop([r.L + n for r, (n, _) in zip(rows, accepted)])
-            if source:
-                source.rollback(rows, [n for n, _ in accepted])
+            # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
+            verdicts = method.rule.accept(props, p_all, [r.generator for r in rows],
+                                          [r.method.relaxation() for r in rows])
+            if layers:  # states at the accepted path's last node (the root: no node), whose p gave the next token
+                for b, (r, v) in enumerate(zip(rows, verdicts)):
+                    col = keep - len(props[b]) - 1 + (v.path[-1] + 1 if v.path else 0)
+                    r.method.observe_hidden(target.hidden[:, b, col])  # [len(layers), H]
+            # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
+            self.commit(buf, rows, props, verdicts, target, source)
             # 5. record the iteration and update each row's policy
             draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
-            for b, (r, (n, relaxed)) in enumerate(zip(rows, accepted)):
+            for b, (r, prop, v) in enumerate(zip(rows, props, verdicts)):
+                n = v.accepted
                 r.out += buf[b, r.L : r.L + n + 1].tolist()
                 r.L += n + 1
-                rec = IterationRecord(drafted=w[b], accepted=n, stop=r.why, draft_s=draft_s, verify_s=verify_s,
-                                      accepted_relaxed=relaxed, draft_steps=steps)
-                if stats and w[b]:
-                    q = torch.stack(r.qs)
-                    rec.entropy, rec.js = self.statistics(q, p_all[b, keep - w[b] - 1 :], r.method.rule)
+                rec = IterationRecord(drafted=len(prop), accepted=n, stop=prop.why, draft_s=draft_s,
+                                      verify_s=verify_s, accepted_relaxed=v.relaxed, draft_steps=prop.steps)
+                if stats and len(prop):
+                    rec.entropy, rec.js = self.statistics(prop, p_all[b, keep - len(prop) - 1 :], v)
+                if not prop.is_chain:
+                    rec.depth = max(prop.depths())
+                if trace and len(prop):  # a chain is the tree whose node j has parent j - 1
+                    rec.tree = {"tokens": prop.tokens, "parents": prop.parents, "path": v.path}
                 r.method.update(rec)
                 rec.state = r.method.state()
                 r.records.append(rec)
@@ -217,6 +221,54 @@ class Engine:
             t_prev = now
             rows, buf = self.leave(rows, buf, states, done, now - t_start)
         return [self.result(r, first_block_s, B) for r in sorted(done, key=lambda r: r.index)]
+
+    def propose(self, source: DraftSource | None, buf: torch.Tensor, rows: list[Row], max_new_tokens: int
+                ) -> list[Proposal]:
+        """Step 1: each row's proposal from the source, at most w_max_b = min(window, tokens left - 1, context
+        left - 1) nodes; empty proposals without a source."""
+        if source is None:
+            return [chain([]) for _ in rows]
+        self.method.before_draft([r.method for r in rows])
+        w_max = [min(r.method.window(), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
+        return source.propose(buf, Drafting([r.L for r in rows], w_max, [r.method for r in rows],
+                                            [r.generator for r in rows], self.sampler, self.stop.eos_ids))
+
+    def verify(self, target: ModelState, buf: torch.Tensor, rows: list[Row], props: list[Proposal],
+               layers: tuple[int, ...]) -> torch.Tensor:
+        """Step 2: one target forward over each row's uncached tokens and proposal; logits [B, keep, V] whose
+        row b ends with its root's and its n_b nodes' columns. Chains are written after buf[b, :L_b] and fed
+        from there; a tree (one row) is fed with tree attention (specbench.decoding.tree_state)."""
+        if all(prop.is_chain for prop in props):
+            w = [len(prop) for prop in props]
+            rows_i = [b for b, n in enumerate(w) for _ in range(n)]
+            if rows_i:  # every drafted token into its row's buffer, in one write
+                cols = [r.L + i for r, n in zip(rows, w) for i in range(n)]
+                vals = [x for prop in props for x in prop.tokens]
+                buf[rows_i, cols] = torch.tensor(vals, dtype=buf.dtype, device=buf.device)
+            return target.forward(buf, [r.L + n for r, n in zip(rows, w)], max(w) + 1, layers)
+        if len(rows) > 1 or self.compile:
+            raise OptionError("a tree of drafts is verified one row at a time on the eager path: set batch_size=1 "
+                              "and engine.compile=false")
+        prop = props[0]
+        return feed_tree(target, buf, rows[0].L, prop.tokens, prop.parents, [], True, layers=layers)
+
+    @staticmethod
+    def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
+               target: ModelState, source: DraftSource | None) -> None:
+        """Step 4: row b's accepted path and next token go to buf[b, L_b:L_b+n+1]; the target's cache keeps
+        buf[b, :L_b] plus the path (a chain's: a crop; a tree's: its other nodes removed), the source's likewise."""
+        L = [r.L for r in rows]
+        for b, (prop, v) in enumerate(zip(props, verdicts)):
+            if prop.is_chain:
+                buf[b, L[b] + v.accepted] = v.token  # the path is the drafts already there
+            else:
+                buf[b, L[b] : L[b] + v.accepted + 1] = torch.tensor([prop.tokens[j] for j in v.path] + [v.token])
+        if all(prop.is_chain for prop in props):
+            target.crop([n + v.accepted for n, v in zip(L, verdicts)])
+        else:
+            keep_path(target, L[0], verdicts[0].path)
+        if source is not None:
+            source.rollback(L, [v.path for v in verdicts])
 
     def new_state(self, model: Any, B: int, need: int, role: str) -> ModelState:
         """The state of one model over B rows: a static cache and compiled forwards when compiling (B = 1, room for
@@ -275,39 +327,9 @@ class Engine:
         )
 
     @staticmethod
-    def windows(rows: list[Row], max_new_tokens: int) -> list[int]:
-        """Step 1's cap per row b: w_max_b = min(window, tokens left - 1, context left - 1); resets the row's
-        drafts (qs) and sets why to window, or length when nothing may be drafted."""
-        w_max = [min(r.method.window(), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
-        for r, m in zip(rows, w_max):
-            r.qs, r.why = [], "length" if m <= 0 else "window"
-        return w_max
-
-    def accept(self, buf: torch.Tensor, rows: list[Row], p_all: torch.Tensor, keep: int) -> list[tuple[int, int]]:
-        """Step 3, per row b: n = the longest prefix of the drafts x = buf[b, L_b:L_b+w] the row's rule accepts
-        (q [w, V], p = the last w+1 of p_all[b] [keep, V]), and how many of them only a relaxation accepted; the
-        rule's next token (correction, or bonus when n = w) goes to buf[b, L_b+n]. Greedy rows share one argmax."""
-        top = p_all.argmax(-1).tolist() if any(type(r.method.rule) is Greedy for r in rows) else None  # [B, keep]
-        out = []
-        for b, r in enumerate(rows):
-            w = len(r.qs)
-            if type(r.method.rule) is Greedy:  # accept while x_i == argmax p_i; next = argmax p_{n+1}
-                t = top[b][keep - w - 1 :]
-                x = buf[b, r.L : r.L + w].tolist()
-                n = next((i for i in range(w) if x[i] != t[i]), w)
-                buf[b, r.L + n] = t[n]
-                out.append((n, 0))
-                continue
-            q = torch.stack(r.qs) if r.qs else p_all.new_zeros((0, p_all.shape[-1]))  # [w, V]
-            ok, fallback = r.method.rule(buf[b, r.L : r.L + w], q, p_all[b, keep - w - 1 :], r.generator)
-            n, relaxed = r.method.rule.count(ok)
-            buf[b, r.L + n] = fallback[n]
-            out.append((n, relaxed))
-        return out
-
-    @staticmethod
-    def statistics(q: torch.Tensor, p: torch.Tensor, rule: Rule) -> tuple[list[float], list[float]]:
-        """H(q_i) and d_JS(p_i, q_i) of the w drafted positions (q [w, V], p [w+1, V]); a JS-relaxed rule has
-        just computed the distances."""
-        js = rule.js if isinstance(rule, JSRelaxed) else js_distance(p[: q.shape[0]], q)
+    def statistics(prop: Proposal, p: torch.Tensor, v: Verdict) -> tuple[list[float], list[float]]:
+        """H(q_j) and d_JS(p_a(j), q_j) of the n drafted nodes (p [n+1, V]: root first; a chain's a(j) = j - 1);
+        a relaxed rule has just computed the distances."""
+        q = prop.q_rows(p.shape[-1], p.device)  # [n, V]
+        js = v.js if v.js is not None else js_distance(p[[a + 1 for a in prop.parents]], q)
         return entropy_bits(q).tolist(), js.tolist()

@@ -24,10 +24,10 @@ METHODS: Registry = Registry("method", plugins="specbench.methods")
 
 @dataclass
 class IterationRecord:
-    """One draft-verify iteration (design.md section 3)."""
+    """One draft-verify iteration (docs/design.md section 3)."""
 
-    drafted: int  # w
-    accepted: int  # n, exact and relaxed acceptances together
+    drafted: int  # w: the nodes verified (a chain's drafts; a tree's nodes)
+    accepted: int  # n: the accepted path's length, exact and relaxed acceptances together
     stop: str  # why drafting ended: policy / window / eos / length / source (the draft source ran out) / none
     draft_s: float  # wall seconds of the draft phase
     verify_s: float  # wall seconds of the target forward
@@ -36,6 +36,8 @@ class IterationRecord:
     entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
     js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)
     state: dict[str, float] = field(default_factory=dict)  # policy state after the update
+    tree: dict[str, list[int]] | None = None  # a tree's tokens, parents and accepted path (when tracing)
+    depth: int | None = None  # the proposal's deepest node (None: a chain, whose depth is `drafted`)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Method:
     uses_draft = True  # False: no drafting (ar, draft_only)
     verifier = "target"  # which model of the pair verifies/generates: "target" or "draft"
     needs_stats = False  # True: the engine computes H(q_i) and d_JS(p_i, q_i) every iteration
-    external = False  # True: Engine.generate hands the whole call to generate_external
+    external = False  # True: the method decodes with its own loop (generate_external), beside the engine
     pair_draft = True  # False: the method drafts without the pair's draft model (pld, layer_skip)
     cross_tokenizer = False  # True: the method may run a pair whose draft has another tokenizer (uag)
     # hidden_states indices of the verifier that the engine hands to observe_hidden after every verify
@@ -125,10 +127,10 @@ class Method:
         twin.rule = copy.deepcopy(self.rule)
         return twin
 
-    def draft_source(self, states: dict[str, Any], engine: Any) -> DraftSource | None:
-        """What proposes this method's drafts in `engine` (a specbench.decoding.engine.Engine), given its models'
-        states by role: the model in the draft role (None without drafting); pld and uag override."""
-        return ModelDraft(states["draft"], engine) if self.uses_draft else None
+    def draft_source(self, states: dict[str, Any]) -> DraftSource | None:
+        """The proposer of this method's drafts, given its models' states by role (specbench.decoding.state): the
+        model in the draft role (None without drafting); pld, uag and the tree drafters override."""
+        return ModelDraft(states["draft"], self.fixed_window) if self.uses_draft else None
 
     def before_draft(self, rows: list["Method"]) -> None:
         """Before each drafting phase, on the engine's method, with the instances of the rows still decoding
@@ -147,6 +149,10 @@ class Method:
 
     def update(self, record: IterationRecord) -> None:
         """Update the policy state with the iteration just finished."""
+
+    def relaxation(self) -> float:
+        """The threshold a relaxed rule accepts mismatches by (AdaSD's T_V); exact rules ignore it."""
+        return 0.0
 
     def state(self) -> dict[str, float]:
         """Policy state to log (thresholds, gamma)."""

@@ -1,4 +1,4 @@
-"""The metric vocabulary of design.md section 5: per-example fields and per-run aggregates.
+"""The metric vocabulary of docs/design.md section 5: per-example fields and per-run aggregates.
 
 A run's numbers are `specbench.common.aggregate.run_metrics` (pooled over tokens and iterations), the
 same function the report and `bench methods` use, plus the exact / relaxed split of the acceptance
@@ -47,8 +47,9 @@ def example_metrics(gen: Generation) -> dict[str, Any]:
         "draft_iterations": len(drafting),  # k: the divisor of mean_drafted / mean_accepted
         "mean_drafted": ratio(drafted, len(drafting)),  # #cand: over iterations that drafted
         "mean_accepted": ratio(accepted, len(drafting)),  # #match
-        "acceptance_rate": ratio(accepted, drafted),
+        "acceptance_rate": ratio(accepted, drafted),  # a tree's: accepted path nodes / nodes verified
         "block_efficiency": ratio(new, gen.target_calls),  # tau = new tokens per target call
+        "nodes_per_call": ratio(drafted, gen.target_calls),  # drafted nodes verified per target call
         "mean_t_v": _mean_state(gen, "t_v"),
         "mean_t_g": _mean_state(gen, "t_g"),
         "model_s": gen.target_model_s + gen.draft_model_s,  # summed forward time of both models

@@ -2,7 +2,7 @@
 
 p and q are the *processed* distributions: temperature, top-k and top-p applied through
 transformers' logits warpers, the same ones tokens are drawn from. At temperature 0 tokens
-are argmax and statistics use the softmax at temperature 1 (design.md section 3).
+are argmax and statistics use the softmax at temperature 1 (docs/design.md section 3).
 Entropy is in bits; the JS divergence uses log base 2, so the JS distance lies in [0, 1].
 """
 

@@ -8,9 +8,14 @@ the summed verify and draft seconds). The first
 iteration of a generation is left out: its forwards include the prompt. Then
 
     alpha_i = accepted_i / reached_i                    (P(draft i accepted | drafts 1..i-1 accepted))
-    E[T | w] = 1 + sum_{k=1..w} prod_{i=1..k} alpha_i   (tokens per iteration: accepted drafts + 1)
+    E[T | D] = 1 + sum_{k=1..D} prod_{i=1..k} alpha_i   (tokens per iteration: accepted drafts + 1)
     cost(w) = w * c_draft + c_target(w + 1)             (seconds per iteration)
-    predicted_speedup = sum_iter E[T | w] / sum_iter cost(w) * c_target(1)
+    predicted_speedup = sum_iter E[T | D] / sum_iter cost(w) * c_target(1)
+
+where w is the number of drafted nodes the iteration verified (the verify width actually used, w + 1 tokens
+with the root's) and D its depth: a chain's D = w; a tree's D is its deepest node, "position i" is depth i and
+alpha_i the tree's acceptance at depth i (its accepted path reached depth i given it reached depth i - 1), kept
+per depth as `depths` (iterations by D).
 
 over the run's iterations (a ratio of sums: tokens per second against ar's 1 / c_target(1)). With one
 w and c_target(w+1) = c_target(1) = 1 / c this is Leviathan's (1 - alpha^{w+1}) / ((1 - alpha)(w c + 1)).
@@ -33,7 +38,7 @@ from typing import Any
 from specbench.decoding.method import IterationRecord
 
 
-COUNTS = ("iterations", "reached", "accepted")  # the row field call_stats: the same on every rerun
+COUNTS = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun
 SECONDS = ("verify_s", "draft_s")  # the row field call_seconds: timings
 
 
@@ -41,10 +46,15 @@ def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
     """One generation's sufficient statistics, its first iteration left out: per draft length w (a string key)
     the iterations and their summed verify_s and draft_s; per draft position i = 1.. how often it was
     verified (`reached`: positions 1..accepted+1, not past w) and accepted."""
-    return merge_stats({"iterations": {str(r.drafted): 1}, "verify_s": {str(r.drafted): r.verify_s},
-                        "draft_s": {str(r.drafted): r.draft_s},
-                        "reached": [1] * min(r.drafted, r.accepted + 1), "accepted": [1] * r.accepted}
+    return merge_stats({"iterations": {str(r.drafted): 1}, "depths": {str(depth(r)): 1},
+                        "verify_s": {str(r.drafted): r.verify_s}, "draft_s": {str(r.drafted): r.draft_s},
+                        "reached": [1] * min(depth(r), r.accepted + 1), "accepted": [1] * r.accepted}
                        for r in records[1:])
+
+
+def depth(r: IterationRecord) -> int:
+    """The depth D of an iteration's proposal: a chain's is its length."""
+    return r.drafted if r.depth is None else r.depth
 
 
 def row_fields(stats: dict[str, Any]) -> dict[str, Any]:
@@ -61,12 +71,13 @@ def from_row(row: dict[str, Any]) -> dict[str, Any] | None:
 
 def merge_stats(stats: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
     """The sum of several call_stats (None entries, e.g. rows of an older version, are skipped)."""
-    out: dict[str, Any] = {"iterations": {}, "verify_s": {}, "draft_s": {}, "reached": [], "accepted": []}
+    out: dict[str, Any] = {"iterations": {}, "depths": {}, "verify_s": {}, "draft_s": {}, "reached": [],
+                           "accepted": []}
     for s in stats:
         if not s:
             continue
-        for key in ("iterations", *SECONDS):
-            for w, value in s[key].items():
+        for key in ("iterations", "depths", *SECONDS):
+            for w, value in s.get(key, s["iterations"] if key == "depths" else {}).items():
                 out[key][w] = out[key].get(w, 0) + value
         for key in ("reached", "accepted"):
             out[key].extend([0] * (len(s[key]) - len(out[key])))
@@ -111,11 +122,11 @@ def by_key(counts: dict[str, Any]) -> list[str]:
 
 
 def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | None:
-    """sum_iter E[T | w] / sum_iter (w c_draft + c_target(w+1)) * c_target(1); None without drafts or costs."""
+    """sum_iter E[T | D] / sum_iter (w c_draft + c_target(w+1)) * c_target(1); None without drafts or costs."""
     n, c1, cd = stats["iterations"], costs["target_1"], costs["draft_per_token"]
     if not n or c1 is None or cd is None:
         return None
-    alpha = alphas(stats)
-    tokens = sum(n[w] * expected_tokens(alpha, int(w)) for w in by_key(n))
+    alpha, depths = alphas(stats), stats["depths"] or n  # rows of an older version: chains, D = w
+    tokens = sum(depths[d] * expected_tokens(alpha, int(d)) for d in by_key(depths))
     seconds = sum(n[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)]) for w in by_key(n))
     return tokens / seconds * c1 if seconds else None

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from specbench.runs import measurements, provenance
 from specbench.runs import wandb_log
 from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
-from specbench.decoding.engine import Engine, Generation, concat_generations
+from specbench.decoding.decoders import Decoder, make_decoder
+from specbench.decoding.engine import Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
@@ -180,11 +181,11 @@ def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
 
 
 def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings: tuple[str, ...],
-                compile: bool = False) -> Engine:
+                compile: bool = False) -> Decoder:
     """Bind `method` to `pair` (Method.bind, once per engine) and build the engine that runs it (compiled: the
     static-cache, torch.compile path)."""
     method.bind(pair_binding(pair, method, params))
-    return Engine(method, stop_strings, compile)
+    return make_decoder(method, stop_strings, compile)
 
 
 class PromptTooLong(UserError, ValueError):
@@ -208,7 +209,7 @@ def fit_prompt(ids: list[int], context: int | None, max_new: int, on_long: str, 
 class Job:
     """Everything needed to decode and score the examples of one run."""
 
-    engine: Engine
+    engine: Decoder
     method: Method
     pair: Pair
     evaluator: Evaluator
@@ -373,12 +374,13 @@ def speedup_summary(job: Job, rows: list[dict], examples: list[Example], run_dir
     """
     stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
     if not job.method.uses_draft or not stats["iterations"]:
-        return {"call_costs": None, "predicted_speedup": None}
+        return {"call_costs": None, "predicted_speedup": None, "acceptance_by_depth": None}
     costs = speedup.call_costs(stats, None, batch_size)
     if costs["target_1"] is None:
         costs = speedup.call_costs(stats, recorded_target_1(job, examples, run_dir, measure_from, batch_size),
                                    batch_size)
-    return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs)}
+    return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs),
+            "acceptance_by_depth": speedup.alphas(stats)}  # alpha_i: P(depth i accepted | depth i - 1 accepted)
 
 
 def recorded_processes(run_dir: Path, measure_from: int, decoded: int, device: torch.device) -> dict[str, Any]:
@@ -425,7 +427,7 @@ def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path,
 
 
 def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict) -> dict[str, Any]:
-    """The result row of one example: ids, output, metrics (design.md section 5), scores and, for a method
+    """The result row of one example: ids, output, metrics (docs/design.md section 5), scores and, for a method
     that carries state across examples, that state after this example (`carried_state`)."""
     carried = job.method.carried_state()
     return {"id": ex.id, "method": job.method.name, "pair": c["pair"]["name"], "dataset": job.evaluator.name,

@@ -11,12 +11,14 @@ from specbench.common.files import atomic_path
 
 
 def trace_frame(example_id: str, records: list[IterationRecord], repeat: int = 0) -> pd.DataFrame:
-    """One row per iteration; policy state keys become columns (t_g, t_v, gamma, ...)."""
+    """One row per iteration; policy state keys become columns (t_g, t_v, gamma, ...); a tree's iteration also has
+    its `depth` and its `tree`: the nodes' tokens and parents and the accepted path (node indices)."""
     rows = []
     for i, r in enumerate(records):
+        tree = {"depth": r.depth, "tree": r.tree} if r.tree is not None else {}
         rows.append({"id": example_id, "repeat": repeat, "iteration": i, "drafted": r.drafted, "accepted": r.accepted,
                      "accepted_relaxed": r.accepted_relaxed, "stop": r.stop,
-                     "draft_s": r.draft_s, "verify_s": r.verify_s, "entropy": r.entropy, "js": r.js, **r.state})
+                     "draft_s": r.draft_s, "verify_s": r.verify_s, "entropy": r.entropy, "js": r.js, **tree, **r.state})
     return pd.DataFrame(rows)
 
 

@@ -1,0 +1,54 @@
+"""Decoders: the engine (one draft-verify loop for every native method) and, beside it, the decoder of a method
+whose loop is another library's (`hf_assisted`: transformers' assisted generation). `make_decoder` picks one for
+a bound method; both answer `generate` and `generate_batch` with the engine's `Generation`s.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.method import Method
+from specbench.decoding.stopping import StopCriteria
+
+
+class ExternalDecoder:
+    """Decodes with a method's own loop (Method.generate_external), one row at a time, stopping where the engine
+    would (the same StopCriteria)."""
+
+    compile = False
+
+    def __init__(self, method: Method, stop_strings: tuple[str, ...] = ()) -> None:
+        b = method.bound
+        self.method = method
+        self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
+        self.context_length = b.context_length
+        self.device = method.verifier_model.device
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
+                 trace: bool = False) -> Generation:
+        """Decode up to max_new_tokens new tokens after prompt_ids [P] with the method's loop."""
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        return self.method.generate_external(prompt_ids, max_new_tokens, self.stop, generator, trace)
+
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                       generators: list[torch.Generator | None] | None = None, trace: bool = False) -> list[Generation]:
+        """One Generation per prompt [B][P_b]; the method decides whether it decodes B rows (Method.check_batch)."""
+        if not prompts:
+            return []
+        self.method.check_batch(len(prompts))
+        gens = generators or [None] * len(prompts)
+        return [self.generate(p, max_new_tokens, g, trace) for p, g in zip(prompts, gens)]
+
+
+Decoder = Engine | ExternalDecoder
+
+
+def make_decoder(method: Method, stop_strings: tuple[str, ...] = (), compile: bool = False) -> Decoder:
+    """The decoder of a bound method: its own loop for an external method (compile refused), else the engine."""
+    if method.external:
+        if compile:
+            method.check_compile()
+        return ExternalDecoder(method, stop_strings)
+    return Engine(method, stop_strings, compile)

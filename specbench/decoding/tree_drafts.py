@@ -1,0 +1,129 @@
+"""A draft model growing one row's tree of drafts depth by depth (the proposer of spec_tree and dyn_tree).
+
+Growth (one row, tree attention on the draft's own cache, specbench.decoding.tree_state):
+  depth 0: one forward of the row's uncached committed tokens gives q at the root;
+  depth d = 1..D: every node chosen for expansion at depth d - 1 gets its children, the tokens a `Grower` picks
+    from q at that node (ranked by q: children are distinct, chosen deterministically, so the proposal's
+    siblings are TOP_K and the rule verifies them by recursive rejection with one-hot q); the new nodes the grower
+    expands are fed in one forward (each attends to the prefix and its ancestors) to give their q; nodes whose
+    token ends a generation are not expanded;
+  then the grower selects the nodes to verify (ancestor-closed, at most the row's cap) and they become the
+  Proposal, renumbered in growth order (a node after its parent).
+After the verify the draft cache keeps the prefix plus the accepted path's expanded nodes (tree_state.keep_path).
+A node's score is its cumulative draft log-probability, sum of log q(x) along its root path (EAGLE-2's ranking).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import torch
+
+from specbench.decoding.drafts import DraftSource, Drafting
+from specbench.decoding.proposal import TOP_K, Proposal, chain
+from specbench.decoding.tree_state import feed_tree, keep_path
+
+
+class Grown:
+    """The nodes grown so far: token, parent (-1 root), rank among its siblings, score, q at its parent."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.ranks: list[int] = []
+        self.scores: list[float] = []
+        self.qs: list[torch.Tensor] = []  # [V] each
+
+    def add(self, x: int, parent: int, rank: int, q: torch.Tensor) -> int:
+        """Append node x under `parent`, drawn from q [V] at the parent as its rank-th child; its index."""
+        base = self.scores[parent] if parent >= 0 else 0.0
+        self.tokens.append(x)
+        self.parents.append(parent)
+        self.ranks.append(rank)
+        self.scores.append(base + min(0.0, math.log(float(q[x]))))  # log q(x) <= 0: a child never outranks its parent
+        self.qs.append(q)
+        return len(self.tokens) - 1
+
+    def path(self, j: int) -> tuple[int, ...]:
+        """The sibling ranks from the root to node j (Medusa's and EAGLE's way of writing a static tree)."""
+        out: list[int] = []
+        while j >= 0:
+            out.append(self.ranks[j])
+            j = self.parents[j]
+        return tuple(reversed(out))
+
+
+class Grower(Protocol):
+    """A tree shape: which children each expanded node gets, which new nodes to expand, which to verify."""
+
+    depth: int  # the deepest level grown
+
+    def children(self, t: Grown, node: int, q: torch.Tensor) -> list[tuple[int, int]]:
+        """(rank, token) of the children of `node` (-1: root) from q [V] at it, best first."""
+        ...
+
+    def expand(self, t: Grown, new: list[int]) -> list[int]:
+        """Of the nodes just added, those whose children the next depth grows (increasing)."""
+        ...
+
+    def select(self, t: Grown, cap: int) -> list[int]:
+        """The nodes to verify, at most cap of them, ancestor-closed, increasing."""
+        ...
+
+
+def ranked(q: torch.Tensor, k: int) -> list[int]:
+    """The k most likely tokens of q [V] with q > 0, best first (ties: lower id)."""
+    values, ids = torch.topk(q, min(k, q.shape[-1]))
+    return [int(i) for v, i in zip(values.tolist(), ids.tolist()) if v > 0]
+
+
+def closed(t: Grown, chosen: list[int]) -> list[int]:
+    """The chosen nodes (increasing) without any whose parent is not chosen: an ancestor-closed tree."""
+    keep: set[int] = set()
+    for j in sorted(chosen):
+        if t.parents[j] < 0 or t.parents[j] in keep:
+            keep.add(j)
+    return sorted(keep)
+
+
+class TreeDraft(DraftSource):
+    """A draft model's tree for one row, grown by `grower` (batch_size 1: the methods refuse more rows)."""
+
+    def __init__(self, state: Any, grower: Grower) -> None:
+        self.state = state  # a one-row specbench.decoding.state.ModelState
+        self.grower = grower
+        self.index: list[int] | None = None  # proposal node -> grown node, of the last proposal
+
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        """One row's tree of at most d.w_max[0] nodes after buf[0, :L]."""
+        L, cap, s, g = d.L[0], d.w_max[0], self.state, self.grower
+        self.index = None
+        if cap <= 0:
+            return [chain([], why="length")]
+        t = Grown()
+        expanded = {-1: d.sampler.probs(feed_tree(s, buf, L, [], [], [], True)[0, :1])[0]}  # q at the root [V]
+        steps = 1
+        for depth in range(1, g.depth + 1):
+            new = [t.add(x, node, rank, q) for node, q in expanded.items() for rank, x in g.children(t, node, q)]
+            if depth == g.depth or not new:
+                break
+            grow = g.expand(t, [j for j in new if t.tokens[j] not in d.eos_ids])  # nothing follows an EOS
+            if not grow:
+                break
+            logits = feed_tree(s, buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow],
+                               list(getattr(s, "tree_nodes", [])), False, nodes=grow)
+            steps += 1
+            qs = d.sampler.probs(logits[0])  # [len(grow), V]
+            expanded = {j: qs[k] for k, j in enumerate(grow)}
+        keep = g.select(t, cap)
+        self.index = keep
+        new_id = {j: k for k, j in enumerate(keep)}
+        parents = [new_id[t.parents[j]] if t.parents[j] >= 0 else -1 for j in keep]
+        q = torch.stack([t.qs[j] for j in keep]) if keep else None
+        return [Proposal([t.tokens[j] for j in keep], parents, q, "window", TOP_K, steps)]
+
+    def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
+        """The draft cache keeps the prefix and the accepted path's expanded nodes."""
+        if self.index is not None:
+            keep_path(self.state, lengths[0], [self.index[j] for j in paths[0]])
