@@ -199,3 +199,21 @@ def test_top_k_children_verified_as_if_drawn_fail_the_same_test():
     target, draft = TableLM(8, 11), TableLM(8, 12)
     counts = joint_counts(table_engine(method, target, draft, 1.0, 64), 4000)
     assert chi2_pvalue(counts, target_joint(target)) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["distilled", "sd2"])
+def test_a_tree_with_a_trained_drafter_decodes_ars_tokens(tmp_path, trained_drafter, kind):
+    """dyn_tree with a task=distill drafter (sd2: steered by the verifier's states at the accepted path's last node,
+    taken from the tree verify itself) decodes, greedily, the tokens of ar on the same pair."""
+    from helpers import SAME_VOCAB
+
+    folder = trained_drafter(kind, *SAME_VOCAB)
+    common = (*SAME_VOCAB, "decode.max_new_tokens=24", "limit=4")
+    run(small(*common, "method=ar"), tmp_path / "ar")
+    run(small(*common, "method=dyn_tree", f"method.drafter={folder}", f"method.drafter_kind={kind}", "trace=true"),
+        tmp_path / "tree")
+    from specbench.runs.results import ROWS, read_rows
+
+    ar_rows, tree_rows = read_rows(tmp_path / "ar" / ROWS), read_rows(tmp_path / "tree" / ROWS)
+    assert [r["token_ids"] for r in tree_rows] == [r["token_ids"] for r in ar_rows]
+    assert max(read_traces(tmp_path / "tree")["depth"].dropna()) > 1  # trees, not chains

@@ -91,7 +91,10 @@ class Greedy(Rule):
 
     def accept(self, props, p, generators, thresholds=None):
         """One argmax over the batch's p [B, K, V] (one host copy), then each row's longest root path whose every
-        token is the argmax at its parent, and the argmax after it (chains and trees alike)."""
+        token is the argmax at its parent, and the argmax after it (chains and trees alike). A subclass that
+        redefines the per-row chain call is decided by that call."""
+        if type(self).__call__ is not Greedy.__call__:
+            return super().accept(props, p, generators, thresholds)
         K, top = p.shape[1], p.argmax(-1).tolist()  # [B, K]
         out = []
         for b, prop in enumerate(props):

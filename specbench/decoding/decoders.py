@@ -9,6 +9,7 @@ import torch
 
 from specbench.decoding.engine import Engine, Generation
 from specbench.decoding.method import Method
+from specbench.decoding.sampling import Sampler
 from specbench.decoding.stopping import StopCriteria
 
 
@@ -21,6 +22,7 @@ class ExternalDecoder:
     def __init__(self, method: Method, stop_strings: tuple[str, ...] = ()) -> None:
         b = method.bound
         self.method = method
+        self.sampler = Sampler(b.params, b.vocab_size)  # the decode settings' distributions (as the engine's)
         self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
         self.context_length = b.context_length
         self.device = method.verifier_model.device

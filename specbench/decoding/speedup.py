@@ -126,7 +126,7 @@ def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | N
     n, c1, cd = stats["iterations"], costs["target_1"], costs["draft_per_token"]
     if not n or c1 is None or cd is None:
         return None
-    alpha, depths = alphas(stats), stats["depths"] or n  # rows of an older version: chains, D = w
+    alpha, depths = alphas(stats), stats.get("depths") or n  # rows of an older version: chains, D = w
     tokens = sum(depths[d] * expected_tokens(alpha, int(d)) for d in by_key(depths))
     seconds = sum(n[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)]) for w in by_key(n))
     return tokens / seconds * c1 if seconds else None
