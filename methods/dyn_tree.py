@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.method import METHODS, check_gamma
-from specbench.decoding.tree_drafts import Grown, closed, ranked
+from specbench.common.options import integer
+from specbench.decoding.method import METHODS, check_gamma, check_option
+from specbench.decoding.tree_drafts import MAX_NODES, Grown, closed, ranked
 from specbench.methods.spec_tree import SpecTree
 
 
@@ -48,7 +49,8 @@ class DynTree(SpecTree):
                  drafter: str | None = None, drafter_kind: str = "distilled", **options: Any) -> None:
         super().__init__(branching=[1], rule=rule, drafter=drafter, drafter_kind=drafter_kind, **options)
         self.dynamic = DynamicShape(check_gamma(self.name, depth, "depth"), check_gamma(self.name, top_k, "top_k"),
-                                    check_gamma(self.name, total_nodes, "total_nodes"))
+                                    check_option(self.name, integer, total_nodes, "total_nodes", low=1,
+                                                 high=MAX_NODES))
 
     def grower(self) -> DynamicShape:
         return self.dynamic

@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from specbench.common.options import OptionError
+from specbench.decoding import trees
 from specbench.decoding.method import METHODS, Binding, Method, check_gamma, option_error
-from specbench.decoding.tree_drafts import Grown, TreeDraft, closed, ranked
+from specbench.decoding.tree_drafts import MAX_NODES, Grown, TreeDraft, closed, ranked
 from specbench.methods.distilled import Distilled
 from specbench.methods.sd2 import SD2
 
@@ -91,6 +92,9 @@ class SpecTree(SD2):
                  rule: str = "rejection", drafter: str | None = None, drafter_kind: str = "distilled",
                  **options: Any) -> None:
         Method.__init__(self, rule=rule, **options)
+        if self.rule.name not in trees.KINDS:
+            raise option_error(self.name, f"method.rule must be one of {', '.join(trees.KINDS)} for a tree (a relaxed "
+                                          f"rule compares one draft per position), got {rule!r}")
         self.folder = drafter
         if drafter_kind not in KINDS:
             raise option_error(self.name, f"method.drafter_kind must be one of {', '.join(KINDS)}, got {drafter_kind!r}")
@@ -100,6 +104,9 @@ class SpecTree(SD2):
                 raise option_error(self.name, f"method.branching must be a non-empty list of children per depth such "
                                               f"as [2, 2, 1], or set method.paths; got {branching!r}")
             paths = branching_paths([check_gamma(self.name, k, "branching") for k in branching])
+        if len(paths) > MAX_NODES:
+            raise option_error(self.name, f"method.branching / method.paths: {len(paths)} nodes per tree; at most "
+                                          f"{MAX_NODES} are verified per call")
         self.shape = StaticShape(check_paths(self.name, paths))
 
     def grower(self) -> Any:

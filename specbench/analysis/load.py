@@ -56,7 +56,7 @@ SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", 
                    "mean_t_v", "score", "lossless", "finished"]
 # summary.json fields newer than some runs: NaN (and named in the run's `missing`) where a summary lacks them
 NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptance_relaxed", "n_truncated",
-                "truncated_frac", "predicted_speedup", "decoded", "resumed"]
+                "truncated_frac", "predicted_speedup", "decoded", "resumed", "nodes_per_call"]
 # the table axes: a table spans pairs, datasets, seeds and batch sizes; every other setting key must agree within it
 AXES = ("pair.", "dataset.", "decode.seed", "batch_size")
 # keys that say how a run ran, not what it measured (the resumable keys): never part of a label

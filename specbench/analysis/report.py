@@ -8,8 +8,8 @@ split into comparable groups (`load.groups`) and every table is built per group;
 group is, the exact `--where` that selects it, and every table, cell, speedup or unfinished run left out and why.
 Each group also gets an overview table: per run the median tok/s (with its spread over repeats), the
 measured speedup over the `ar` run of the same batch_size beside the run's predicted speedup, acceptance
-(exact and JS-relaxed where relaxed is nonzero), τ, score and truncated rows; a group of runs at several
-batch sizes gets a block of rows per batch size.
+(exact and JS-relaxed where relaxed is nonzero), τ, the drafted nodes verified per target call, score and
+truncated rows; a group of runs at several batch sizes gets a block of rows per batch size.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def _fraction_cell(n: float, frac: float, missing: bool) -> str:
     return "missing" if missing else "" if pd.isna(frac) else f"{n:.0f} ({frac:.0%})"
 
 
-OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed", "τ", "score", "truncated"]
+OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed", "τ", "nodes/call", "score",
+            "truncated"]
 
 
 def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
@@ -108,13 +109,16 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
         gone = set(r["missing"])
         nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": sp, "predicted": r["predicted_speedup"],
                 "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],
-                "τ": r["block_efficiency"], "score": r["score"], "truncated": r["truncated_frac"]}
+                "τ": r["block_efficiency"], "nodes/call": r["nodes_per_call"], "score": r["score"],
+                "truncated": r["truncated_frac"]}
         text = {"tok/s": _cell(nums["tok/s"], ".1f", False), "speedup vs ar": _cell(sp, ".2f", False),
                 "predicted": _cell(nums["predicted"], ".2f", "predicted_speedup" in gone),
                 "AccRate": _cell(nums["AccRate"], ".3f", False),
                 "exact": _cell(nums["exact"], ".3f", "acceptance_exact" in gone),
                 "relaxed": _cell(nums["relaxed"], ".3f", "acceptance_relaxed" in gone),
-                "τ": _cell(nums["τ"], ".2f", False), "score": _cell(nums["score"], ".3f", False),
+                "τ": _cell(nums["τ"], ".2f", False),
+                "nodes/call": _cell(nums["nodes/call"], ".1f", "nodes_per_call" in gone),
+                "score": _cell(nums["score"], ".3f", False),
                 "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
         if r["repeats"] > 1:  # the spread over repeats
             text["tok/s"] += f" [{r['tokens_per_s_min']:.1f}–{r['tokens_per_s_max']:.1f}]"

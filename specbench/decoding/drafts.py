@@ -27,11 +27,16 @@ from specbench.decoding.sampling import Sampler
 
 
 class Policy(Protocol):
-    """A row's draft policy: how far to draft, whether to go on after each token, and what it learns."""
+    """A row's draft policy: how far to draft (the engine asks), whether to go on after each token (a proposer
+    asks), and what it learns from each iteration (the engine updates it and logs its state)."""
 
     def window(self) -> int: ...
 
     def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool: ...
+
+    def update(self, record: Any) -> None: ...
+
+    def state(self) -> dict[str, float]: ...
 
 
 @dataclass

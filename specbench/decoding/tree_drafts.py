@@ -24,6 +24,8 @@ from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.proposal import TOP_K, Proposal, chain
 from specbench.decoding.tree_state import feed_tree, keep_path
 
+MAX_NODES = 1024  # nodes verified per call: beyond any published tree (EAGLE ~60, Sequoia <= 768)
+
 
 class Grown:
     """The nodes grown so far: token, parent (-1 root), rank among its siblings, score, q at its parent."""
