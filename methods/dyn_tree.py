@@ -17,9 +17,12 @@ from typing import Any
 import torch
 
 from specbench.common.options import integer
-from specbench.decoding.method import METHODS, check_gamma, check_option
+from specbench.decoding.method import METHODS, check_option
 from specbench.decoding.tree_drafts import MAX_NODES, Grown, closed, ranked
 from specbench.methods.spec_tree import SpecTree
+
+
+MAX_DEPTH, MAX_TOP_K = 64, 32  # a tree grows top_k + (depth - 1) top_k^2 nodes before the best are kept
 
 
 class DynamicShape:
@@ -48,7 +51,8 @@ class DynTree(SpecTree):
     def __init__(self, depth: int = 5, top_k: int = 4, total_nodes: int = 16, rule: str = "rejection",
                  drafter: str | None = None, drafter_kind: str = "distilled", **options: Any) -> None:
         super().__init__(branching=[1], rule=rule, drafter=drafter, drafter_kind=drafter_kind, **options)
-        self.dynamic = DynamicShape(check_gamma(self.name, depth, "depth"), check_gamma(self.name, top_k, "top_k"),
+        self.dynamic = DynamicShape(check_option(self.name, integer, depth, "depth", low=1, high=MAX_DEPTH),
+                                    check_option(self.name, integer, top_k, "top_k", low=1, high=MAX_TOP_K),
                                     check_option(self.name, integer, total_nodes, "total_nodes", low=1,
                                                  high=MAX_NODES))
 

@@ -150,6 +150,8 @@ def test_trees_are_refused_in_a_batch_and_on_the_compiled_path(tmp_path, name):
     ({"branching": [10, 10, 10]}, r"1110 nodes per tree; at most 1024"),
     ({"name": "dyn_tree", "total_nodes": 2000}, r"method.total_nodes must be an integer in \[1, 1024\]"),
     ({"name": "dyn_tree", "top_k": 0}, "method.top_k"),
+    ({"name": "dyn_tree", "top_k": 10000}, r"method.top_k must be an integer in \[1, 32\]"),
+    ({"name": "dyn_tree", "depth": 1000}, r"method.depth must be an integer in \[1, 64\]"),
 ])
 def test_a_bad_tree_shape_names_its_key(options, match):
     with pytest.raises(OptionError, match=match):
