@@ -59,8 +59,8 @@ class Rule:
                 continue
             x = torch.tensor(prop.tokens, dtype=torch.long, device=p.device)
             ok, fallback = self.decide(x, prop.verify_q(p.shape[-1], p.device), pb, g, thresholds, b)
-            n_ok, relaxed = self.count(ok)
-            out.append(Verdict(list(range(n_ok)), int(fallback[n_ok]), relaxed, self.distances()))
+            n_ok, relaxed, token = self.settle(ok, fallback)
+            out.append(Verdict(list(range(n_ok)), token, relaxed, self.distances()))
         return out
 
     def decide(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None,
@@ -72,11 +72,13 @@ class Rule:
         """d_JS(p_i, q_i) [w] of the last chain decided, when the rule computed them (a relaxed rule)."""
         return None
 
-    def count(self, ok: torch.Tensor) -> tuple[int, int]:
-        """(n, relaxed) of the last call's verdicts ok [w]: n = leading accepted drafts, and how many of those
-        only a relaxation accepted (one host sync)."""
-        n = leading_true(ok)
-        return n, self.relaxed(n)
+    def settle(self, ok: torch.Tensor, fallback: torch.Tensor) -> tuple[int, int, int]:
+        """(n, relaxed, next token) of the last call's verdicts ok [w] and fallback [w+1]: n = leading accepted
+        drafts, how many of those only a relaxation accepted, and fallback[n]; one host copy."""
+        w = ok.shape[0]
+        vals = torch.cat((ok.long(), fallback.long())).tolist()
+        n = next((i for i in range(w) if not vals[i]), w)
+        return n, self.relaxed(n), vals[w + n]
 
 
 @RULES.register("greedy")
@@ -180,11 +182,12 @@ class JSRelaxed(Rule):
         """#{i < n : the base rule rejected x_i}: accepted drafts that only d_JS <= T_V let through."""
         return self.exact[:n].tolist().count(False)
 
-    def count(self, ok: torch.Tensor) -> tuple[int, int]:
-        """(n, relaxed) from one host copy of ok [w] and the base rule's verdicts [w]."""
-        accepted, exact = torch.stack((ok, self.exact)).tolist()
-        n = accepted.index(False) if False in accepted else len(accepted)
-        return n, exact[:n].count(False)
+    def settle(self, ok: torch.Tensor, fallback: torch.Tensor) -> tuple[int, int, int]:
+        """(n, relaxed, next token) from one host copy of ok [w], the base rule's verdicts [w] and fallback [w+1]."""
+        w = ok.shape[0]
+        vals = torch.cat((ok.long(), self.exact.long(), fallback.long())).tolist()
+        n = next((i for i in range(w) if not vals[i]), w)
+        return n, vals[w : w + n].count(0), vals[2 * w + n]
 
 
 def make_rule(spec: str, greedy: bool = False, threshold: float = 0.0) -> Rule:

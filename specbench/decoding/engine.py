@@ -178,7 +178,8 @@ class Engine:
             props = self.propose(source, buf, rows, max_new_tokens)
             t1 = clock.mark()
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
-            p_all = self.sampler.probs(self.verify(target, buf, rows, props, layers))  # [B, keep, V]
+            tree = not all(prop.is_chain for prop in props)
+            p_all = self.sampler.probs(self.verify(target, buf, rows, props, layers, tree))  # [B, keep, V]
             keep = p_all.shape[1]
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
@@ -189,7 +190,7 @@ class Engine:
                     col = keep - len(props[b]) - 1 + (v.path[-1] + 1 if v.path else 0)
                     r.method.observe_hidden(target.hidden[:, b, col])  # [len(layers), H]
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
-            self.commit(buf, rows, props, verdicts, target, source)
+            self.commit(buf, rows, props, verdicts, target, source, tree)
             # 5. record the iteration and update each row's policy
             draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
             for b, (r, prop, v) in enumerate(zip(rows, props, verdicts)):
@@ -200,7 +201,7 @@ class Engine:
                                       verify_s=verify_s, accepted_relaxed=v.relaxed, draft_steps=prop.steps)
                 if stats and len(prop):
                     rec.entropy, rec.js = self.statistics(prop, p_all[b, keep - len(prop) - 1 :], v)
-                if not prop.is_chain:
+                if tree and not prop.is_chain:
                     rec.depth = max(prop.depths())
                 if trace and len(prop):  # a chain is the tree whose node j has parent j - 1
                     rec.tree = {"tokens": prop.tokens, "parents": prop.parents, "path": v.path}
@@ -234,11 +235,11 @@ class Engine:
                                             [r.generator for r in rows], self.sampler, self.stop.eos_ids))
 
     def verify(self, target: ModelState, buf: torch.Tensor, rows: list[Row], props: list[Proposal],
-               layers: tuple[int, ...]) -> torch.Tensor:
+               layers: tuple[int, ...], tree: bool) -> torch.Tensor:
         """Step 2: one target forward over each row's uncached tokens and proposal; logits [B, keep, V] whose
         row b ends with its root's and its n_b nodes' columns. Chains are written after buf[b, :L_b] and fed
         from there; a tree (one row) is fed with tree attention (specbench.decoding.tree_state)."""
-        if all(prop.is_chain for prop in props):
+        if not tree:
             w = [len(prop) for prop in props]
             rows_i = [b for b, n in enumerate(w) for _ in range(n)]
             if rows_i:  # every drafted token into its row's buffer, in one write
@@ -254,7 +255,7 @@ class Engine:
 
     @staticmethod
     def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
-               target: ModelState, source: DraftSource | None) -> None:
+               target: ModelState, source: DraftSource | None, tree: bool) -> None:
         """Step 4: row b's accepted path and next token go to buf[b, L_b:L_b+n+1]; the target's cache keeps
         buf[b, :L_b] plus the path (a chain's: a crop; a tree's: its other nodes removed), the source's likewise."""
         L = [r.L for r in rows]
@@ -263,7 +264,7 @@ class Engine:
                 buf[b, L[b] + v.accepted] = v.token  # the path is the drafts already there
             else:
                 buf[b, L[b] : L[b] + v.accepted + 1] = torch.tensor([prop.tokens[j] for j in v.path] + [v.token])
-        if all(prop.is_chain for prop in props):
+        if not tree:
             target.crop([n + v.accepted for n, v in zip(L, verdicts)])
         else:
             keep_path(target, L[0], verdicts[0].path)
@@ -331,5 +332,6 @@ class Engine:
         """H(q_j) and d_JS(p_a(j), q_j) of the n drafted nodes (p [n+1, V]: root first; a chain's a(j) = j - 1);
         a relaxed rule has just computed the distances."""
         q = prop.q_rows(p.shape[-1], p.device)  # [n, V]
-        js = v.js if v.js is not None else js_distance(p[[a + 1 for a in prop.parents]], q)
+        at_parents = p[: len(prop)] if prop.is_chain else p[[a + 1 for a in prop.parents]]  # [n, V]
+        js = v.js if v.js is not None else js_distance(at_parents, q)
         return entropy_bits(q).tolist(), js.tolist()

@@ -12,6 +12,7 @@ bonus token after a leaf), so one verdict serves chains and trees alike.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -34,7 +35,7 @@ class Proposal:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    @property
+    @cached_property
     def is_chain(self) -> bool:
         """Is every node the only child of the one before it (parents == [-1, 0, 1, ...])?"""
         return all(a == j - 1 for j, a in enumerate(self.parents))

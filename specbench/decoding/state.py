@@ -62,6 +62,10 @@ class ModelState:
         self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
         self.row_calls = [0] * rows  # forward calls each row took part in
         self.hidden: torch.Tensor | None = None  # [len(layers), B, keep, H] of the last forward given layers
+        # tree attention (specbench.decoding.tree_state, one row): the tree nodes in the cache after the committed
+        # columns, in column order, and each one's root path (its ancestors and itself)
+        self.tree_nodes: list[int] = []
+        self.tree_paths: dict[int, list[int]] = {}
 
     @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()

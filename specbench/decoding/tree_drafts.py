@@ -114,7 +114,7 @@ class TreeDraft(DraftSource):
             if not grow:
                 break
             logits = feed_tree(s, buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow],
-                               list(getattr(s, "tree_nodes", [])), False, nodes=grow)
+                               list(s.tree_nodes), False, nodes=grow)
             steps += 1
             qs = d.sampler.probs(logits[0])  # [len(grow), V]
             expanded = {j: qs[k] for k, j in enumerate(grow)}

@@ -41,7 +41,7 @@ def feed_tree(s: ModelState, buf: torch.Tensor, upto: int, tokens: list[int], pa
     """
     t0 = time.perf_counter()
     _check(s)
-    tree, fed, dev = list(getattr(s, "tree_nodes", [])), s.fed[0], s.device
+    tree, fed, dev = list(s.tree_nodes), s.fed[0], s.device
     if list(cached) != tree:
         raise ValueError(f"cached {list(cached)} differs from the tree nodes in the cache {tree}")
     if tree and upto != fed:
@@ -51,7 +51,7 @@ def feed_tree(s: ModelState, buf: torch.Tensor, upto: int, tokens: list[int], pa
         raise ValueError(f"fed {fed}, upto {upto}, {n} nodes, keep_root {keep_root}: keep_root needs a committed "
                          "token to feed, and a forward needs something to feed")
     nodes = list(range(len(tree), len(tree) + n)) if nodes is None else list(nodes)
-    paths = dict(getattr(s, "tree_paths", {}))  # node -> its ancestors and itself, root side first
+    paths = dict(s.tree_paths)  # node -> its ancestors and itself, root side first
     for j, a in zip(nodes, parents):
         if a >= 0 and a not in paths:
             raise ValueError(f"node {j}'s parent {a} is neither cached nor fed before it")
@@ -95,7 +95,7 @@ def keep_path(s: ModelState, length: int, path: list[int]) -> None:
     selection index_selects each DynamicLayer's keys/values [B, heads, seq, head_dim] along seq.
     """
     _check(s)
-    tree, fed = list(getattr(s, "tree_nodes", [])), s.fed[0]
+    tree, fed = list(s.tree_nodes), s.fed[0]
     if not 0 <= length <= fed:
         raise ValueError(f"length {length} is outside the committed tokens 0..{fed}")
     m = 0
