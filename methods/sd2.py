@@ -42,8 +42,8 @@ class SD2(Distilled):
             self.steered.clear()
 
     def observe_hidden(self, states: torch.Tensor) -> None:
-        """Keep this row's verifier states [3, H_v] for its next block."""
-        self.states = states
+        """Keep this row's verifier states [3, H_v] at its last committed position for its next block."""
+        self.states = states[:, -1]
 
     def before_draft(self, rows: list[Method]) -> None:
         """Steer each row's next block from its own states: biases [B, 1, I_D] per drafter layer (g = 0, so

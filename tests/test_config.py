@@ -260,7 +260,7 @@ def test_a_drafter_folder_stays_out_of_the_folder_name_and_in_the_identity():
 
 def test_experiments_are_a_config_group():
     names = options("experiment")
-    assert names == ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5",
+    assert names == ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_fig5", "sd2_table1", "sd2_table5",
                      "spec_bench_table"]
     assert compose_cfg().hydra.runtime.choices.experiment is None
     for name in names:

@@ -17,7 +17,8 @@ from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import sweep_jobs
 
-EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_table1", "sd2_table5", "spec_bench_table"]
+EXPERIMENTS = ["adasd_table1", "adasd_tables3_5", "gammatune_table2", "sd2_fig5", "sd2_table1", "sd2_table5",
+               "spec_bench_table"]
 ADASD_ROWS = ["draft_only", "ar", "vanilla", "hf_assisted", "adasd_gen_only", "adasd_verify_only", "adasd"]
 GAMMA_GRID = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24]  # GammaTune section 5
 GAMMATUNE_ROWS = ["vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus"]
@@ -30,6 +31,8 @@ GRIDS = {
                             datasets=["gsm8k", "humaneval", "mmlu"], seeds=[48763], decode="t1", max_new=512),
     "gammatune_table2": dict(rows=GAMMATUNE_ROWS, datasets=["spec_bench"], seeds=[None], decode="greedy", max_new=1024,
                              gammas=GAMMA_GRID),
+    "sd2_fig5": dict(rows=["eagle3", "vanilla", "distilled", "sd2"], datasets=SD2_DATASETS, seeds=[0],
+                     decode=["greedy", "t1"], max_new=128),
     "sd2_table1": dict(rows=["vanilla", "distilled", "sd2"], datasets=SD2_DATASETS, seeds=[0, 1, 2], decode="t1", max_new=128),
     "sd2_table5": dict(rows=["vanilla", "distilled", "sd2"], datasets=SD2_DATASETS, seeds=[0], decode="greedy", max_new=128),
     "spec_bench_table": dict(rows=SPEC_BENCH_ROWS, datasets=["spec_bench"], seeds=[None], decode="greedy", max_new=1024),
@@ -52,8 +55,9 @@ def test_experiment_jobs_are_the_papers_grid(name):
     g = GRIDS[name]
     jobs = sweep_jobs(compose_cfg(f"experiment={name}", "pair=llama70b_8b"))
     sd2 = name.startswith("sd2")
-    expected = {(r, d, s, gamma, g["decode"], g["max_new"], "96" if sd2 else None, "8" if sd2 else None)
-                for r, d, s, gamma in product(g["rows"], g["datasets"], g["seeds"], g.get("gammas", [None]))}
+    decodes = g["decode"] if isinstance(g["decode"], list) else [g["decode"]]
+    expected = {(r, d, s, gamma, dec, g["max_new"], "96" if sd2 else None, "8" if sd2 else None)
+                for r, d, s, gamma, dec in product(g["rows"], g["datasets"], g["seeds"], g.get("gammas", [None]), decodes)}
     got = [job_settings(j) for j in jobs]
     assert len(got) == len(set(got)) == len(expected) and set(got) == expected
     assert all(f"experiment={name}" in j and "pair=llama70b_8b" in j for j in jobs)
@@ -174,7 +178,10 @@ def test_every_job_of_every_experiment_composes():
                 assert c.method.gamma == gamma0
             if gamma is not None:
                 assert c.method.gamma == 8 and c.limit == 96
-                assert c.method.get("drafter") == {"vanilla": None, "distilled": "/a", "sd2": "/b"}[row]
+                if row == "eagle3":  # the pair's published EAGLE-3 head (conf/pair: heads.eagle3)
+                    assert c.method.head == "Tengyunw/qwen3_8b_eagle3" and "drafter" not in c.method
+                else:
+                    assert c.method.get("drafter") == {"vanilla": None, "distilled": "/a", "sd2": "/b"}[row]
 
 
 @pytest.mark.slow

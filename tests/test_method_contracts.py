@@ -13,8 +13,8 @@ without a test of its own:
 Each method runs through the real composed config (`method=<name>`: conf/method/<name>.yaml) on tiny_random
 with one vocab_size for both models (transformers' assisted generation, `hf_assisted`, refuses different sizes),
 the smoke prompts, greedy, float32 (the CPU default), one thread. A method whose config names a trained drafter
-(`drafter:`, as distilled and sd2) gets a two-step `task=distill` run of its class's `kind` (the session fixture
-`trained_drafter`). An external method (`external = True`: hf_assisted) decodes with transformers' loop, which
+(`drafter:`, as distilled and sd2) or head (`head:`, as eagle3, eagle3_tree and medusa) gets a two-step
+`task=distill` run of its class's `kind` (the session fixture `trained_drafter`). An external method (`external = True`: hf_assisted) decodes with transformers' loop, which
 never asks window(): its contract is (a), the length part of (b), (c) and (d).
 For (d) the method built from the same config, bound as the runner binds it, decodes 2 new tokens after two fixed
 prompts a few dozen times per case (DRAWS); two wrong variants show the check fails: a verifier that drops top-k
@@ -55,12 +55,13 @@ NAMES = METHODS.names()
 
 
 def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) -> DictConfig:
-    """The composed run config of method `name`; with `trained_drafter`, a `drafter` it names is replaced by a
-    trained folder of the method's kind (without, the configured path stays: enough to build, not to decode)."""
+    """The composed run config of method `name`; with `trained_drafter`, a `drafter` or `head` it names is replaced by
+    a trained folder of the method's kind (without, the configured path stays: enough to build, not to decode)."""
     cfg = small(*SETTINGS, f"method={name}")
-    if "drafter" in cfg.method and trained_drafter is not None:
-        folder = trained_drafter(METHODS.get(name).kind, *SAME_VOCAB)
-        cfg = small(*SETTINGS, f"method={name}", f"method.drafter={folder}")
+    for key in ("drafter", "head"):
+        if key in cfg.method and trained_drafter is not None:
+            folder = trained_drafter(METHODS.get(name).kind, *SAME_VOCAB)
+            cfg = small(*SETTINGS, f"method={name}", f"method.{key}={folder}")
     return cfg
 
 
@@ -301,7 +302,8 @@ P_PASS = 1e-4
 # what a lossless method refuses before decoding instead (the runner's check_batch, then check_decode)
 REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
            ("hf_assisted", 4): "batch size 1 only", ("spec_tree", 4): "one row at a time",
-           ("dyn_tree", 4): "one row at a time"}
+           ("dyn_tree", 4): "one row at a time", ("eagle3", 4): "one row's states", ("eagle3_tree", 4): "one row's states",
+           ("medusa", 4): "one row's states"}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from specbench.analysis import load, report
-from specbench.analysis import tables
+from specbench.analysis import catalog, tables
 from helpers import add_fields, at_batch_size, small, write_run
 from specbench import bench
 from specbench.analysis.load import ReportError
@@ -188,7 +188,7 @@ def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
     with pytest.raises(ReportError, match="no run has 'decode.temprature'; valid keys:.*decode.temperature"):
         load.where(runs, ["decode.temprature=0"])
     with pytest.raises(ReportError, match="unknown table 'adasd'; valid tables: adasd_table1_2"):
-        tables.build("adasd", runs)
+        catalog.build("adasd", runs)
     with pytest.raises(ReportError, match="key=value"):
         load.MethodSpec.parse("vanilla:gamma")
     assert load.MethodSpec.parse("vanilla:gamma=8").options == (("gamma", 8),)

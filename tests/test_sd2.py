@@ -106,9 +106,10 @@ class Spy(Vanilla):
         self.seen.append(states.clone())
 
 
-def test_engine_hands_over_the_states_at_the_last_accepted_position(tiny_pair):
+def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair):
     """Against a fresh cache-free forward of the final sequence: after an iteration that accepted n of
-    the drafts at buf[L..], the states are those of position L+n-1; and no extra target call is made."""
+    the drafts at buf[L..], the states are those of positions fed..L+n-1 (every position this verify
+    committed, the last the one whose p gave the next token); and no extra target call is made."""
     target = tiny_pair.target
     calls: list[dict] = []
     hook = target.register_forward_pre_hook(lambda m, a, kw: calls.append(dict(kw)), with_kwargs=True)
@@ -127,12 +128,12 @@ def test_engine_hands_over_the_states_at_the_last_accepted_position(tiny_pair):
     assert 0 < sum(accepted) < sum(r.drafted for r in gen.records)  # both accepted and rejected drafts
     with torch.no_grad():
         hs = target(torch.tensor([prompt + gen.token_ids]), output_hidden_states=True).hidden_states
-    L = len(prompt)
+    L, start = len(prompt), 0  # the first verify computes every prompt position, later ones from L - 1
     for rec, states in zip(gen.records, spy.seen):
-        pos = L + rec.accepted - 1
-        want = torch.stack([hs[k][0, pos] for k in Spy.hidden_layers])
+        want = torch.stack([hs[k][0, start : L + rec.accepted] for k in Spy.hidden_layers])  # [3, m, H]
         torch.testing.assert_close(states, want, atol=1e-4, rtol=1e-4)
         L += rec.accepted + 1
+        start = L - 1
 
 
 def rows(d: Path) -> list[dict]:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from helpers import DATA, at_batch_size, require_data, small, write_run
-from specbench.analysis import load, report, tables
+from specbench.analysis import catalog, load, report, tables
 from specbench.analysis.load import ReportError
 
 COLUMNS = ["Multi-turn Conversation", "Translation", "Summarization", "Question Answering", "Mathematical Reasoning",
@@ -70,7 +70,7 @@ def board(tmp_path: Path) -> Path:
 
 
 def test_the_leaderboard_by_hand(board):
-    (t,) = tables.build("spec_bench", load.load_runs(board))
+    (t,) = catalog.build("spec_bench", load.load_runs(board))
     assert t.name == "spec_bench" and list(t.values.columns.get_level_values(0)) == COLUMNS
     for pair, folder, label in [("p", "ar", "ar"), ("p", "vanilla", "vanilla"), ("p", "pld3", "pld max_ngram=3"),
                                 ("p", "pld4", "pld max_ngram=4"), ("q", "ar", "ar"), ("q", "vanilla", "vanilla")]:

@@ -15,7 +15,9 @@ importing this module changes no global backend (a notebook keeps its own).
   positions count the new tokens of an example, turns of a multi-turn example one after another;
 - task_throughput: tokens/s per Spec-Bench category, mean ± std over initial γ (GammaTune Figure 1);
 - batch_speedup: speedup over the `ar` run of the same setting and batch size against batch size (log2
-  axis), one line per method, drawn where a pair and dataset have `ar` runs at 2 or more batch sizes.
+  axis), one line per method, drawn where a pair and dataset have `ar` runs at 2 or more batch sizes;
+- sd2_fig5: SD² Figure 5 from each built `sd2_fig5` table (`make_figures(..., built=tables)`): a group of bars
+  per pair, per method (EAGLE-3*, Pretrained, Distilled, SD²) τ at T = 1 solid beside T = 0 hatched.
 
 `make_figures` draws per comparable group of runs (`load.groups`: same setting but pair, dataset, seed)
 and per pair and dataset, titled "pair · dataset · decode"; a legend names each run only by the keys
@@ -25,12 +27,15 @@ that differ between the runs drawn together (`load.labels`) and sits outside the
 from __future__ import annotations
 
 import logging
+import textwrap
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from specbench.analysis import load
 from specbench.analysis import tables
@@ -227,6 +232,46 @@ def plot_batch_speedup(data: pd.DataFrame, path: str | Path, title: str | None =
     return _save(fig, path, title)
 
 
+FIG5_BARS = [("T = 1", "", "sampling"), ("T = 0", "//", "greedy")]  # the paper: T = 1 solid, T = 0 hatched
+
+
+def sd2_fig5_bars(values: pd.DataFrame) -> pd.DataFrame:
+    """The bars of SD² Figure 5 from an sd2_fig5 table's values: one row per pair, method and temperature with its
+    x (pair i's group around i; per method T = 1 then T = 0, methods in the table's order), width, tau (NaN: no
+    bar) and hatch."""
+    methods = list(dict.fromkeys(values.columns.get_level_values(0)))
+    w = 0.8 / (len(methods) * len(FIG5_BARS))
+    recs = [{"pair": at[-1], "method": m, "temperature": t, "x": i - 0.4 + (len(FIG5_BARS) * j + k + 0.5) * w,
+             "width": w, "tau": values.loc[at, (m, t)], "hatch": hatch}
+            for i, at in enumerate(values.index) for j, m in enumerate(methods)
+            for k, (t, hatch, _) in enumerate(FIG5_BARS)]
+    return pd.DataFrame(recs, columns=["pair", "method", "temperature", "x", "width", "tau", "hatch"])
+
+
+def draw_sd2_fig5(ax, values: pd.DataFrame) -> None:
+    """SD² Figure 5's grouped bars on ax (a bar per method and temperature with a number), pairs on the x axis."""
+    bars = sd2_fig5_bars(values).dropna(subset=["tau"])
+    colors = {m: f"C{i}" for i, m in enumerate(dict.fromkeys(values.columns.get_level_values(0)))}
+    for (m, _), b in bars.groupby(["method", "temperature"], sort=False):
+        ax.bar(b["x"], b["tau"], b["width"], color=colors[m], hatch=b["hatch"].iloc[0], edgecolor="black", lw=0.5)
+    ax.set_xticks(range(len(values)), [at[-1] for at in values.index], rotation=15 if len(values) > 3 else 0)
+    ax.set(ylabel="τ: mean accepted tokens per block", xlim=(-0.5, len(values) - 0.5))
+    keys = [Patch(facecolor=c, edgecolor="black", lw=0.5, label=m) for m, c in colors.items()]
+    keys += [Patch(facecolor="white", edgecolor="black", lw=0.5, hatch=h, label=f"{t} ({how})")
+             for t, h, how in FIG5_BARS]
+    ax.figure.legend(handles=keys, loc="outside right center", fontsize=7)  # centred: clear of the title
+
+
+def plot_sd2_fig5(values: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+    """SD² Figure 5: τ per pair (a group of bars), method (colour) and temperature (T = 1 solid, T = 0 hatched)."""
+    if values.isna().all().all():
+        raise ReportError("plot_sd2_fig5: the sd2_fig5 table holds no number")
+    width = max(6.0, 1.6 * len(values) + 2.0)
+    fig, (ax,) = _figure(size=(width, 4.0))
+    draw_sd2_fig5(ax, values)
+    return _save(fig, path, title and textwrap.fill(title, int(9 * width)))  # about 9 title characters per inch
+
+
 def _batch_figure(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ...]) -> list[Path]:
     """fig_batch_speedup per pair and dataset of one comparable group whose `ar` runs span 2 or more batch sizes."""
     paths = []
@@ -271,11 +316,15 @@ def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ..
     return paths
 
 
-def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None) -> list[Path]:
+def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None,
+                 built: Iterable[tables.Table] = ()) -> list[Path]:
     """Every figure the runs have data for, per comparable group, as
     <out>/fig_<kind>__<pair>__<dataset>[__<group>][__<run>].png (the group only where a pair and dataset
-    have runs in several groups)."""
-    out, paths = Path(out), []
+    have runs in several groups); and SD² Figure 5 from each sd2_fig5 table in `built` (the report's tables), as
+    <out>/fig_<table name>.png beside the table's files."""
+    out = Path(out)
+    paths = [plot_sd2_fig5(t.values, out / f"fig_{t.name}.png", t.title) for t in built
+             if t.name.split("__")[0] == "sd2_fig5" and t.values.notna().any().any()]
     groups = load.groups(runs)
     spread = pd.Series([(r["pair"], r["dataset"]) for g in groups for _, r in g.runs.drop_duplicates(
         ["pair", "dataset"]).iterrows()]).value_counts()

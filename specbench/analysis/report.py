@@ -10,11 +10,14 @@ Each group also gets an overview table: per run the median tok/s (with its sprea
 measured speedup over the `ar` run of the same batch_size beside the run's predicted speedup, acceptance
 (exact and JS-relaxed where relaxed is nonzero), τ, the drafted nodes verified per target call, score and
 truncated rows; a group of runs at several batch sizes gets a block of rows per batch size.
+A table that compares across a setting key (`catalog.SPANS`: SD² Figure 5, T = 0 beside T = 1) is built per group
+of runs that differ only in it; with --out, SD² Figure 5 is drawn beside each sd2_fig5 table (fig_sd2_fig5.png).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from dataclasses import dataclass, field, replace
@@ -24,7 +27,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import figures, load, tables
+from specbench.analysis import catalog, figures, load
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
@@ -35,8 +38,8 @@ log = logging.getLogger(__name__)
 
 
 def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> list:
-    """The tables `names` (default: every one in specbench.analysis.tables.TABLES) that the runs have data for."""
-    return [t for name in (names or tables.TABLES) for t in tables.build(name, runs, baseline)]
+    """The tables `names` (default: every one in specbench.analysis.catalog.TABLES) that the runs have data for."""
+    return [t for name in (names or catalog.TABLES) for t in catalog.build(name, runs, baseline)]
 
 
 FORMATS = {"md": "markdown", "tex": "latex", "csv": "csv"}
@@ -155,24 +158,52 @@ def _baseline_elsewhere(group: Group, groups: list[Group], spec: str) -> list[st
     return notes
 
 
+def _build(g: Group, names: Iterable[str], baseline: str | None, out: Report) -> list[tuple[str, Table]]:
+    """(name, table) of the tables `names` the group's runs have data for, per batch size; refusals become notes."""
+    built = []
+    for b, runs in _by_batch_size(g.runs):  # a paper's table compares runs of one batch size
+        for name in names:
+            try:
+                built += [(name, _at_batch_size(t, b)) for t in catalog.build(name, runs, baseline)]
+            except ReportError as e:
+                out.notes.append(f"{name} [{g.title}{'' if b is None else f', batch_size={b}'}]: left out: {e}")
+                out.left_out += 1
+    return built
+
+
+def _without(setting: str, keys: Iterable[str]) -> str:
+    """A run's setting (JSON) without the dotted keys `keys`."""
+    s = json.loads(setting)
+    for key in keys:
+        *path, last = key.split(".")
+        node = s
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return json.dumps(s, sort_keys=True)
+
+
+def spanning_groups(runs: pd.DataFrame, keys: Iterable[str]) -> list[Group]:
+    """`load.groups` with the setting keys `keys` table axes too: runs that differ only in them share a group."""
+    keys = tuple(keys)
+    stripped = runs.assign(setting=[_without(s, keys) for s in runs["setting"]])
+    return [replace(g, runs=runs.loc[g.runs.index]) for g in load.groups(stripped)]
+
+
 def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> Report:
-    """Every table `names` (default: all of tables.TABLES) per comparable group of runs, plus each group's
-    overview; refusals and mismatches become notes, never an abort."""
+    """Every table `names` (default: all of catalog.TABLES) per comparable group of runs, plus each group's
+    overview; a table of catalog.SPANS per group of runs that differ only in its keys (e.g. SD² Figure 5's two
+    temperatures); refusals and mismatches become notes, never an abort."""
     out, groups = Report(), load.groups(runs)
+    names = list(names or catalog.TABLES)
     many = len(groups) > 1
     for g in groups:
         if many:
             out.notes.append(f"group [{g.title}]: {len(g.runs)} runs ({', '.join(load.labels(g.runs))}); they differ "
                              f"from the other groups in {', '.join(g.keys)}; alone: {load.where_args(g.where)}")
-        built = []
-        for b, runs in _by_batch_size(g.runs):  # a paper's table compares runs of one batch size
-            for name in names or tables.TABLES:
-                try:
-                    built += [(name, _at_batch_size(t, b)) for t in tables.build(name, runs, baseline)]
-                except ReportError as e:
-                    out.notes.append(f"{name} [{g.title}{'' if b is None else f', batch_size={b}'}]: left out: {e}")
-                    out.left_out += 1
-        specs = {baseline or tables.baseline_of(n) for n, _ in built} | {"ar"}
+        built = _build(g, [n for n in names if n not in catalog.SPANS], baseline, out)
+        specs = {baseline or catalog.baseline_of(n) for n, _ in built} | {"ar"}
         for spec in sorted(specs):
             missing = _baseline_elsewhere(g, groups, spec)
             out.notes += missing
@@ -181,6 +212,9 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
         out.notes += notes
         out.left_out += len(notes)
+    for name in (n for n in names if n in catalog.SPANS):
+        spans = spanning_groups(runs, catalog.SPANS[name])
+        out.tables += [_in_group(t, g, len(spans) > 1) for g in spans for _, t in _build(g, [name], baseline, out)]
     out.notes += _truncation_notes(runs)
     return out
 
@@ -214,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", help="speedup baseline METHOD[:key=value,...] for every table "
                     "(default per table: AdaSD vanilla:gamma=5, GammaTune vanilla, SD² vanilla:gamma=8, "
                     "Spec-Bench ar)")
-    ap.add_argument("--table", action="append", help=f"a table to build (repeatable; default all): {', '.join(tables.TABLES)}")
+    ap.add_argument("--table", action="append", help=f"a table to build (repeatable; default all): {', '.join(catalog.TABLES)}")
     ap.add_argument("--where", action="append", default=[], help="keep runs with KEY=VALUE (e.g. decode.temperature=1.0)")
     ap.add_argument("--no-figures", action="store_true", help="skip the figures")
     ap.add_argument("--strict", action="store_true", help="exit 1 when anything was left out (by default the "
@@ -222,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        unknown = [t for t in args.table or () if t not in tables.TABLES]
+        unknown = [t for t in args.table or () if t not in catalog.TABLES]
         if unknown:
-            raise ReportError(f"--table {', '.join(unknown)}: unknown; valid tables: {', '.join(tables.TABLES)}")
+            raise ReportError(f"--table {', '.join(unknown)}: unknown; valid tables: {', '.join(catalog.TABLES)}")
         if args.baseline:
             load.MethodSpec.parse(args.baseline)  # a malformed --baseline is an error, not a table left out
         found = load_runs(*args.results)  # logs why it leaves out each unfinished run folder
@@ -250,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in write_tables(rep.tables, args.out, args.format):
             print(f"wrote {p}")
         if not args.no_figures:
-            for p in figures.make_figures(runs, args.out):
+            for p in figures.make_figures(runs, args.out, built=rep.tables):
                 print(f"wrote {p}")
     if rep.left_out:
         rep.notes.append(f"{rep.left_out} table(s), cell(s), speedup(s) or run(s) left out, each named above; every "

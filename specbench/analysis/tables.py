@@ -22,6 +22,8 @@ of one method) is refused with the runs' names; select runs first (`load.where`,
   task group = Σ new tokens / Σ decode s of the group's rows over the same of `ar`'s rows (the rows' `task`; the
   `ar` run of the same setting and examples, `load.find_baseline`); #Mean Accepted Tokens = τ (block efficiency);
   Overall = the run's speedup (`load.speedup_over`). Spec-Bench's own speed.py averages per-question tok/s instead.
+- SD² Figure 5 (`sd2_fig5`, module specbench.analysis.sd2_fig5): τ of EAGLE-3*, Pretrained, Distilled, SD² per pair
+  at T = 0 and T = 1, mean over datasets of the mean over seeds; its runs span temperatures (SPANS).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -59,6 +61,8 @@ SPEC_BENCH_TASKS = {"Multi-turn Conversation": "mt_bench", "Translation": "trans
                     "Question Answering": "qa", "Mathematical Reasoning": "math_reasoning",
                     "Retrieval-aug. Generation": "rag"}
 SPEC_BENCH_COLUMNS = [*SPEC_BENCH_TASKS, "#Mean Accepted Tokens", "Overall"]
+# the leaderboard's names of the head methods (a row's label starts with them; other methods keep their names)
+SPEC_BENCH_LABELS = {"eagle3": "EAGLE-3", "eagle3_tree": "EAGLE-3 (tree)", "medusa": "Medusa"}
 TEX = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "±": r"$\pm$", "×": r"$\times$", "–": "--", "²": r"$^2$"}
 
 
@@ -130,7 +134,7 @@ class Table:
         return v.to_csv()
 
 
-def _fmt(values: pd.DataFrame, spec: str) -> pd.DataFrame:
+def fmt_cells(values: pd.DataFrame, spec: str) -> pd.DataFrame:
     return values.map(lambda x: "" if pd.isna(x) else format(x, spec))
 
 
@@ -138,7 +142,7 @@ def _ordered(names: set[str], order: list[str]) -> list[str]:
     return [n for n in order if n in names] + sorted(names - set(order))
 
 
-def _specs(rows: list[tuple[str, str | None]], baseline: MethodSpec) -> list[tuple[str, MethodSpec]]:
+def method_specs(rows: list[tuple[str, str | None]], baseline: MethodSpec) -> list[tuple[str, MethodSpec]]:
     """(label, spec) per row; the None row is the baseline (Vanilla / SpecDecode / Pretrained)."""
     return [(label, baseline if m is None else MethodSpec(m)) for label, m in rows]
 
@@ -147,7 +151,7 @@ def _of(runs: pd.DataFrame, spec: MethodSpec) -> pd.DataFrame:
     return select(runs, (spec.matches(r) for _, r in runs.iterrows()))
 
 
-def _pair_labels(runs: pd.DataFrame) -> dict[str, str]:
+def pair_labels(runs: pd.DataFrame) -> dict[str, str]:
     """Pair config name -> the label shown (the hub model names, or the name when labels collide)."""
     labels = dict(zip(runs["pair"], runs["pair_label"]))
     dup = {v for v in labels.values() if list(labels.values()).count(v) > 1}
@@ -171,7 +175,7 @@ def _pick(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, s
     return c.iloc[0] if len(c) else None
 
 
-def _skeleton(groups: list[str], rows: list[str], tops: list[str], cols: list[str]) -> pd.DataFrame:
+def skeleton(groups: list[str], rows: list[str], tops: list[str], cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame(np.nan, index=pd.MultiIndex.from_product([groups, rows]),
                         columns=pd.MultiIndex.from_product([tops, cols]))
 
@@ -212,8 +216,8 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
     """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run;
     and the printed cells: values with ' [min–max]' over repeats on tk/sec and speedup (median throughputs)."""
     mine = pd.concat([_of(runs, s) for _, s in rows])
-    pairs = _pair_labels(mine)
-    v = _skeleton(list(pairs.values()), [r for r, _ in rows], [DATASET_LABELS.get(d, d) for d in datasets], columns)
+    pairs = pair_labels(mine)
+    v = skeleton(list(pairs.values()), [r for r, _ in rows], [DATASET_LABELS.get(d, d) for d in datasets], columns)
     spread = {}
     for pair, plabel in pairs.items():
         for label, spec in rows:
@@ -226,7 +230,7 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
                     key, at = ADASD_COLUMNS[col], ((plabel, label), (DATASET_LABELS.get(d, d), col))
                     v.loc[at] = speedup_over(run, b) if key == "speedup" else run[key]
                     spread[at] = _spread(run, key, b)
-    cells = _fmt(v, ".3f")
+    cells = fmt_cells(v, ".3f")
     for (row, col), (lo, hi) in spread.items():
         if pd.notna(lo) and pd.notna(hi):
             cells.loc[row, col] += f" [{lo:.3f}–{hi:.3f}]"
@@ -236,7 +240,7 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
 def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
     """AdaSD Table 1 and Table 2 over every dataset present (the paper's GSM8K, HumanEval, MMLU first)."""
     base = MethodSpec.parse(baseline or BASELINES["adasd"])
-    rows = _specs(ADASD_ROWS, base)
+    rows = method_specs(ADASD_ROWS, base)
     mine = pd.concat([_of(runs, s) for _, s in rows])
     datasets = _ordered(set(mine["dataset"]), list(ADASD_TABLE_OF))
     out = []
@@ -254,7 +258,7 @@ def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]
 def adasd_tables_3_5(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
     """AdaSD Tables 3-5: one table per dataset with every column and Variants A-C."""
     base = MethodSpec.parse(baseline or BASELINES["adasd"])
-    rows = _specs(ADASD_ROWS + VARIANT_ROWS, base)
+    rows = method_specs(ADASD_ROWS + VARIANT_ROWS, base)
     out = []
     for d in _ordered(set(pd.concat([_of(runs, s) for _, s in rows])["dataset"]), list(ADASD_TABLE_OF)):
         v, cells = _adasd_values(runs, f"adasd tables 3-5 ({d})", rows, list(ADASD_COLUMNS), [d], base)
@@ -304,7 +308,7 @@ def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normaliz
     if normalize not in ("grid", "paired"):
         raise ReportError(f"normalize {normalize!r}: valid values are grid, paired")
     base = MethodSpec.parse(baseline or BASELINES["gammatune"])
-    table, rows = "gammatune_table2", _specs(GAMMATUNE_ROWS, base)
+    table, rows = "gammatune_table2", method_specs(GAMMATUNE_ROWS, base)
     recs = []
     for (pair, d), _ in _of(runs, base).groupby(["pair", "dataset"]):
         grid = _grid(runs, table, pair, d, "SpecDecode", base)
@@ -337,7 +341,7 @@ def gammatune_table2(runs: pd.DataFrame, baseline: str | None = None, normalize:
     long["col"] = long["pair_label"] + (" (" + long["dataset"].map(lambda d: DATASET_LABELS.get(d, d)) + ")" if multi else "")
     agg = long.groupby(["row", "col"], sort=False)["speedup"].agg(mean="mean", std=lambda s: s.std(ddof=0))
     cols = list(dict.fromkeys(long["col"]))
-    v = _skeleton([""], [r for r, _ in GAMMATUNE_ROWS], cols + ["Average"], ["mean", "std"])
+    v = skeleton([""], [r for r, _ in GAMMATUNE_ROWS], cols + ["Average"], ["mean", "std"])
     for (row, col), m in agg.iterrows():
         v.loc[("", row), (col, "mean")], v.loc[("", row), (col, "std")] = m["mean"], m["std"]
     full = v[cols].notna().all(axis=1)  # the Average needs every pair's cell
@@ -359,7 +363,7 @@ def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | 
     if by not in examples:
         raise ReportError(f"task_throughput: the rows have no {by!r} column (Spec-Bench rows carry category and task)")
     recs = []
-    for label, spec in _specs(GAMMATUNE_ROWS, base):
+    for label, spec in method_specs(GAMMATUNE_ROWS, base):
         for (pair, d), _ in _of(runs, spec).groupby(["pair", "dataset"]):
             for g, run in _grid(runs, "gammatune_figure1", pair, d, label, spec).items():
                 for task, tps in throughput_by(examples[examples["run_dir"] == run["run_dir"]], by).items():
@@ -372,27 +376,32 @@ def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | 
 
 # ---- SD² ---------------------------------------------------------------------------------------
 
+def sd2_seed_runs(runs: pd.DataFrame, rows: list[tuple[str, MethodSpec]],
+                  table: str = "sd2") -> Iterator[tuple[str, pd.Series]]:
+    """(row label, run) per run of each row's spec: one per pair, dataset and seed, the seeds in one setting."""
+    for label, spec in rows:
+        for (pair, d), c in _of(runs, spec).groupby(["pair", "dataset"]):
+            if c["seed"].duplicated().any():
+                dup = c[c["seed"].duplicated(keep=False)]
+                raise _ambiguous(table, f"{label} ({spec}) with seed {dup.iloc[0]['seed']} on {pair}/{d}", dup)
+            _same_setting(c, table, f"the seeds of {label} on {pair}/{d}", ignore=("decode.seed",))
+            yield from ((label, r) for _, r in c.iterrows())
+
+
 def sd2_numbers(runs: pd.DataFrame, temperature: float, baseline: str | None = None) -> pd.DataFrame:
     """One row per (pair, dataset, method row, seed): τ (block efficiency) and α over the same-seed baseline run."""
     base = MethodSpec.parse(baseline or BASELINES["sd2"])
     runs = runs[runs["temperature"] == temperature]
-    recs = []
-    for label, spec in _specs(SD2_ROWS, base):
-        for (pair, d), c in _of(runs, spec).groupby(["pair", "dataset"]):
-            if c["seed"].duplicated().any():
-                dup = c[c["seed"].duplicated(keep=False)]
-                raise _ambiguous("sd2", f"{label} ({spec}) with seed {dup.iloc[0]['seed']} on {pair}/{d}", dup)
-            _same_setting(c, "sd2", f"the seeds of {label} on {pair}/{d}", ignore=("decode.seed",))
-            for _, r in c.iterrows():
-                recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "seed": r["seed"],
-                             "tau": r["block_efficiency"], "alpha": speedup(r, runs, base)})
+    recs = [{"pair": r["pair"], "pair_label": r["pair_label"], "dataset": r["dataset"], "row": label, "seed": r["seed"],
+             "tau": r["block_efficiency"], "alpha": speedup(r, runs, base)}
+            for label, r in sd2_seed_runs(runs, method_specs(SD2_ROWS, base))]
     return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
 
 
 def _sd2_frame(long: pd.DataFrame, cols: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    labels = _pair_labels(long)
+    labels = pair_labels(long)
     dsets = _ordered(set(long["dataset"]), ["ultrachat", "humaneval", "xsum", "alpaca", "gsm8k"])
-    return _skeleton(list(dict.fromkeys(labels[p] for p in long["pair"])), [r for r, _ in SD2_ROWS],
+    return skeleton(list(dict.fromkeys(labels[p] for p in long["pair"])), [r for r, _ in SD2_ROWS],
                      [DATASET_LABELS.get(d, d) for d in dsets], cols), dsets
 
 
@@ -402,7 +411,7 @@ def sd2_table(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
     if long.empty or (long["row"] == "Pretrained").all():
         return []
     v, dsets = _sd2_frame(long, ["τ", "τ std", "α"])
-    labels = _pair_labels(long)
+    labels = pair_labels(long)
     for (pair, d, row), g in long.groupby(["pair", "dataset", "row"]):
         at = (labels[pair], row)
         dl = DATASET_LABELS.get(d, d)
@@ -416,7 +425,7 @@ def sd2_table(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
     for t in tops + ["Mean"]:
         cells[(t, "τ")] = ["" if pd.isna(m) else f"{m:.2f}" + ("" if pd.isna(s) else f" ± {s:.2f}")
                            for m, s in zip(v[(t, "τ")], v[(t, "τ std")])]
-        cells[(t, "α")] = _fmt(v[[(t, "α")]], ".2f")[(t, "α")]
+        cells[(t, "α")] = fmt_cells(v[[(t, "α")]], ".2f")[(t, "α")]
     num, kind = ("1", "sampling") if temperature == 1 else ("5", "greedy") if temperature == 0 else (f"_T{temperature:g}", "")
     return [Table(f"sd2_table{num}", f"SD² Table {num.lstrip('_')}: block efficiency τ (± std over seeds) and speedup α "
                   f"over the pretrained drafter, T={temperature:g} {kind}".rstrip(), v, cells)]
@@ -429,7 +438,7 @@ def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
         return []
     v, dsets = _sd2_frame(long, ["t", "p"])
     v = v.drop(index="Pretrained", level=1)
-    labels = _pair_labels(long)
+    labels = pair_labels(long)
     for (pair, d), g in long.groupby(["pair", "dataset"]):
         pre = g.loc[g["row"] == "Pretrained", "tau"]
         for row, m in g[g["row"] != "Pretrained"].groupby("row"):
@@ -437,7 +446,7 @@ def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
                 t, p = stats.ttest_ind(m["tau"], pre, equal_var=False)
                 v.loc[(labels[pair], row), (DATASET_LABELS.get(d, d), "t")] = t
                 v.loc[(labels[pair], row), (DATASET_LABELS.get(d, d), "p")] = p
-    cells = _fmt(v, ".2f")
+    cells = fmt_cells(v, ".2f")
     bold = pd.DataFrame(False, index=v.index, columns=v.columns)
     bold.loc[:, [c for c in v.columns if c[1] == "p"]] = v[[c for c in v.columns if c[1] == "p"]] <= 0.05
     return [Table("sd2_table3", f"SD² Table 3: Welch's t-test of τ against Pretrained over seeds, T={temperature:g} "
@@ -459,9 +468,10 @@ def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> 
 
 
 def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
-    """Spec-Bench's leaderboard: a row per run on spec_bench (its label, `load.labels`), a block per pair;
-    the baseline's rows first, then by Overall, highest first. No table when no pair has a baseline run (a sweep
-    that never ran ar); an error when only some pairs lack it."""
+    """Spec-Bench's leaderboard: a row per run on spec_bench (its label, `load.labels`, led by SPEC_BENCH_LABELS'
+    name for the head methods: EAGLE-3, EAGLE-3 (tree), Medusa), a block per pair; the baseline's rows first, then by
+    Overall, highest first. No table when no pair has a baseline run (a sweep that never ran ar); an error when only
+    some pairs lack it."""
     base = MethodSpec.parse(baseline or BASELINES["spec_bench"])
     mine = runs[runs["dataset"] == "spec_bench"].copy()
     if mine.empty:
@@ -472,8 +482,8 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     if lacking:
         raise ReportError(f"spec_bench: no {base} run on {', '.join(p + '/spec_bench' for p in lacking)}: the "
                           f"speedups are over {base}; run method={base.name} with the other runs' settings")
-    mine["row"] = labels(mine)
-    examples, pairs = load_examples(mine), _pair_labels(mine)
+    mine["row"] = [SPEC_BENCH_LABELS.get(m, m) + row[len(m):] for m, row in zip(mine["method"], labels(mine))]
+    examples, pairs = load_examples(mine), pair_labels(mine)
     recs, first = {}, set()
     for (pair, row), c in mine.groupby(["pair", "row"], sort=False):
         if len(c) > 1:
@@ -487,32 +497,9 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     rank = {at: -np.nan_to_num(r["Overall"], nan=-np.inf) for at, r in recs.items()}  # no Overall: last
     order = sorted(recs, key=lambda at: (group[at[0]], at not in first, rank[at]))
     v = pd.DataFrame([recs[at] for at in order], index=pd.MultiIndex.from_tuples(order), columns=SPEC_BENCH_COLUMNS)
-    cells = _fmt(v, ".2f")
+    cells = fmt_cells(v, ".2f")
     speedups = [c for c in SPEC_BENCH_COLUMNS if c != "#Mean Accepted Tokens"]
     cells[speedups] = cells[speedups].map(lambda c: c and c + "x")
     v.columns = cells.columns = pd.MultiIndex.from_tuples([(c, "") for c in SPEC_BENCH_COLUMNS])
     return [Table("spec_bench", f"Spec-Bench: speedup over {base} per task (Σ new tokens / Σ decode s of its rows), "
                   "#Mean Accepted Tokens = τ (tokens per target forward), Overall = the run's speedup", v, cells)]
-
-
-TABLES: dict[str, Callable[[pd.DataFrame, str | None], list[Table]]] = {
-    "adasd_table1_2": adasd_tables,
-    "adasd_tables3_5": adasd_tables_3_5,
-    "gammatune_table2": gammatune_table2,
-    "sd2_table1": lambda runs, b: sd2_table(runs, 1.0, b),
-    "sd2_table5": lambda runs, b: sd2_table(runs, 0.0, b),
-    "sd2_table3": lambda runs, b: sd2_welch(runs, 1.0, b),
-    "spec_bench": spec_bench_table,
-}
-
-
-def baseline_of(name: str) -> str:
-    """The default speedup baseline of the table registered as `name` (its paper's, or its benchmark's)."""
-    return BASELINES.get(name) or BASELINES[name.split("_")[0]]
-
-
-def build(name: str, runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
-    """The tables registered as `name` (see TABLES), built from runs."""
-    if name not in TABLES:
-        raise ReportError(f"unknown table {name!r}; valid tables: {', '.join(TABLES)}")
-    return TABLES[name](runs, baseline)

@@ -179,16 +179,15 @@ class Engine:
             t1 = clock.mark()
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
             tree = not all(prop.is_chain for prop in props)
+            fed = list(target.fed)  # the target's cached tokens of each row before the verify
             p_all = self.sampler.probs(self.verify(target, buf, rows, props, layers, tree))  # [B, keep, V]
             keep = p_all.shape[1]
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
             verdicts = method.rule.accept(props, p_all, [r.generator for r in rows],
                                           [r.method.relaxation() for r in rows])
-            if layers:  # states at the accepted path's last node (the root: no node), whose p gave the next token
-                for b, (r, v) in enumerate(zip(rows, verdicts)):
-                    col = keep - len(props[b]) - 1 + (v.path[-1] + 1 if v.path else 0)
-                    r.method.observe_hidden(target.hidden[:, b, col])  # [len(layers), H]
+            if layers:
+                self.observe_hidden(target.hidden, rows, props, verdicts, fed)
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
             self.commit(buf, rows, props, verdicts, target, source, tree)
             # 5. record the iteration and update each row's policy
@@ -254,6 +253,19 @@ class Engine:
         return feed_tree(target, buf, rows[0].L, prop.tokens, prop.parents, [], True, layers=layers)
 
     @staticmethod
+    def observe_hidden(hidden: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
+                       fed: list[int]) -> None:
+        """Hand each row's method the verifier's states [len(layers), m, H] at the m positions this iteration
+        committed whose states the verify computed: the uncached committed tokens buf[b, fed_b:L_b] then the accepted
+        path's nodes; the last is the position whose p gave the next token. hidden [len(layers), B, W, H]: the block
+        fed, row b's last n_b columns its nodes (right-aligned; a tree's in proposal order)."""
+        W = hidden.shape[2]
+        for b, (r, prop, v) in enumerate(zip(rows, props, verdicts)):
+            n = len(prop)
+            cols = list(range(W - n - (r.L - fed[b]), W - n)) + [W - n + j for j in v.path]
+            r.method.observe_hidden(hidden[:, b, cols])
+
+    @staticmethod
     def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
                target: ModelState, source: DraftSource | None, tree: bool) -> None:
         """Step 4: row b's accepted path and next token go to buf[b, L_b:L_b+n+1]; the target's cache keeps
@@ -276,7 +288,8 @@ class Engine:
         `need` tokens), else a dynamic cache."""
         if self.compile:
             return StaticState(model, B, need, role)
-        return ModelState(model, B)
+        own = getattr(model, "new_state", None)  # a head in the draft role keeps its own kind of state
+        return own(B) if own is not None else ModelState(model, B)
 
     def new_rows(self, prompts: list[list[int]], max_new_tokens: int, generators: list[torch.Generator | None]
                  ) -> list[Row]:

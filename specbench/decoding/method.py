@@ -201,7 +201,8 @@ class Method:
         runner before any model loads)."""
 
     def observe_hidden(self, states: torch.Tensor) -> None:
-        """After a verify: the verifier's states [len(hidden_layers), H] at the last accepted position."""
+        """After a verify: the verifier's states [len(hidden_layers), m, H] at the m positions it committed, in order
+        (the uncached committed tokens, then the accepted path); the last gave the next token's distribution."""
 
     def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: Any,
                           generator: torch.Generator | None, trace: bool) -> Any:

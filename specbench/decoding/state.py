@@ -57,11 +57,15 @@ class ModelState:
         # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
         self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
                                                                             device=self.device)
+        self.count_from(rows)
+
+    def count_from(self, rows: int) -> None:
+        """No forwards counted yet for `rows` rows; no hidden states, no tree nodes."""
         self.seconds = 0.0  # summed wall time of forward calls
         self.calls = 0
         self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
         self.row_calls = [0] * rows  # forward calls each row took part in
-        self.hidden: torch.Tensor | None = None  # [len(layers), B, keep, H] of the last forward given layers
+        self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, given layers
         # tree attention (specbench.decoding.tree_state, one row): the tree nodes in the cache after the committed
         # columns, in column order, and each one's root path (its ancestors and itself)
         self.tree_nodes: list[int] = []
@@ -74,7 +78,7 @@ class ModelState:
         `keep` columns (row b's newest tokens, right-aligned).
 
         With `layers` (hidden_states indices: k = output of decoder layer k), the same forward also
-        keeps those hidden states of the last `keep` columns in self.hidden [len(layers), B, keep, H].
+        keeps those hidden states of every fed column in self.hidden [len(layers), B, width, H] (the block fed).
         """
         t0 = time.perf_counter()
         upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
@@ -87,7 +91,7 @@ class ModelState:
             extra["output_hidden_states"] = True
         out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
         if layers:
-            self.hidden = torch.stack([out.hidden_states[k][:, -keep:] for k in layers])
+            self.hidden = torch.stack([out.hidden_states[k] for k in layers])
         sync(self.device)
         self.count(time.perf_counter() - t0)
         self.fed = list(upto)

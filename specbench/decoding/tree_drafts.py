@@ -1,4 +1,5 @@
-"""A draft model growing one row's tree of drafts depth by depth (the proposer of spec_tree and dyn_tree).
+"""A draft model growing one row's tree of drafts depth by depth (the proposer of spec_tree and dyn_tree; heads
+override how q is computed at the root and at grown nodes, specbench.decoding.head_drafts).
 
 Growth (one row, tree attention on the draft's own cache, specbench.decoding.tree_state):
   depth 0: one forward of the row's uncached committed tokens gives q at the root;
@@ -96,16 +97,20 @@ class TreeDraft(DraftSource):
         self.state = state  # a one-row specbench.decoding.state.ModelState
         self.grower = grower
         self.index: list[int] | None = None  # proposal node -> grown node, of the last proposal
+        self.steps = 0  # draft forwards of the last proposal
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
         """One row's tree of at most d.w_max[0] nodes after buf[0, :L]."""
-        L, cap, s, g = d.L[0], d.w_max[0], self.state, self.grower
+        L, cap, g = d.L[0], d.w_max[0], self.grower
         self.index = None
         if cap <= 0:
             return [chain([], why="length")]
+        self.steps = 0
+        root = self.root(buf, L, d)
+        if root is None:
+            return [chain([], why="source")]
         t = Grown()
-        expanded = {-1: d.sampler.probs(feed_tree(s, buf, L, [], [], [], True)[0, :1])[0]}  # q at the root [V]
-        steps = 1
+        expanded = {-1: root}  # q at the root [V]
         for depth in range(1, g.depth + 1):
             new = [t.add(x, node, rank, q) for node, q in expanded.items() for rank, x in g.children(t, node, q)]
             if depth == g.depth or not new:
@@ -113,17 +118,27 @@ class TreeDraft(DraftSource):
             grow = g.expand(t, [j for j in new if t.tokens[j] not in d.eos_ids])  # nothing follows an EOS
             if not grow:
                 break
-            logits = feed_tree(s, buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow],
-                               list(s.tree_nodes), False, nodes=grow)
-            steps += 1
-            qs = d.sampler.probs(logits[0])  # [len(grow), V]
+            qs = self.grow(t, grow, buf, L, d)  # [len(grow), V]
             expanded = {j: qs[k] for k, j in enumerate(grow)}
         keep = g.select(t, cap)
         self.index = keep
         new_id = {j: k for k, j in enumerate(keep)}
         parents = [new_id[t.parents[j]] if t.parents[j] >= 0 else -1 for j in keep]
         q = torch.stack([t.qs[j] for j in keep]) if keep else None
-        return [Proposal([t.tokens[j] for j in keep], parents, q, "window", TOP_K, steps)]
+        return [Proposal([t.tokens[j] for j in keep], parents, q, "window", TOP_K, self.steps)]
+
+    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
+        """q at the root [V]: one forward of the row's uncached committed tokens (None: nothing to draft from)."""
+        self.steps += 1
+        return d.sampler.probs(feed_tree(self.state, buf, L, [], [], [], True)[0, :1])[0]
+
+    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+        """q [len(grow), V] at the grown nodes `grow`: they are fed in one forward (tree attention)."""
+        s = self.state
+        logits = feed_tree(s, buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow],
+                           list(s.tree_nodes), False, nodes=grow)
+        self.steps += 1
+        return d.sampler.probs(logits[0])
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """The draft cache keeps the prefix and the accepted path's expanded nodes."""

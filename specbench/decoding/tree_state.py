@@ -37,7 +37,7 @@ def feed_tree(s: ModelState, buf: torch.Tensor, upto: int, tokens: list[int], pa
     parents [n] index the whole proposal (-1 = root); `cached` == s.tree_nodes lists the proposal nodes already in
     the cache, in column order; `nodes` [n] are the new nodes' proposal indices (default: len(cached) + k, the case
     where every earlier node is cached). A parent is the root, a cached node or an earlier new node. With `layers`
-    (hidden_states indices), their states of the returned columns go to s.hidden [len(layers), 1, keep, H].
+    (hidden_states indices), their states of every fed column go to s.hidden [len(layers), 1, upto - fed + n, H].
     """
     t0 = time.perf_counter()
     _check(s)
@@ -78,7 +78,7 @@ def feed_tree(s: ModelState, buf: torch.Tensor, upto: int, tokens: list[int], pa
     out = s.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=s.cache, use_cache=True,
                   logits_to_keep=max(keep, 1), **extra)
     if layers:
-        s.hidden = torch.stack([out.hidden_states[k][:, out.hidden_states[k].shape[1] - keep:] for k in layers])
+        s.hidden = torch.stack([out.hidden_states[k] for k in layers])
     sync(dev)
     s.count(time.perf_counter() - t0)
     s.fed, s.columns = [upto], kv

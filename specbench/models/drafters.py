@@ -23,25 +23,34 @@ class DrafterMissing(UserError, FileNotFoundError):
 _LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
 
 
+def trained_folder(folder: str | Path | None, pair: Pair, kind: str, key: str = "method.drafter") -> dict:
+    """distill.json of the finished `task=distill task.kind=kind` run in `folder`, for this pair; the errors name
+    `key` and how to train one."""
+    how = f"train one with `python run.py task=distill task.kind={kind}` and set {key} to its folder"
+    what = "head" if key == "method.head" else "drafter"
+    if folder in (None, ""):
+        raise OptionError(f"{key}: method {kind!r} needs {key}, the folder of a trained {what}: {how}")
+    folder = Path(folder)
+    if not (folder / INFO).exists():
+        raise DrafterMissing(f"{key}: {folder} is not a finished distill run (no {INFO}): {how}")
+    info = json.loads((folder / INFO).read_text())
+    if info["kind"] != kind:
+        raise OptionError(f"{key}: {folder} holds a {info['kind']!r} {what}; method {kind!r} needs one trained with "
+                          f"task.kind={kind}")
+    if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
+        raise OptionError(f"{key}: {folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); "
+                          f"this run's pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
+    return info
+
+
 def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
     """The drafter a `task=distill` run of `kind` wrote to `folder`, on the pair's draft device and dtype.
 
     For sd2 also its SteeredDrafter (hooks on the loaded model). Refuses folders of another kind or pair.
     The last loaded drafter is kept for the next job of the process.
     """
-    how = f"train one with `python run.py task=distill task.kind={kind}` and set method.drafter to its folder"
-    if folder in (None, ""):
-        raise OptionError(f"method.drafter: method {kind!r} needs method.drafter, the folder of a trained drafter: {how}")
+    info = trained_folder(folder, pair, kind)
     folder = Path(folder)
-    if not (folder / INFO).exists():
-        raise DrafterMissing(f"method.drafter: {folder} is not a finished distill run (no {INFO}): {how}")
-    info = json.loads((folder / INFO).read_text())
-    if info["kind"] != kind:
-        raise OptionError(f"method.drafter: {folder} holds a {info['kind']!r} drafter; method {kind!r} needs one trained with "
-                         f"task.kind={kind}")
-    if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
-        raise OptionError(f"method.drafter: {folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); this run's "
-                         f"pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
     draft = pair.model("draft")
     key = json.dumps([str(folder.resolve()), info["finished"], str(draft.device), str(draft.dtype)])
     if key not in _LOADED:

@@ -91,7 +91,12 @@ def model_record(model: Any) -> dict[str, Any]:
     """Which weights a loaded model holds: path or hub id, revision (the hub commit, or a local folder's
     fingerprint), the quantization method (quantization_config) and whether the weights were converted
     (loaded from GGUF, or saved in another dtype than the one that ran); a toy model also gives the sha256
-    of its weights (`weights_sha256`, specbench.models.toy)."""
+    of its weights (`weights_sha256`, specbench.models.toy); a dependent head (specbench.decoding.head_drafts.DraftHead)
+    its method.head and the fingerprint of the folder it was read from."""
+    if hasattr(model, "head_folder"):
+        folder = model.head_folder
+        return {"path": model.name_or_path, "revision": folder_fingerprint(folder) if folder else None,
+                "quantized": None, "converted": False}
     cfg = model.config
     path = getattr(cfg, "_name_or_path", "") or None
     revision = getattr(cfg, "_commit_hash", None)

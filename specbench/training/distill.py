@@ -1,4 +1,5 @@
-"""`task=distill`: fine-tune the drafter on the verifier's samples with KL(π_V || π_D), for `distilled` and `sd2`.
+"""`task=distill`: fine-tune the drafter on the verifier's samples with KL(π_V || π_D), for `distilled` and `sd2`
+(and train the heads of `eagle3` and `medusa` in the same loop: specbench.training.heads).
 
     python run.py task=distill task.kind=distilled           toy pair, data results/synth/toy/toy_train/default
     python run.py task=distill task.kind=sd2 task.seed=1     + SD² steering (specbench.models.steering)
@@ -64,6 +65,8 @@ from specbench.common.files import atomic_folder, atomic_path, write_json_atomic
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
 from specbench.models.drafters import INFO, KINDS
+from specbench.models.heads import KINDS as HEAD_KINDS
+from specbench.training.heads import HeadTrainer
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
 from specbench.training.synth import check_task_resume, read_synth, task_record
 
@@ -154,6 +157,17 @@ class Distiller:
         if self.steered:
             self.steered.steering.load_state_dict(state["steering"])
 
+    def save(self, run_dir: Path, pair: Pair) -> None:
+        """drafter/ (save_pretrained + tokenizer), for sd2 steering.safetensors + steering.json."""
+        with atomic_folder(run_dir / "drafter", replace=True) as tmp:
+            self.student.save_pretrained(tmp)
+            pair.tokenizer.save_pretrained(tmp)
+        if self.steered:
+            s = self.steered.steering
+            with atomic_path(run_dir / "steering.safetensors") as tmp:
+                save_file({k: v.contiguous() for k, v in s.state_dict().items()}, tmp)
+            write_json_atomic(run_dir / "steering.json", s.config())
+
 
 def lr_factor(step: int, steps: int, warmup: int) -> float:
     """Multiplier of each group's lr (SD² A.3): 0.1 + 0.9 step/warmup during warm-up, then
@@ -201,16 +215,9 @@ def save_atomic(obj: Any, path: Path) -> None:
         torch.save(obj, tmp)
 
 
-def save_final(d: Distiller, pair: Pair, run_dir: Path, history: list[dict]) -> None:
-    """drafter/ (save_pretrained + tokenizer), for sd2 steering.safetensors + steering.json, train_log.jsonl."""
-    with atomic_folder(run_dir / "drafter", replace=True) as tmp:
-        d.student.save_pretrained(tmp)
-        pair.tokenizer.save_pretrained(tmp)
-    if d.steered:
-        s = d.steered.steering
-        with atomic_path(run_dir / "steering.safetensors") as tmp:
-            save_file({k: v.contiguous() for k, v in s.state_dict().items()}, tmp)
-        write_json_atomic(run_dir / "steering.json", s.config())
+def save_final(d: Any, pair: Pair, run_dir: Path, history: list[dict]) -> None:
+    """The trained weights (the trainer's `save`), then train_log.jsonl."""
+    d.save(run_dir, pair)
     write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
 
 
@@ -229,7 +236,7 @@ def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int
 
 def restore(path: Path, d: Distiller, opt: torch.optim.Optimizer, sched: Any, n_train: int) -> tuple[int, list, float]:
     """Load checkpoint.pt into the weights, optimiser and scheduler; returns (step, log, seconds)."""
-    ck = torch.load(path, map_location=d.student.device, weights_only=True)
+    ck = torch.load(path, map_location="cpu", weights_only=True)  # load_state copies onto the weights' device
     if ck["train_rows"] != n_train:
         raise InputError(f"{path} was trained on {ck['train_rows']} rows, the data now has {n_train}; refusing to "
                          "resume on other data")
@@ -241,11 +248,12 @@ def restore(path: Path, d: Distiller, opt: torch.optim.Optimizer, sched: Any, n_
 
 @TASKS.register("distill")
 def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train a `distilled` or `sd2` drafter from a synth folder into out_dir; returns distill.json's content."""
+    """Train a `distilled` or `sd2` drafter, or an `eagle3` or `medusa` head (specbench.training.heads), from a synth
+    folder into out_dir; returns distill.json's content."""
     task = OmegaConf.to_container(cfg.task, resolve=True)
     kind, bs, seed = task["kind"], int(task["batch_size"]), int(task["seed"])
-    if kind not in KINDS:
-        raise InputError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS)}")
+    if kind not in KINDS + HEAD_KINDS:
+        raise InputError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS + HEAD_KINDS)}")
     if task.get("autocast") not in _AMP:
         raise InputError(f"task.autocast must be one of {list(_AMP)}, got {task.get('autocast')!r}")
     run_dir, device = output_dir(out_dir), resolve_device(cfg.get("device", "auto"))
@@ -260,7 +268,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     set_threads(cfg.get("threads", "auto"))
     pair = load_pair(pair_cfg, device)
     check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
-    d = Distiller(pair, kind, task)
+    d = HeadTrainer(pair, kind, task, train) if kind in HEAD_KINDS else Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))
     pad = pair.pad_id([pair.target])

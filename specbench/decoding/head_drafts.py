@@ -1,0 +1,195 @@
+"""Dependent drafters: heads that read the target's hidden states (EAGLE-3, Medusa) as proposers of one row.
+
+The engine hands the method the target's states at every position a verify committed (Method.observe_hidden:
+[len(layers), m, H], the uncached committed tokens then the accepted path); the method passes them to its
+proposer (`observe`). The first iteration of a generation has no states yet: its proposal is empty
+(why = "source") and its verify is the prompt's prefill, as in EAGLE's and Medusa's own loops, where the prefill
+forward yields the first token and the states the first draft reads.
+
+EAGLE-3 (specbench.models.eagle3), committed L tokens x_0..x_{L-1}, the target's states known at 0..L-2:
+  root:  the head reads the pairs (f_t, x_{t+1}) of the positions not read yet (t = fed..L-2, f_t from fc) into
+         its cache; its output o_{L-2} gives q at the root, the distribution of x_L;
+  nodes: a drafted node j at depth d reads (o_parent, x_j) at head position L - 2 + d (o_root = o_{L-2}) and
+         attends to the committed positions, its ancestors' positions and itself; its output gives q at j;
+  after the verify the head's cache keeps the committed positions only: the accepted drafts are read again
+  with the target's own states in the next root forward, as EAGLE-3 does.
+A chain (method eagle3) draws x_i ~ q_i (argmax at temperature 0) and stops by the policy; a tree (eagle3_tree)
+grows with a Grower (specbench.decoding.tree_drafts), children distinct and ranked by q.
+Medusa (specbench.models.medusa): at the last committed position's state h, head i gives q_i, the distribution of
+x_{L-1+i}; a node at depth d gets its children ranked by q_{d+1}, whatever its parent (Medusa's tree).
+Each q is over the target's vocabulary [V] (zero outside an EAGLE-3 head's draft vocabulary).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specbench.decoding.drafts import Chain, Drafting, pick
+from specbench.decoding.proposal import Proposal, chain
+from specbench.decoding.state import ModelState, sync
+from specbench.decoding.tree_drafts import Grower, Grown, TreeDraft
+
+
+class DraftHead:
+    """A head in the pair's draft role (Binding.models["draft"]): the engine asks it for its state."""
+
+    def __init__(self, head: Any, name: str, folder: Path | None = None) -> None:
+        """head: a specbench.models.eagle3.Eagle3Head or specbench.models.medusa.MedusaHeads."""
+        self.head, self.name_or_path, self.head_folder = head, name, folder  # method.head, the folder read
+        self.device = next(head.parameters()).device
+        self.dtype = next(head.parameters()).dtype
+
+    def new_state(self, rows: int) -> "HeadState":
+        """The head's state over `rows` rows (the head methods decode one)."""
+        return HeadState(self, rows)
+
+
+class HeadState(ModelState):
+    """A head's state for one row: its cache (EAGLE-3), the target states it has not read, its forwards' seconds
+    and calls (counted in the draft role as a model's are); no transformers cache."""
+
+    def __init__(self, head: DraftHead, rows: int = 1) -> None:
+        self.model, self.device = head.head, head.device
+        self.count_from(rows)
+        self.fed, self.columns, self.mask = [0] * rows, 0, None
+        new_cache = getattr(self.model, "new_cache", None)  # EAGLE-3's keys and values (Medusa keeps none)
+        self.cache = new_cache() if new_cache is not None else None
+        self.pending: list[torch.Tensor] = []  # target states [m, len(layers), H] not read yet, in order
+        self.root: torch.Tensor | None = None  # EAGLE-3: the head's output at the last committed position [H]
+
+    def timed(self, fn: Any, *args: Any) -> Any:
+        """fn(*args), its seconds counted as one forward of the head."""
+        t0 = time.perf_counter()
+        out = fn(*args)
+        sync(self.device)
+        self.count(time.perf_counter() - t0)
+        return out
+
+
+class HeadDraft(TreeDraft):
+    """Shared by the heads: the states the engine observed go to the state; no tree cache to keep."""
+
+    def observe(self, states: torch.Tensor) -> None:
+        """The target's states [len(layers), m, H] at the m positions the last verify committed."""
+        self.state.pending.append(states.transpose(0, 1).to(self.state.device))
+
+
+class Eagle3Draft(HeadDraft):
+    """EAGLE-3's proposals for one row: a chain (grower None) or a tree grown by `grower`."""
+
+    def __init__(self, state: HeadState, grower: Grower | None = None) -> None:
+        super().__init__(state, grower)
+        self.out: dict[int, torch.Tensor] = {}  # grown node -> its head output [H]
+        self.col: dict[int, int] = {}  # grown node -> its cache column
+
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        if self.grower is not None:
+            return super().propose(buf, d)
+        return [self.propose_chain(buf, d)]
+
+    def propose_chain(self, buf: torch.Tensor, d: Drafting) -> Proposal:
+        """x_1 ~ q at the root, then x_i ~ q_i from the head's output at x_{i-1}, until the policy stops."""
+        L, cap = d.L[0], d.w_max[0]
+        if cap <= 0:
+            return chain([], why="length")
+        q = self.root(buf, L, d)
+        if q is None:
+            return chain([], why="source")
+        c, o = Chain(d.policies[0], cap, d.eos_ids, d.sampler.vocab_size), self.state.root
+        depth, cols = 0, []
+        while True:
+            x = pick(q[None], [0], d)[0]
+            depth += 1
+            if not c.take(x, q):
+                return c.proposal(self.steps)
+            o, q = self.feed([o], [x], [depth], [cols], L, d)
+            o, q = o[0], q[0]
+            cols = cols + [self.state.cache.length - 1]
+
+    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
+        """Read the committed pairs not read yet; q at the root [V] from the output at position L - 2."""
+        s, head = self.state, self.state.model
+        self.steps, self.out, self.col = 0, {}, {}
+        if s.pending:
+            f = torch.cat(s.pending).flatten(1)  # [m, len(layers) H]: low, middle, high
+            start, m = s.fed[0], f.shape[0]
+            if start + m != L - 1:
+                raise RuntimeError(f"the head has read {start} positions and got {m} states; {L - 1} are committed")
+            pos = torch.arange(start, L - 1, device=s.device)
+            allowed = torch.arange(start + m, device=s.device)[None] <= pos[:, None]  # [m, kv] causal
+            ids = buf[0, start + 1 : L].to(s.device)
+            with torch.inference_mode():
+                o = s.timed(head.step, f[None].to(head.fc.weight.dtype), ids[None], pos[None], allowed[None], s.cache)
+            s.root, s.fed, s.pending = o[0, -1], [L - 1], []
+            self.steps = 1
+        if s.root is None:
+            return None
+        with torch.inference_mode():
+            return d.sampler.probs(head.target_logits(s.root)[None])[0]
+
+    def feed(self, parents: list[torch.Tensor], tokens: list[int], depths: list[int], ancestors: list[list[int]],
+             L: int, d: Drafting) -> tuple[torch.Tensor, torch.Tensor]:
+        """Nodes reading (o_parent, x_j) at positions L - 2 + depth_j, each attending to the committed positions, the
+        cache columns `ancestors[j]` and itself; their outputs [n, H] and q [n, V]."""
+        s, head, n = self.state, self.state.model, len(tokens)
+        kv0 = s.cache.length
+        allowed = torch.zeros((n, kv0 + n), dtype=torch.bool, device=s.device)
+        allowed[:, : s.fed[0]] = True
+        for k, cols in enumerate(ancestors):
+            allowed[k, cols] = True
+            allowed[k, kv0 + k] = True
+        pos = torch.tensor([L - 2 + dep for dep in depths], device=s.device)
+        ids = torch.tensor(tokens, device=s.device)
+        with torch.inference_mode():
+            o = s.timed(head.step, torch.stack(parents)[None], ids[None], pos[None], allowed[None], s.cache)[0]
+            q = d.sampler.probs(head.target_logits(o))
+        self.steps += 1
+        return o, q
+
+    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+        """q at the grown nodes `grow` [len(grow), V], fed in one head forward."""
+        kv0 = self.state.cache.length
+        ancestors = []
+        for j in grow:
+            a, cols = t.parents[j], []
+            while a >= 0:
+                cols.append(self.col[a])
+                a = t.parents[a]
+            ancestors.append(cols)
+        parents = [self.out[t.parents[j]] if t.parents[j] >= 0 else self.state.root for j in grow]
+        o, q = self.feed(parents, [t.tokens[j] for j in grow], [len(t.path(j)) for j in grow], ancestors, L, d)
+        for k, j in enumerate(grow):
+            self.out[j], self.col[j] = o[k], kv0 + k
+        return q
+
+    def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
+        """The head's cache keeps the committed positions: accepted drafts are read again with the target's states."""
+        self.state.cache.crop(self.state.fed[0])
+        self.index = None
+
+
+class MedusaDraft(HeadDraft):
+    """Medusa's tree for one row: the heads once at the last committed state, children by depth from q_{d+1}."""
+
+    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
+        """q_1..q_k [k, V] from the state at position L - 2; q at the root is q_1."""
+        s, heads = self.state, self.state.model
+        if not s.pending:
+            return None
+        h = s.pending[-1][-1, -1]  # [H]: the last committed position, the last hidden_states index
+        s.pending = []
+        with torch.inference_mode():
+            self.qs = d.sampler.probs(s.timed(heads, h.to(heads[0][-1].weight.dtype)))  # [k, V]
+        self.steps = 1
+        return self.qs[0]
+
+    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+        """q at a node of depth d is head d + 1's (no forward)."""
+        return torch.stack([self.qs[len(t.path(j))] for j in grow])
+
+    def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
+        self.index = None

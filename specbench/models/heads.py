@@ -1,0 +1,258 @@
+"""Dependent heads on disk: the EAGLE-3 release layout, the `speculators` format vLLM serves, Medusa's release
+layout, and the folders `task=distill task.kind=eagle3|medusa` writes; loading one onto a pair by folder or hub id.
+
+Formats (config.json + weights in the folder):
+- EAGLE-3 release (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): Llama fields (hidden_size, intermediate_size,
+  num_attention_heads, num_key_value_heads, rms_norm_eps, rope_theta, rope_scaling, vocab_size, ...) plus
+  draft_vocab_size; weights pytorch_model.bin or model.safetensors with fc.weight, midlayer.*, norm.weight,
+  lm_head.weight, d2t, t2d (and embed_tokens.weight in some releases). The release names no target layers: EAGLE-3
+  reads (2, L // 2, L - 3), as hidden_states indices (the input of decoder layer k is hidden_states[k]); the
+  folders written here add eagle_aux_hidden_state_layer_ids.
+- speculators (speculators_model_type "eagle3", e.g. RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3): the Llama
+  fields under transformer_layer_config, draft_vocab_size, norm_before_residual, target_hidden_size,
+  eagle_aux_hidden_state_layer_ids and speculators_config (algorithm, proposal methods, verifier); weights
+  model.safetensors with layers.0.* for midlayer.*, embed_tokens.weight, and the training-only verifier_norm /
+  verifier_lm_head (ignored). Options this head does not implement (norm_before_fc, fc_norm, norm_output) are
+  refused.
+- Medusa release (e.g. FasterDecoding/medusa-vicuna-7b-v1.3): medusa_num_heads, medusa_num_layers,
+  base_model_name_or_path; weights medusa_lm_head.safetensors or medusa_lm_head.pt with keys `{i}.{j}.linear.*`,
+  `{i}.{num_layers}.weight`. The heads are counted from the weights (the 7B release's config says 2, its file
+  holds 5).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from specbench.common.errors import UserError
+from specbench.common.files import atomic_folder
+from specbench.common.options import OptionError
+from specbench.models.drafters import INFO, trained_folder
+from specbench.models.eagle3 import Eagle3Config, Eagle3Head
+from specbench.models.medusa import MedusaConfig, MedusaHeads
+
+KINDS = ("eagle3", "medusa")
+FORMATS = {"eagle3": ("eagle3", "speculators"), "medusa": ("medusa",)}  # the formats each kind saves in
+LLAMA_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings", "hidden_act", "vocab_size")
+UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")  # speculators options the head does not implement
+
+
+class HeadFormatError(UserError, ValueError):
+    """A folder that holds no head this project reads, or a head of another kind or target."""
+
+
+def eagle3_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's target states: hidden_states indices (2, L // 2, L - 3), clamped to 1..L for tiny targets."""
+    return tuple(min(max(k, 1), num_layers) for k in (2, num_layers // 2, num_layers - 3))
+
+
+def eagle3_config(cfg: dict, layers: tuple[int, ...]) -> Eagle3Config:
+    """The head's config from Llama fields `cfg` (a release config, or speculators' transformer_layer_config)."""
+    fields = {k: cfg[k] for k in LLAMA_KEYS if cfg.get(k) is not None}
+    fields.pop("rope_scaling", None)
+    return Eagle3Config(**fields, draft_vocab_size=int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
+                        layers=tuple(layers), target_hidden_size=cfg.get("target_hidden_size"),
+                        norm_before_residual=bool(cfg.get("norm_before_residual", False)),
+                        rope_scaling=cfg.get("rope_scaling"))
+
+
+def read_weights(folder: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The first of the weight files `names` in the folder (safetensors, or a torch state dict read weights-only)."""
+    for name in names:
+        if (folder / name).is_file():
+            if name.endswith(".safetensors"):
+                return load_file(folder / name)
+            return torch.load(folder / name, map_location="cpu", weights_only=True)
+    raise HeadFormatError(f"{folder} has none of the weight files {', '.join(names)}")
+
+
+def head_format(cfg: dict) -> str:
+    """eagle3 | speculators | medusa, from a config.json's fields."""
+    if cfg.get("speculators_model_type") == "eagle3":
+        return "speculators"
+    if "medusa_num_heads" in cfg:
+        return "medusa"
+    if "draft_vocab_size" in cfg or any("eagle3" in a.lower() for a in cfg.get("architectures") or []):
+        return "eagle3"
+    raise HeadFormatError("its config.json is none of: the EAGLE-3 release layout (draft_vocab_size), the "
+                          "speculators format (speculators_model_type: eagle3), Medusa's (medusa_num_heads)")
+
+
+def read_head(folder: str | Path, target_layers: int) -> tuple[str, nn.Module, nn.Embedding | None]:
+    """(format, head module in float32, the head's own token embedding or None) of a head folder; target_layers:
+    the target's decoder layers (EAGLE-3's default states when the folder names none)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise HeadFormatError(f"{folder} has no config.json: not a head folder")
+    cfg = json.loads((folder / "config.json").read_text())
+    try:
+        fmt = head_format(cfg)
+    except HeadFormatError as err:
+        raise HeadFormatError(f"{folder / 'config.json'}: {err}") from None
+    if fmt == "medusa":
+        w = read_weights(folder, ("medusa_lm_head.safetensors", "medusa_lm_head.pt", "model.safetensors"))
+        layers = int(cfg.get("medusa_num_layers", 1))
+        n = len({k.split(".")[0] for k in w})  # from the weights: a release's medusa_num_heads may understate them
+        vocab, hidden = w[f"0.{layers}.weight"].shape
+        heads = MedusaHeads(MedusaConfig(n, layers, hidden, vocab))
+        heads.load_state_dict(w)
+        return fmt, heads.float(), None
+    layer_ids = cfg.get("eagle_aux_hidden_state_layer_ids") or eagle3_layers(target_layers)
+    if fmt == "speculators":
+        bad = [k for k in UNSUPPORTED if cfg.get(k)]
+        if bad:
+            raise HeadFormatError(f"{folder / 'config.json'}: {', '.join(bad)} set; this EAGLE-3 head implements "
+                                  "none of them")
+        c = eagle3_config({**cfg["transformer_layer_config"], **{k: cfg.get(k) for k in (
+            "draft_vocab_size", "target_hidden_size")}, "norm_before_residual": cfg.get("norm_before_residual", True)},
+                          layer_ids)  # vLLM reads a speculators config without norm_before_residual as true
+        w = read_weights(folder, ("model.safetensors", "pytorch_model.bin"))
+        w = {k.replace("layers.0.", "midlayer.", 1): v for k, v in w.items() if not k.startswith("verifier_")}
+    else:
+        c = eagle3_config(cfg, layer_ids)
+        w = read_weights(folder, ("model.safetensors", "pytorch_model.bin"))
+    embed = w.pop("embed_tokens.weight", None)
+    head = Eagle3Head(c)
+    if "d2t" not in w:  # a head over the whole vocabulary
+        w["d2t"], w["t2d"] = head.d2t, head.t2d
+    head.load_state_dict(w)
+    return fmt, head.float(), (nn.Embedding.from_pretrained(embed.float()) if embed is not None else None)
+
+
+def llama_fields(c: Eagle3Config) -> dict[str, Any]:
+    """The head's Llama fields as a release config writes them."""
+    return {"hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+            "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
+            "head_dim": c.dim, "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
+            "rope_scaling": c.rope_scaling, "max_position_embeddings": c.max_position_embeddings,
+            "hidden_act": c.hidden_act, "vocab_size": c.vocab_size, "num_hidden_layers": 1, "model_type": "llama"}
+
+
+def save_head(head: nn.Module, folder: str | Path, fmt: str, target: Any, embed: nn.Embedding | None = None) -> Path:
+    """Write `head` to `folder` (replacing it atomically) in format `fmt` (FORMATS); target: the target model, named
+    in the config (speculators' verifier, Medusa's base model)."""
+    name = getattr(target, "name_or_path", "") or ""
+    state = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
+    with atomic_folder(Path(folder), replace=True) as tmp:
+        tmp = Path(tmp)
+        if fmt == "medusa":
+            c = head.config
+            cfg = {"medusa_num_heads": c.num_heads, "medusa_num_layers": c.num_layers, "base_model_name_or_path": name,
+                   "hidden_size": c.hidden_size, "vocab_size": c.vocab_size}
+            torch.save(state, tmp / "medusa_lm_head.pt")  # the only file Medusa's from_pretrained reads
+        elif fmt == "eagle3":
+            c = head.config
+            cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size":
+                   c.draft_vocab_size, "norm_before_residual": c.norm_before_residual,
+                   "eagle_aux_hidden_state_layer_ids": list(c.layers)}
+            save_file(state, tmp / "model.safetensors")
+        elif fmt == "speculators":
+            c = head.config
+            arch = list(getattr(getattr(target, "config", None), "architectures", None) or ["LlamaForCausalLM"])
+            cfg = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+                   "transformer_layer_config": llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
+                   "norm_before_residual": c.norm_before_residual,
+                   "eagle_aux_hidden_state_layer_ids": list(c.layers),
+                   "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                          "verifier": {"name_or_path": name, "architectures": arch}}}
+            state = {k.replace("midlayer.", "layers.0.", 1): v for k, v in state.items()}
+            if embed is not None:
+                state["embed_tokens.weight"] = embed.weight.detach().contiguous().cpu()
+            save_file(state, tmp / "model.safetensors")
+        else:
+            raise ValueError(f"unknown head format {fmt!r}; valid: eagle3, speculators, medusa")
+        if fmt != "medusa" and c.target_hidden_size is not None:  # EAGLE's loader reads a present key, even null
+            cfg["target_hidden_size"] = c.target_hidden_size
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return Path(folder)
+
+
+def check_head_source(method: str, spec: Any) -> None:
+    """Fail at once when method.head is missing, or a hub id neither cached nor downloadable (with the download
+    command); folders are checked when the head loads."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from specbench.common.hub import source_of
+
+    if spec in (None, ""):
+        raise OptionError(f"method.head: method {method!r} needs a head: the folder of a `python run.py task=distill "
+                          f"task.kind=...` run, a head folder (EAGLE-3 release, speculators or Medusa layout) or a hub id")
+    if not isinstance(spec, str) or Path(spec).exists():
+        return
+    try:
+        validate_repo_id(spec)
+    except HFValidationError:
+        return  # a path: load_head says what is missing there
+    source_of(spec, None)
+
+
+_LOADED: dict[str, tuple[str, nn.Module, nn.Embedding | None]] = {}
+
+
+def head_folder(spec: str, pair: Any, kind: str) -> Path:
+    """The head folder of method.head: a finished distill run's head/, a head folder, or a hub id's snapshot."""
+    from huggingface_hub import snapshot_download
+
+    from specbench.common.hub import source_of, unavailable
+
+    path = Path(spec)
+    if (path / INFO).exists():
+        trained_folder(path, pair, kind, key="method.head")
+        return path / "head"
+    if path.is_dir():
+        return path
+    if "/" in spec and (spec.startswith((".", "/")) or spec.count("/") > 1):
+        trained_folder(path, pair, kind, key="method.head")  # raises DrafterMissing with how to train one
+    source = source_of(spec, None)
+    try:
+        return Path(snapshot_download(spec, local_files_only=source == "cache"))
+    except OSError as err:
+        raise unavailable([f"could not load head {spec!r}: {err}"], [(spec, None)]) from err
+
+
+def load_head(spec: Any, binding: Any, kind: str) -> tuple[nn.Module, tuple[int, ...], str, Path | None]:
+    """(head on the target's device and dtype, the target hidden_states indices it reads, its name, the folder read)
+    of method.head: a head module (tests), a finished `task=distill task.kind=kind` folder, a head folder, or a hub
+    id."""
+    target = binding.models["target"]
+    tc = target.config.get_text_config()
+    L, H, V = tc.num_hidden_layers, tc.hidden_size, target.get_output_embeddings().weight.shape[0]
+    if isinstance(spec, nn.Module):
+        fmt, head, embed, name = ("medusa" if isinstance(spec, MedusaHeads) else "eagle3"), spec, None, "in-memory head"
+        folder = None
+    else:
+        folder = head_folder(str(spec), binding.pair, kind)
+        key = json.dumps([str(folder.resolve()), (folder / "config.json").stat().st_mtime_ns, str(target.device),
+                          str(target.dtype), L])
+        if key not in _LOADED:
+            _LOADED.clear()
+            _LOADED[key] = read_head(folder, L)
+        fmt, head, embed = _LOADED[key]
+        name = str(spec)
+    if (fmt == "medusa") != (kind == "medusa"):
+        raise OptionError(f"method.head: {name} holds a {fmt} head; this method needs a {kind} head")
+    if kind == "medusa":
+        c = head.config
+        if (c.hidden_size, c.vocab_size) != (H, V):
+            raise HeadFormatError(f"method.head: {name} reads hidden size {c.hidden_size} and predicts {c.vocab_size} "
+                                  f"tokens; the target has {H} and {V}")
+        layers = (L,)  # the last hidden state, after the target's final norm
+    else:
+        c = head.config
+        if (c.features, c.vocab_size) != (H, V) or not all(1 <= k <= L for k in c.layers):
+            raise HeadFormatError(f"method.head: {name} reads target states of size {c.features} at hidden_states "
+                                  f"{list(c.layers)} over {c.vocab_size} tokens; the target has size {H}, indices "
+                                  f"1..{L} and {V} tokens")
+        layers = tuple(c.layers)
+        emb = embed if embed is not None else target.get_input_embeddings()
+        head.attach(emb.to(target.device))
+    return head.to(target.device, target.dtype).eval(), layers, name, folder
