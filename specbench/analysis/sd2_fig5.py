@@ -7,7 +7,7 @@ pair's datasets (every dataset one of the pair's runs in the table covers) of τ
 tables' Mean column; it is empty where the method has no run at that temperature on one of them (logged). Pretrained
 is the SD² tables' baseline (`vanilla:gamma=8`, or `--baseline`), EAGLE-3* the method `eagle3` (an EAGLE-3 head
 drafting a chain). The table compares runs across decode.temperature: the report groups its runs with that key as
-a table axis (`tables.SPANS`). `figures.plot_sd2_fig5` draws it as the paper's grouped bars.
+a table axis (`catalog.SPANS`). `figures.plot_sd2_fig5` draws it as the paper's grouped bars.
 """
 
 from __future__ import annotations
