@@ -37,6 +37,7 @@ from specbench.common.errors import InputError
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
 from specbench.models.heads import FORMATS, eagle3_layers, save_head
 from specbench.models.medusa import MedusaConfig, MedusaHeads
+from specbench.runs.runner import example_seed
 
 DECAY = 0.8  # per-step (EAGLE-3) and per-head (Medusa) loss weight
 
@@ -54,6 +55,12 @@ def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -
     seen = set(ranked)
     ranked += [t for t in range(vocab) if t not in seen][: size - len(ranked)]
     return torch.tensor(sorted(ranked))
+
+
+def rope_theta(config: Any) -> float:
+    """The target's rotary base (transformers 5 keeps it in rope_parameters), else 10000 as EAGLE-3's default."""
+    params = getattr(config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
 def check_layers(layers: Any, L: int) -> tuple[int, ...]:
@@ -90,9 +97,18 @@ class HeadTrainer:
         self.format = task.get("format") or FORMATS[kind][0]
         if self.format not in FORMATS[kind]:
             raise InputError(f"task.format for {kind} must be one of {', '.join(FORMATS[kind])}, got {self.format!r}")
-        tc = self.target.config.get_text_config()
-        dev, L, V = self.target.device, tc.num_hidden_layers, self.target.get_output_embeddings().weight.shape[0]
         lm_head = self.target.get_output_embeddings().weight.detach().float()
+        with torch.random.fork_rng(devices=[]):  # the initial weights are a function of task.seed alone
+            torch.manual_seed(example_seed(int(task.get("seed", 0)), f"{kind}-init"))
+            head = self.build(kind, task, train, lm_head)
+        self.student = head.float().train()
+        self.groups = [{"params": list(head.parameters()), "lr": float(task.get("head_lr") or task["lr"])}]
+        self.params = self.groups[0]["params"]
+
+    def build(self, kind: str, task: dict, train: list[tuple[list[int], int]], lm_head: torch.Tensor) -> torch.nn.Module:
+        """The initial head of `kind` (module docstring: initialisation)."""
+        tc = self.target.config.get_text_config()
+        dev, L, V = self.target.device, tc.num_hidden_layers, lm_head.shape[0]
         if kind == "eagle3":
             self.steps = int(task.get("ttt_steps") or 1)
             layers = check_layers(task.get("layers") or eagle3_layers(L), L)
@@ -100,7 +116,7 @@ class HeadTrainer:
             c = Eagle3Config(tc.hidden_size, tc.intermediate_size, tc.num_attention_heads,
                              tc.num_key_value_heads or tc.num_attention_heads, V, size, layers,
                              head_dim=getattr(tc, "head_dim", None), rms_norm_eps=tc.rms_norm_eps,
-                             rope_theta=float(getattr(tc, "rope_theta", None) or 10000.0),
+                             rope_theta=rope_theta(tc),
                              max_position_embeddings=tc.max_position_embeddings, hidden_act=tc.hidden_act)
             head = Eagle3Head(c).to(dev)
             head.set_vocab(draft_vocabulary(train, size, self.vocab).to(dev))
@@ -119,9 +135,7 @@ class HeadTrainer:
             self.steps = n
         else:
             raise InputError(f"unknown head kind {kind!r}; valid: eagle3, medusa")
-        self.student = head.float().train()
-        self.groups = [{"params": list(head.parameters()), "lr": float(task.get("head_lr") or task["lr"])}]
-        self.params = self.groups[0]["params"]
+        return head
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
              delta: torch.Tensor) -> torch.Tensor:
