@@ -14,6 +14,7 @@ import torch
 
 from helpers import pair_engine
 from specbench.common.hub import ModelUnavailable
+from specbench.common.options import OptionError
 from specbench.decoding.drafts import Drafting
 from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, MedusaDraft
 from specbench.decoding.sampling import Sampler, SamplingParams
@@ -244,16 +245,16 @@ def test_the_engine_hands_a_tree_method_the_states_of_its_committed_path(tiny_pa
         start = L - 1
 
 
-def test_a_published_head_by_hub_id_fails_at_once_with_the_download_command(monkeypatch):
+def test_a_published_head_by_hub_id_fails_at_once_with_the_download_command(monkeypatch, tiny_pair):
     """A head named by hub id that is not in the cache (hub offline) fails when the method is built, before any
-    model loads, with the `hf download` command; no head at all names method.head."""
+    model loads, with the `hf download` command; no head at all fails at bind, naming method.head."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailable, match="download yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"):
         Eagle3(head="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
     with pytest.raises(ModelUnavailable, match="download FasterDecoding/medusa-vicuna-13b-v1.3"):
         Medusa(head="FasterDecoding/medusa-vicuna-13b-v1.3")
-    with pytest.raises(Exception, match="method.head"):
-        Eagle3(head=None)
+    with pytest.raises(OptionError, match="method.head: no head given"):
+        pair_engine(tiny_pair, Eagle3(head=None))
 
 
 def test_a_head_trained_in_the_speculators_format_decodes_the_targets_greedy_tokens(trained_drafter, tmp_path):

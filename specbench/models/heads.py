@@ -176,17 +176,14 @@ def save_head(head: nn.Module, folder: str | Path, fmt: str, target: Any, embed:
 
 
 def check_head_source(method: str, spec: Any) -> None:
-    """Fail at once when method.head is missing, or a hub id neither cached nor downloadable (with the download
-    command); folders are checked when the head loads."""
+    """Fail at once when method.head is a hub id neither cached nor downloadable (with the download command);
+    folders, and no head at all, are checked when the head loads."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
     from specbench.common.hub import source_of
 
-    if spec in (None, ""):
-        raise OptionError(f"method.head: method {method!r} needs a head: the folder of a `python run.py task=distill "
-                          f"task.kind=...` run, a head folder (EAGLE-3 release, speculators or Medusa layout) or a hub id")
-    if not isinstance(spec, str) or Path(spec).exists():
+    if not isinstance(spec, str) or not spec or Path(spec).exists():
         return
     try:
         validate_repo_id(spec)
@@ -198,12 +195,16 @@ def check_head_source(method: str, spec: Any) -> None:
 _LOADED: dict[str, tuple[str, nn.Module, nn.Embedding | None]] = {}
 
 
-def head_folder(spec: str, pair: Any, kind: str) -> Path:
+def head_folder(spec: str | None, pair: Any, kind: str) -> Path:
     """The head folder of method.head: a finished distill run's head/, a head folder, or a hub id's snapshot."""
     from huggingface_hub import snapshot_download
 
     from specbench.common.hub import source_of, unavailable
 
+    if spec in (None, "", "None"):
+        raise OptionError(f"method.head: no head given; set it to the folder of a `python run.py task=distill "
+                          f"task.kind={kind}` run, a head folder (EAGLE-3 release, speculators or Medusa layout) or a "
+                          "hub id")
     path = Path(spec)
     if (path / INFO).exists():
         trained_folder(path, pair, kind, key="method.head")
@@ -230,7 +231,7 @@ def load_head(spec: Any, binding: Any, kind: str) -> tuple[nn.Module, tuple[int,
         fmt, head, embed, name = ("medusa" if isinstance(spec, MedusaHeads) else "eagle3"), spec, None, "in-memory head"
         folder = None
     else:
-        folder = head_folder(str(spec), binding.pair, kind)
+        folder = head_folder(spec, binding.pair, kind)
         key = json.dumps([str(folder.resolve()), (folder / "config.json").stat().st_mtime_ns, str(target.device),
                           str(target.dtype), L])
         if key not in _LOADED:
