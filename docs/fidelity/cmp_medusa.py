@@ -24,21 +24,15 @@ import medusa.model.medusa_model as mm
 from medusa.model.kv_cache import initialize_past_key_values
 from medusa.model.medusa_choices import mc_sim_7b_63
 from medusa.model.utils import generate_candidates, generate_medusa_buffers, initialize_medusa, reset_medusa_mode
+from verdicts import Verdicts  # docs/fidelity/verdicts.py, beside this script
 
 mm.AutoTokenizer.from_pretrained = staticmethod(lambda *a, **k: None)  # the tiny target has no tokenizer
 
 W = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/fidelity-work")
 ours = json.loads((W / "ours.json").read_text())
 T = load_file(W / "ours.safetensors")
-lines: list[str] = []
-ok = True
-
-
-def report(line: str, good: bool = True) -> None:
-    global ok
-    ok &= good
-    lines.append(("   " if good else "!! ") + line)
-    print(lines[-1], flush=True)
+verdicts = Verdicts()
+report = verdicts.report
 
 
 folder = W / "head-medusa"
@@ -99,6 +93,4 @@ rows = [tuple(x for x, i in zip(row[1:], ri[1:]) if i != -1)
 r_eq = sum(r in set(ours_path.values()) for r in rows)
 report(f"Medusa's verify rows (retrieve_indices): {r_eq}/{len(rows)} are specbench root paths "
        f"({len(rows)} leaves)", r_eq == len(rows))
-lines.append("Medusa vs FasterDecoding/Medusa: " + ("ALL MATCH" if ok else "DIFFERENCES (marked !!)"))
-print(lines[-1])
-(W / "result-medusa.txt").write_text("\n".join(lines) + "\n")
+verdicts.finish("Medusa vs FasterDecoding/Medusa", W / "result-medusa.txt")

@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file
 
 from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+from verdicts import Verdicts  # docs/fidelity/verdicts.py, beside this script
 
 W = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/fidelity-work")
 ours = json.loads((W / "ours.json").read_text())
@@ -35,15 +36,8 @@ ids = ours["ids"]
 L, n_chain = len(ids), len(ours["eagle3_chain"])
 V = T["target_logits"].shape[-1]
 folder = W / "head-speculators"
-lines: list[str] = []
-ok = True
-
-
-def report(line: str, good: bool = True) -> None:
-    global ok
-    ok &= good
-    lines.append(("   " if good else "!! ") + line)
-    print(lines[-1], flush=True)
+verdicts = Verdicts()
+report = verdicts.report
 
 
 def run(model, hidden, inp, steps):
@@ -111,6 +105,4 @@ for attn in ("eager", "simple_flex_attention"):
            f"{theirs}, specbench {chain}: drafts {eq}/{n_chain} equal; q max abs diff {d_q:.1e}",
            eq == n_chain and d_q < 1e-5)
 
-lines.append("EAGLE-3 vs speculators: " + ("ALL MATCH" if ok else "DIFFERENCES (marked !!)"))
-print(lines[-1])
-(W / "result-speculators.txt").write_text("\n".join(lines) + "\n")
+verdicts.finish("EAGLE-3 vs speculators", W / "result-speculators.txt")

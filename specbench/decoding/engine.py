@@ -179,7 +179,7 @@ class Engine:
             t1 = clock.mark()
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
             tree = not all(prop.is_chain for prop in props)
-            fed = list(target.fed)  # the target's cached tokens of each row before the verify
+            fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
             p_all = self.sampler.probs(self.verify(target, buf, rows, props, layers, tree))  # [B, keep, V]
             keep = p_all.shape[1]
             t2 = clock.mark()

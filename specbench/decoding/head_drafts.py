@@ -41,7 +41,6 @@ class DraftHead:
         """head: a specbench.models.eagle3.Eagle3Head or specbench.models.medusa.MedusaHeads."""
         self.head, self.name_or_path, self.head_folder = head, name, folder  # method.head, the folder read
         self.device = next(head.parameters()).device
-        self.dtype = next(head.parameters()).dtype
 
     def new_state(self, rows: int) -> "HeadState":
         """The head's state over `rows` rows (the head methods decode one)."""
