@@ -130,8 +130,8 @@ def target_joint(target, prompt: list[int] = PROMPT) -> np.ndarray:
 class AcceptAll(Rule):
     """A wrong rule (always accept the drafts): a distribution test must reject it."""
 
-    def __call__(self, x, q, p, generator):
-        return torch.ones_like(x, dtype=torch.bool), p.argmax(-1)
+    def decide(self, c, p, generators, thresholds):
+        return torch.ones_like(c.x, dtype=torch.bool), p.argmax(-1)
 
 
 class FixedGamma(Method):

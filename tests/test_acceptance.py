@@ -5,6 +5,7 @@ import torch
 
 from specbench.decoding.acceptance import JSRelaxed, RULES, Greedy, Rejection, leading_true, make_rule
 from specbench.decoding.sampling import js_distance
+from specbench.decoding.proposal import chain
 from specbench.common.registry import UnknownNameError
 
 
@@ -81,8 +82,8 @@ def test_js_relaxed_accepts_close_mismatches_only():
     assert isinstance(rule, JSRelaxed) and not rule.lossless
     ok, _ = rule(x, q, p, None)
     assert ok.tolist() == [True, False]
-    torch.testing.assert_close(rule.js, js_distance(p[:2], q))  # the distances it decided on, kept for the records
-    assert rule.js.tolist() == pytest.approx([0.4113, 0.6291], abs=1e-4)
+    torch.testing.assert_close(rule.js[0], js_distance(p[:2], q))  # the distances it decided on, kept for the records
+    assert rule.js[0].tolist() == pytest.approx([0.4113, 0.6291], abs=1e-4)
     for threshold, want in ((0.0, [False, False]), (0.40, [False, False]), (0.42, [True, False]), (0.63, [True, True])):
         rule.threshold = threshold
         assert rule(x, q, p, None)[0].tolist() == want, threshold
@@ -111,16 +112,20 @@ def test_js_relaxed_counts_the_drafts_only_the_relaxation_accepted():
     q = torch.tensor([[0.3, 0.7, 0.0, 0.0], [0.0, 0.0, 0.4, 0.6]])
     rule = make_rule("js_relaxed(sample_match)", greedy=True, threshold=0.63)
     ok, _ = rule(torch.tensor([1, 3]), q, p, None)
-    assert ok.tolist() == [True, True] and rule.exact.tolist() == [True, False]
-    assert [rule.relaxed(n) for n in (0, 1, 2)] == [0, 0, 1]
-    rule.threshold = 0.0  # no relaxation: the mismatch is rejected, so nothing past it is accepted
-    ok, _ = rule(torch.tensor([1, 3]), q, p, None)
-    assert leading_true(ok) == 1 and rule.relaxed(1) == 0
+    assert ok.tolist() == [True, True] and rule.exact[0].tolist() == [True, False]
+
+    def verdict(tokens, threshold):
+        return rule.accept([chain(tokens, q)], p[None], [None], [threshold])[0]
+
+    assert (verdict([1, 3], 0.63).accepted, verdict([1, 3], 0.63).relaxed) == (2, 1)
+    assert (verdict([1, 3], 0.0).accepted, verdict([1, 3], 0.0).relaxed) == (1, 0)  # the mismatch is rejected
+    v = verdict([0, 3], 0.5)  # x_1 only by the relaxation (0.411), x_2 rejected (0.629): the next token is argmax p_2
+    assert (v.accepted, v.relaxed, v.token) == (1, 1, 2)
 
 
 @pytest.mark.parametrize("name", ["greedy", "rejection", "sample_match"])
 def test_exact_rules_relax_nothing(name):
     p = torch.stack([onehot(1), onehot(2), onehot(0)])
     rule = make_rule(name, greedy=name == "greedy")
-    ok, _ = rule(torch.tensor([0, 3]), torch.full((2, 4), 0.25), p, torch.Generator().manual_seed(0))
-    assert rule.relaxed(2) == 0
+    v = rule.accept([chain([0, 3], torch.full((2, 4), 0.25))], p[None], [torch.Generator().manual_seed(0)], [1.0])[0]
+    assert v.relaxed == 0 and v.js is None

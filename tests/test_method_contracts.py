@@ -231,8 +231,8 @@ class ShiftEveryThird(Greedy):
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, x, q, p, generator):
-        ok, top = super().__call__(x, q, p, generator)
+    def decide(self, c, p, generators, thresholds):
+        ok, top = super().decide(c, p, generators, thresholds)
         self.calls += 1
         return ok, (top + 1) % p.shape[-1] if self.calls % 3 == 0 else top
 

@@ -2,23 +2,37 @@
 
 A rule is built once per run for its decode settings (`make_rule(spec, greedy)`). The engine calls it once per
 iteration for the whole batch, `rule.accept(proposals, p, generators, thresholds)`, and gets one Verdict per row:
-the accepted root path and the next token after it. On a chain of drafts x [w] with draft dists q [w, V] and
-target dists p [w+1, V] a rule is the per-row call `rule(x, q, p, generator)` -> (ok [w] bool, fallback [w+1]
-long): the accepted path is the longest prefix of ok, n = number of leading True, and fallback[n] is the next
-token: the correction at the first rejected position, or the bonus token from p_{w+1} when all w drafts are
-accepted. On a tree the rule walks down from the root (specbench.decoding.trees). At temperature 0 every base
-rule is built as `greedy` (argmax matching); `js_relaxed` then relaxes it. Greedy acceptance is `Greedy`'s alone:
-the engine asks no rule for its type.
+the accepted root path and the next token after it. At temperature 0 every base rule is built as `greedy` (argmax
+matching); `js_relaxed` then relaxes it.
+
+Chains are decided for the whole batch in one call (`Rule.decide`), in the layout the verify returns p (the shape
+vLLM's rejection sampler works on, here right-aligned): with W = the longest chain,
+  x [B, W] long: row b's n_b drafts in its last n_b columns (`Chains`; pad columns before them),
+  q [B, W, V]: the distributions they were drawn from (pad rows 0),
+  p [B, W+1, V]: the target's, row b's n_b + 1 in its last columns (pad columns are never read),
+and the rule returns ok [B, W] bool and fallback [B, W+1] long. Pad columns count as accepted, so row b accepts
+n = lead_b - (W - n_b) drafts, lead_b the leading True of (ok | pad), and its next token is fallback[b, lead_b]: the
+correction at the first rejected position, or the bonus token drawn from p_{n_b+1} when all drafts are accepted.
+No step of it loops over rows in Python or waits for the device, except each row's own random draws and the one
+host copy of the verdicts. Random draws are made per row with the row's generator, in the order and shapes a
+per-row rule makes them (uniforms [n_b], then one categorical draw from each of n_b + 1 distributions), so a seeded
+row gets the tokens it gets alone; a categorical draw is argmax(d / e) with e ~ Exp(1) per vocabulary entry
+(specbench.decoding.sampling.categorical: torch.multinomial's own method for one sample, without its host check).
+`rule(x, q, p, generator)` is the same decision for one row: x [w], q [w, V], p [w+1, V] -> ok [w], fallback [w+1].
+A tree (batch_size 1) is walked down from the root (specbench.decoding.trees).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
 from specbench.common.registry import Registry
 from specbench.decoding import trees
 from specbench.decoding.proposal import Proposal, Verdict
-from specbench.decoding.sampling import js_distance
+from specbench.decoding.sampling import categorical, exponentials, js_distance
 
 RULES: Registry = Registry("acceptance rule")
 
@@ -28,57 +42,118 @@ def leading_true(ok: torch.Tensor) -> int:
     return int(ok.to(torch.int32).cumprod(0).sum().item()) if ok.numel() else 0
 
 
+@dataclass
+class Chains:
+    """The batch's chains in the verify's right-aligned layout: row b's n_b drafts in the last n_b of W columns."""
+
+    x: torch.Tensor  # [B, W] long: the drafts, 0 in the pad columns before them
+    pad: torch.Tensor  # [B, W] bool: True before row b's drafts (columns < W - n_b)
+    n: torch.Tensor  # [B] long: n_b
+    props: list[Proposal] = field(default_factory=list)  # [B] where the q come from (empty: given)
+    given_q: torch.Tensor | None = None  # [B, W, V] when the caller has it (the per-row call)
+
+    @classmethod
+    def of(cls, props: list[Proposal], W: int, device: torch.device) -> "Chains":
+        """The chains of props [B] right-aligned in W columns (W >= max n_b): one host-to-device copy."""
+        x = torch.tensor([[-1] * (W - len(prop)) + prop.tokens for prop in props], dtype=torch.long).to(device)
+        pad = x < 0  # [B, W]
+        return cls(x.clamp_min(0), pad, W - pad.sum(1), props)
+
+    @property
+    def W(self) -> int:
+        """Columns of the layout: p has W + 1."""
+        return self.x.shape[1]
+
+    @cached_property
+    def counts(self) -> list[int]:
+        """n_b [B] as host ints (known from the proposals: no synchronisation)."""
+        return [len(prop) for prop in self.props] if self.props else self.n.tolist()
+
+    def q(self, vocab: int, dtype: torch.dtype) -> torch.Tensor:
+        """q [B, W, V] as the rule must see it (Proposal.verify_q, right-aligned; pad rows 0)."""
+        if self.given_q is not None:
+            return self.given_q
+        B, W = self.x.shape
+        q = torch.zeros((B, W, vocab), dtype=dtype, device=self.x.device)
+        for b, prop in enumerate(self.props):
+            if len(prop):
+                q[b, W - len(prop) :] = prop.verify_q(vocab, q.device)
+        self.given_q = q
+        return q
+
+    def uniforms(self, generators: list[torch.Generator | None]) -> torch.Tensor:
+        """u [B, W] ~ U[0, 1): row b's n_b draws with its own generator in its last n_b columns (pad 0); one draw
+        for the batch when no row has a generator."""
+        if all(g is None for g in generators):
+            return torch.rand(self.x.shape, device=self.x.device)
+        u = torch.zeros(self.x.shape, device=self.x.device)
+        for b, (k, g) in enumerate(zip(self.counts, generators)):
+            u[b, self.W - k :] = torch.rand(k, generator=g, device=u.device)
+        return u
+
+    def exponentials(self, generators: list[torch.Generator | None], vocab: int, dtype: torch.dtype) -> torch.Tensor:
+        """e [B, W+1, V] ~ Exp(1): row b's n_b + 1 rows drawn with its own generator in its last rows (pad 1)."""
+        return exponentials([k + 1 for k in self.counts], self.W + 1, vocab, generators, self.x.device, dtype)
+
+    def verdicts(self, ok: torch.Tensor, fallback: torch.Tensor, exact: torch.Tensor | None = None,
+                 js: torch.Tensor | None = None) -> list[Verdict]:
+        """Row b's verdict from ok [B, W], fallback [B, W+1] (and a relaxed rule's exact [B, W], js [B, W]):
+        lead_b = leading True of (ok | pad), n_b' = lead_b - (W - n_b) accepted, next token fallback[b, lead_b];
+        relaxed_b = #{accepted drafts the exact rule rejected}. One host copy for the batch."""
+        W = self.W
+        lead = (ok | self.pad).long().cumprod(1).sum(1)  # [B]
+        token = fallback.gather(1, lead[:, None])[:, 0]  # [B]
+        if exact is None:
+            relaxed = torch.zeros_like(lead)
+        else:
+            taken = torch.arange(W, device=ok.device) < lead[:, None]
+            relaxed = (taken & ~exact & ~self.pad).sum(1)
+        vals = torch.stack([lead - (W - self.n), token, relaxed], 1).tolist()
+        return [Verdict(list(range(a)), t, r, None if js is None else js[b, W - k :])
+                for b, ((a, t, r), k) in enumerate(zip(vals, self.counts))]
+
+
 class Rule:
     """Base class; `lossless` says whether the rule preserves the target distribution."""
 
     name = "base"
     lossless = True
 
-    def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ok [w], fallback [w+1]) for drafts x [w] ~ q [w, V] against p [w+1, V]."""
+    def decide(self, c: Chains, p: torch.Tensor, generators: list[torch.Generator | None],
+               thresholds: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ok [B, W], fallback [B, W+1]) for the chains c against p [B, W+1, V]; a relaxed rule reads
+        thresholds [B] (T_V per row; None: its own)."""
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def relaxed(self, n: int) -> int:
-        """Of the first n drafts of the last call, how many were accepted only by a relaxation (here: none)."""
-        return 0
+    def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One row: (ok [w], fallback [w+1]) for drafts x [w] ~ q [w, V] against p [w+1, V]."""
+        c = Chains(x[None], torch.zeros((1, x.shape[0]), dtype=torch.bool, device=x.device),
+                   torch.tensor([x.shape[0]], device=x.device), given_q=q[None].to(p.dtype))
+        ok, fallback = self.decide(c, p[None], [generator], None)
+        return ok[0], fallback[0]
 
     def accept(self, props: list[Proposal], p: torch.Tensor, generators: list[torch.Generator | None],
                thresholds: list[float] | None = None) -> list[Verdict]:
-        """One verdict per row b of a batch: props [B] with n_b nodes, p [B, K, V] whose last n_b + 1 columns are
-        row b's target distributions (root first), a generator per row; `thresholds` [B] are the rows'
-        relaxation thresholds (T_V), which exact rules ignore. A chain is decided by the per-row call, a tree by
-        its walk from the root."""
-        K, out = p.shape[1], []
-        for b, prop in enumerate(props):
-            n, g = len(prop), generators[b]
-            pb = p[b, K - n - 1 :]  # [n+1, V]
-            if not prop.is_chain:
-                path, token = trees.tree_path(self.name, prop, pb, g)
-                out.append(Verdict(path, token))
-                continue
-            x = torch.tensor(prop.tokens, dtype=torch.long, device=p.device)
-            ok, fallback = self.decide(x, prop.verify_q(p.shape[-1], p.device), pb, g, thresholds, b)
-            n_ok, relaxed, token = self.settle(ok, fallback)
-            out.append(Verdict(list(range(n_ok)), token, relaxed, self.distances()))
-        return out
+        """One verdict per row b of a batch: props [B] with n_b nodes, p [B, W+1, V] whose last n_b + 1 columns are
+        row b's target distributions (root first), a generator per row; `thresholds` [B] are the rows' relaxation
+        thresholds (T_V), which exact rules ignore. Chains are decided by one batched call; a tree (a batch of one
+        row) by its walk from the root."""
+        if not all(prop.is_chain for prop in props):
+            return [Verdict(*self.walk(prop, p[b, p.shape[1] - len(prop) - 1 :], generators[b]))
+                    for b, prop in enumerate(props)]
+        c = Chains.of(props, p.shape[1] - 1, p.device)
+        t = None if thresholds is None else torch.tensor(thresholds, dtype=torch.float64, device=p.device)
+        ok, fallback = self.decide(c, p, generators, t)
+        return c.verdicts(ok, fallback, *self.relaxation())
 
-    def decide(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None,
-               thresholds: list[float] | None, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Row b's chain verdicts (ok [w], fallback [w+1]): the per-row call (a relaxed rule reads thresholds[b])."""
-        return self(x, q, p, generator)
+    def walk(self, prop: Proposal, p: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
+        """(path, next token) of the rule on one tree against p [n+1, V] (specbench.decoding.trees)."""
+        return trees.tree_path(self.name, prop, p, generator)
 
-    def distances(self) -> torch.Tensor | None:
-        """d_JS(p_i, q_i) [w] of the last chain decided, when the rule computed them (a relaxed rule)."""
-        return None
-
-    def settle(self, ok: torch.Tensor, fallback: torch.Tensor) -> tuple[int, int, int]:
-        """(n, relaxed, next token) of the last call's verdicts ok [w] and fallback [w+1]: n = leading accepted
-        drafts, how many of those only a relaxation accepted, and fallback[n]; one host copy."""
-        w = ok.shape[0]
-        vals = torch.cat((ok.long(), fallback.long())).tolist()
-        n = next((i for i in range(w) if not vals[i]), w)
-        return n, self.relaxed(n), vals[w + n]
+    def relaxation(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(exact [B, W], js [B, W]) of the last decision of a relaxed rule; (None, None) for an exact one."""
+        return None, None
 
 
 @RULES.register("greedy")
@@ -87,22 +162,9 @@ class Greedy(Rule):
 
     name = "greedy"
 
-    def __call__(self, x, q, p, generator):
-        top = p.argmax(-1)  # [w+1]
-        return x == top[: x.shape[0]], top
-
-    def accept(self, props, p, generators, thresholds=None):
-        """One argmax over the batch's p [B, K, V] (one host copy), then each row's longest root path whose every
-        token is the argmax at its parent, and the argmax after it (chains and trees alike). A subclass that
-        redefines the per-row chain call is decided by that call."""
-        if type(self).__call__ is not Greedy.__call__:
-            return super().accept(props, p, generators, thresholds)
-        K, top = p.shape[1], p.argmax(-1).tolist()  # [B, K]
-        out = []
-        for b, prop in enumerate(props):
-            path, token = trees.greedy_path(prop, top[b][K - len(prop) - 1 :])
-            out.append(Verdict(path, token))
-        return out
+    def decide(self, c, p, generators, thresholds):
+        top = p.argmax(-1)  # [B, W+1]
+        return c.x == top[:, : c.W], top
 
 
 @RULES.register("rejection")
@@ -112,18 +174,17 @@ class Rejection(Rule):
 
     name = "rejection"
 
-    def __call__(self, x, q, p, generator):
-        w = x.shape[0]
-        idx = torch.arange(w, device=x.device)
-        px, qx = p[idx, x], q[idx, x]  # [w]
-        u = torch.rand(w, generator=generator, device=p.device)
+    def decide(self, c, p, generators, thresholds):
+        W, V = c.W, p.shape[-1]
+        q = c.q(V, p.dtype)  # [B, W, V]
+        u = c.uniforms(generators)  # [B, W]
+        e = c.exponentials(generators, V, p.dtype)  # [B, W+1, V]
+        px = p[:, :W].gather(-1, c.x[..., None])[..., 0]  # [B, W]
+        qx = q.gather(-1, c.x[..., None])[..., 0]
         ok = u * qx < px  # u < p/q without dividing; q(x) > 0 since x ~ q
-        resid = (p[:w] - q).clamp_min(0.0)  # [w, V]
-        mass = resid.sum(-1, keepdim=True)
-        resid = torch.where(mass > 0, resid, p[:w])  # p == q: rejection impossible, avoid 0/0
-        dists = torch.cat([resid, p[w:]], dim=0)  # [w+1, V]; multinomial normalises rows
-        fallback = torch.multinomial(dists, 1, generator=generator).squeeze(-1)
-        return ok, fallback
+        resid = (p[:, :W] - q).clamp_min(0.0)  # [B, W, V]
+        resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, p[:, :W])  # p == q: no rejection, avoid 0/0
+        return ok, categorical(torch.cat([resid, p[:, W:]], 1), e)  # draws from the unnormalised [B, W+1, V]
 
 
 @RULES.register("sample_match")
@@ -133,18 +194,19 @@ class SampleMatch(Rule):
 
     name = "sample_match"
 
-    def __call__(self, x, q, p, generator):
-        y = torch.multinomial(p, 1, generator=generator).squeeze(-1)  # [w+1]
-        return x == y[: x.shape[0]], y
+    def decide(self, c, p, generators, thresholds):
+        y = categorical(p, c.exponentials(generators, p.shape[-1], p.dtype))  # [B, W+1]
+        return c.x == y[:, : c.W], y
 
 
 class JSRelaxed(Rule):
     """`js_relaxed(base)`: the base rule, but a mismatch at position i is also accepted when
-    d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations.
+    d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations; the engine passes
+    each row's.
 
-    The distances d_JS(p_i, q_i) [w] of the last call stay in `js`, so the engine logs them without
-    computing them again, and the base rule's verdicts [w] in `exact`, so that the drafts accepted
-    only by the relaxation are counted apart (`relaxed`).
+    The distances d_JS(p_i, q_i) [B, W] of the last call stay in `js`, so the engine logs them without
+    computing them again, and the base rule's verdicts [B, W] in `exact`, so that the drafts accepted
+    only by the relaxation are counted apart (Verdict.relaxed).
     """
 
     lossless = False
@@ -156,15 +218,11 @@ class JSRelaxed(Rule):
         self.js: torch.Tensor | None = None
         self.exact: torch.Tensor | None = None
 
-    def __call__(self, x, q, p, generator):
-        return self.relax(x, q, p, generator, self.threshold)
-
-    def relax(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None,
-              threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """The base rule's verdicts on x [w], each mismatch also accepted when d_JS(p_i, q_i) <= threshold."""
-        self.js = js_distance(p[: x.shape[0]], q)  # [w]
-        self.exact, fallback = self.base(x, q, p, generator)
-        return self.exact | (self.js <= threshold), fallback
+    def decide(self, c, p, generators, thresholds):
+        self.js = js_distance(p[:, : c.W], c.q(p.shape[-1], p.dtype))  # [B, W] float64
+        self.exact, fallback = self.base.decide(c, p, generators, None)
+        t = thresholds if thresholds is not None else torch.full((1,), self.threshold, dtype=torch.float64)
+        return self.exact | (self.js <= t.to(self.js.device)[:, None]), fallback
 
     def accept(self, props, p, generators, thresholds=None):
         if any(not prop.is_chain for prop in props):
@@ -172,22 +230,8 @@ class JSRelaxed(Rule):
                              "compare; use an exact rule (greedy, rejection, sample_match) for trees")
         return super().accept(props, p, generators, thresholds)
 
-    def decide(self, x, q, p, generator, thresholds, b):
-        return self.relax(x, q, p, generator, self.threshold if thresholds is None else thresholds[b])
-
-    def distances(self) -> torch.Tensor | None:
-        return self.js
-
-    def relaxed(self, n: int) -> int:
-        """#{i < n : the base rule rejected x_i}: accepted drafts that only d_JS <= T_V let through."""
-        return self.exact[:n].tolist().count(False)
-
-    def settle(self, ok: torch.Tensor, fallback: torch.Tensor) -> tuple[int, int, int]:
-        """(n, relaxed, next token) from one host copy of ok [w], the base rule's verdicts [w] and fallback [w+1]."""
-        w = ok.shape[0]
-        vals = torch.cat((ok.long(), self.exact.long(), fallback.long())).tolist()
-        n = next((i for i in range(w) if not vals[i]), w)
-        return n, vals[w : w + n].count(0), vals[2 * w + n]
+    def relaxation(self):
+        return self.exact, self.js
 
 
 def make_rule(spec: str, greedy: bool = False, threshold: float = 0.0) -> Rule:

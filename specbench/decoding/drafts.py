@@ -23,7 +23,7 @@ from typing import Any, Protocol, Sequence
 import torch
 
 from specbench.decoding.proposal import Proposal, chain
-from specbench.decoding.sampling import Sampler
+from specbench.decoding.sampling import Sampler, categorical, exponentials
 
 
 class Policy(Protocol):
@@ -113,9 +113,9 @@ class ModelDraft(DraftSource):
             drafting = set(open_)
             upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
             q = d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(buf.device)  # [B, V]
-            x = pick(q, open_, d)
-            for b in open_:
-                buf[b, d.L[b] + i] = x[b]  # fed to the next draft forward
+            x_t = pick(q, open_, d)  # [B]
+            buf[open_, [d.L[b] + i for b in open_]] = x_t[open_]  # fed to the next draft forward
+            x = x_t.tolist()
             open_ = [b for b in open_ if chains[b].take(x[b], q[b])]
             i += 1
         return [c.proposal(i) for c in chains]
@@ -141,12 +141,14 @@ class ModelDraft(DraftSource):
         self.state.crop([min(f, L + len(p)) for f, L, p in zip(self.state.fed, lengths, paths)])
 
 
-def pick(q: torch.Tensor, open_: list[int], d: Drafting) -> dict[int, int]:
-    """The drafted token of each open row b from q [B, V]: argmax when greedy, else a draw with its generator."""
+def pick(q: torch.Tensor, open_: list[int], d: Drafting) -> torch.Tensor:
+    """The drafted token of every row [B] from q [B, V]: argmax when greedy, else one draw per open row with its
+    generator (one categorical call for the batch; the other rows' entries are not drafts)."""
     if d.sampler.params.greedy:
-        top = q.argmax(-1).tolist()
-        return {b: top[b] for b in open_}
-    return {b: int(d.sampler.pick(q[b : b + 1], d.generators[b])[0]) for b in open_}
+        return q.argmax(-1)
+    rows = set(open_)
+    e = exponentials([int(b in rows) for b in range(q.shape[0])], 1, q.shape[-1], d.generators, q.device, q.dtype)
+    return categorical(q, e[:, 0])
 
 
 def fixed_proposals(tokens: list[list[int]], d: Drafting, steps: int = 0) -> list[Proposal]:

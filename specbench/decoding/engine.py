@@ -189,12 +189,12 @@ class Engine:
             if layers:
                 self.observe_hidden(target.hidden, rows, props, verdicts, fed)
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
-            self.commit(buf, rows, props, verdicts, target, source, tree)
+            blocks = self.commit(buf, rows, props, verdicts, target, source, tree)
             # 5. record the iteration and update each row's policy
             draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
-            for b, (r, prop, v) in enumerate(zip(rows, props, verdicts)):
+            for b, (r, prop, v, block) in enumerate(zip(rows, props, verdicts, blocks)):
                 n = v.accepted
-                r.out += buf[b, r.L : r.L + n + 1].tolist()
+                r.out += block
                 r.L += n + 1
                 rec = IterationRecord(drafted=len(prop), accepted=n, stop=prop.why, draft_s=draft_s,
                                       verify_s=verify_s, accepted_relaxed=v.relaxed, draft_steps=prop.steps)
@@ -267,21 +267,22 @@ class Engine:
 
     @staticmethod
     def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
-               target: ModelState, source: DraftSource | None, tree: bool) -> None:
-        """Step 4: row b's accepted path and next token go to buf[b, L_b:L_b+n+1]; the target's cache keeps
-        buf[b, :L_b] plus the path (a chain's: a crop; a tree's: its other nodes removed), the source's likewise."""
+               target: ModelState, source: DraftSource | None, tree: bool) -> list[list[int]]:
+        """Step 4: row b's accepted path and next token (its block [n_b + 1], returned) go to buf[b, L_b:L_b+n+1] in
+        one write; the target's cache keeps buf[b, :L_b] plus the path (a chain's: a crop; a tree's: its other nodes
+        removed), the source's likewise."""
         L = [r.L for r in rows]
-        for b, (prop, v) in enumerate(zip(props, verdicts)):
-            if prop.is_chain:
-                buf[b, L[b] + v.accepted] = v.token  # the path is the drafts already there
-            else:
-                buf[b, L[b] : L[b] + v.accepted + 1] = torch.tensor([prop.tokens[j] for j in v.path] + [v.token])
+        blocks = [[prop.tokens[j] for j in v.path] + [v.token] for prop, v in zip(props, verdicts)]
+        at = [(b, L[b] + i) for b, block in enumerate(blocks) for i in range(len(block))]
+        buf[[b for b, _ in at], [c for _, c in at]] = torch.tensor([t for block in blocks for t in block],
+                                                                   dtype=buf.dtype, device=buf.device)
         if not tree:
             target.crop([n + v.accepted for n, v in zip(L, verdicts)])
         else:
             keep_path(target, L[0], verdicts[0].path)
         if source is not None:
             source.rollback(L, [v.path for v in verdicts])
+        return blocks
 
     def new_state(self, model: Any, B: int, need: int, role: str) -> ModelState:
         """The state of one model over B rows: a static cache and compiled forwards when compiling (B = 1, room for

@@ -101,7 +101,7 @@ class Eagle3Draft(HeadDraft):
         c, o = Chain(d.policies[0], cap, d.eos_ids, d.sampler.vocab_size), self.state.root
         depth, cols = 0, []
         while True:
-            x = pick(q[None], [0], d)[0]
+            x = int(pick(q[None], [0], d)[0])
             depth += 1
             if not c.take(x, q):
                 return c.proposal(self.steps)

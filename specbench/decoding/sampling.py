@@ -81,7 +81,30 @@ class Sampler:
         """One token per row [n] from probs [n, V]: argmax when greedy, else a draw."""
         if self.params.greedy:
             return probs.argmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return categorical(probs, torch.empty_like(probs).exponential_(1, generator=generator))
+
+
+def categorical(weights: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """One draw per row from the unnormalised weights [..., V] given e [..., V] ~ Exp(1) i.i.d.: argmax_v w_v / e_v.
+
+    P(argmax = v) = w_v / sum w (the Gumbel-max trick in exponential form: w_v / e_v = 1 / Exp(w_v) and the smallest
+    of independent Exp(w_v) is v with probability w_v / sum w). torch.multinomial draws one sample this way, from
+    the same e, so a generator gives the same tokens either way; this form has no host check of the weights.
+    """
+    return (weights / e).argmax(-1)
+
+
+def exponentials(rows: list[int], width: int, vocab: int, generators: list[torch.Generator | None],
+                 device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """e [B, width, V] ~ Exp(1): row b's last rows[b] rows drawn with generators[b] (the draws a per-row
+    torch.multinomial of that many distributions makes), its other rows 1; one draw when no row has a generator."""
+    if all(g is None for g in generators):
+        return torch.empty((len(rows), width, vocab), dtype=dtype, device=device).exponential_(1)
+    e = torch.ones((len(rows), width, vocab), dtype=dtype, device=device)
+    for b, (k, g) in enumerate(zip(rows, generators)):
+        if k:
+            e[b, width - k :].exponential_(1, generator=g)
+    return e
 
 
 def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
