@@ -29,7 +29,8 @@ LAYERS = {
     "runs": {"common", "decoding", "data", "models"},
     "training": {"common", "decoding", "data", "models", "runs", "evaluators"},
     "analysis": {"common", "runs"},
-    "": {"common", "decoding", "data", "models", "runs", "analysis", "training"},  # entry points: bench, lm_eval
+    "bench": {"common", "decoding", "data", "models", "runs", "analysis", "training"},  # python -m specbench.bench
+    "": {"common", "decoding", "data", "models", "runs", "analysis", "training"},  # entry points: lm_eval, report
 }
 
 

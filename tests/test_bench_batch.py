@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from specbench import bench
+from specbench.bench import batch as bench
+from specbench.bench import cli
 
 
 def summary(tps: float, acc: float | None = 0.5, tau: float = 2.0, rss: float = 400.0, n: int = 32) -> dict:
@@ -24,10 +25,10 @@ FAKE = {("ar", 1): summary(10.0, None, 1.0), ("vanilla", 1): summary(25.0), ("ar
 
 
 def test_options_and_their_defaults():
-    args = bench.parser().parse_args(["batch"])
+    args = cli.parser().parse_args(["batch"])
     assert (args.pair, args.methods, args.batch_sizes) == ("toy", "ar,vanilla,gammatune,adasd", [1, 2, 4, 8, 16, 32])
     assert (args.limit, args.threads, args.device, args.out, args.dataset) == (None, 1, None, None, "toy_arith")
-    args = bench.parser().parse_args(["batch", "--batch-sizes", "8,1,2,2", "--limit", "5", "--threads", "2",
+    args = cli.parser().parse_args(["batch", "--batch-sizes", "8,1,2,2", "--limit", "5", "--threads", "2",
                                       "--device", "cpu", "--out", "x", "--methods", "ar", "warmup=0"])
     assert (args.batch_sizes, args.limit, args.threads, args.device, args.out) == ([1, 2, 8], 5, 2, "cpu", "x")
     assert args.overrides == ["warmup=0"]
@@ -36,12 +37,12 @@ def test_options_and_their_defaults():
 @pytest.mark.parametrize("bad", ["0,2", "a", "", "2,-1"])
 def test_bad_batch_sizes_are_refused_by_name(bad, capsys):
     with pytest.raises(SystemExit):
-        bench.parser().parse_args(["batch", "--batch-sizes", bad])
+        cli.parser().parse_args(["batch", "--batch-sizes", bad])
     assert "--batch-sizes" in capsys.readouterr().err
 
 
 def test_overrides_name_batch_size_only_above_one():
-    args = bench.parser().parse_args(["batch", "--limit", "4", "--out", "/r"])
+    args = cli.parser().parse_args(["batch", "--limit", "4", "--out", "/r"])
     one, four = bench.batch_overrides(args, "vanilla", 1), bench.batch_overrides(args, "vanilla", 4)
     assert four == [*one, "batch_size=4"] and not any(o.startswith("batch_size") for o in one)
     assert {"pair=toy", "method=vanilla", "limit=4", "threads=1", "paths.results=/r"} <= set(one)
@@ -90,7 +91,7 @@ def test_every_method_and_batch_size_is_its_own_run(tmp_path, monkeypatch, capsy
         return subprocess.CompletedProcess(["run.py", *overrides], 0, "", ""), folder
 
     monkeypatch.setattr(bench, "run_child", fake_child)
-    assert bench.main(["batch", "--methods", "ar,vanilla", "--batch-sizes", "1,4,8", "--out", str(tmp_path)]) == 0
+    assert cli.main(["batch", "--methods", "ar,vanilla", "--batch-sizes", "1,4,8", "--out", str(tmp_path)]) == 0
     assert len(calls) == 6 and all("limit=8" in c for c in calls)  # enough examples to fill the largest batch
     out = capsys.readouterr().out
     assert "python -m specbench.bench batch --methods ar,vanilla --batch-sizes 1,4,8" in out
@@ -102,7 +103,7 @@ def test_a_failed_run_stops_the_command_with_its_error(tmp_path, monkeypatch, ca
         return subprocess.CompletedProcess(["run.py", *overrides], 1, "", "OptionError: method.gamma=0"), tmp_path
 
     monkeypatch.setattr(bench, "run_child", failing)
-    assert bench.main(["batch", "--methods", "vanilla", "--batch-sizes", "2", "--out", str(tmp_path)]) == 1
+    assert cli.main(["batch", "--methods", "vanilla", "--batch-sizes", "2", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "run failed (exit status 1): vanilla at batch_size=2" in err and "OptionError: method.gamma=0" in err
 
@@ -132,7 +133,7 @@ def check_printed(text: str, value: float | None) -> None:
 def test_a_real_run_prints_its_summaries(tmp_path, capsys):
     args = ["batch", "--batch-sizes", "1", "--methods", "ar,vanilla", "--limit", "2", "--max-new-tokens", "8",
             "--out", str(tmp_path)]
-    assert bench.main(args) == 0
+    assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert out.count("$ python run.py pair=toy method=") == 2
     rows = printed_table(out)

@@ -1,0 +1,156 @@
+"""What the bench subcommands share: pairs and prompts, timed single calls, our engines and transformers'
+assisted generation, and Leviathan et al.'s expected speedup."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from omegaconf import OmegaConf
+from transformers import PreTrainedModel
+
+from specbench.common.configs import compose_config
+from specbench.data.dataset import Example, build_dataset
+from specbench.data.prompting import encode
+from specbench.decoding.compiled import StaticState
+from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.state import ModelState, sync
+from specbench.decoding.tree_state import feed_tree, keep_path
+from specbench.models.pairs import Pair, load_pair
+from specbench.runs.runner import build_method, make_engine, sampling_params
+
+
+def load_cfg(name: str) -> dict:
+    """The resolved config conf/pair/<name>.yaml, composed through Hydra as the runner does."""
+    return OmegaConf.to_container(compose_config([f"pair={name}"]).pair, resolve=True)
+
+
+def load(name: str, device: torch.device) -> Pair:
+    """The pair conf/pair/<name>.yaml on `device`."""
+    return load_pair(load_cfg(name), device)
+
+
+def same_vocab(pair: Pair) -> bool:
+    """Do target and draft have one vocab_size? transformers' assisted generation takes its different-tokenizer path
+    (universal assisted decoding) otherwise, which is another algorithm."""
+    v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.draft))
+    return v_t == v_d
+
+
+def smoke_prompts(pair: Pair, n: int) -> list[list[int]]:
+    """Token ids of the first n smoke prompts."""
+    return dataset_prompts(pair, "smoke", n)
+
+def dataset_prompts(pair: Pair, dataset: str, n: int) -> list[list[int]]:
+    """Token ids of the first n prompts of conf/dataset/<dataset>.yaml."""
+    cfg = compose_config([f"dataset={dataset}"])
+    examples: list[Example] = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:n]
+    return [encode(pair.tokenizer, ex) for ex in examples]
+
+@contextmanager
+def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
+    """Constant schedule of γ drafts, confidence stop off (0 disables both the stop and the ROC update)."""
+    gc = draft.generation_config
+    keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    saved = {k: getattr(gc, k) for k in keys}
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
+    gc.assistant_confidence_threshold = 0.0
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(gc, k, v)
+
+def run_ours(engine: Engine, ids: list[int], max_new: int) -> tuple[Generation, float]:
+    """One generation and its wall seconds around the call."""
+    t0 = time.perf_counter()
+    gen = engine.generate(ids, max_new)
+    return gen, time.perf_counter() - t0
+
+@torch.inference_mode()
+def run_theirs(pair: Pair, ids: list[int], max_new: int) -> tuple[list[int], float, list[int]]:
+    """transformers' greedy assisted generation: new token ids, wall seconds, [target, draft] forward calls."""
+    device = pair.target.device
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    calls = [0, 0]
+    hooks = [m.register_forward_pre_hook(lambda *_, k=k: calls.__setitem__(k, calls[k] + 1))
+             for k, m in enumerate((pair.target, pair.draft))]
+    try:
+        sync(device)
+        t0 = time.perf_counter()
+        out = pair.target.generate(x, attention_mask=torch.ones_like(x), assistant_model=pair.draft, do_sample=False,
+                                   max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
+        sync(device)
+        seconds = time.perf_counter() - t0
+    finally:
+        for h in hooks:
+            h.remove()
+    return out[0, len(ids):].tolist(), seconds, calls
+
+def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool = False, steps: int = 15) -> float:
+    """Median ms of one forward of `width` new tokens on top of a cached prompt (rolled back each time), on the
+    eager state or the compiled one (static cache, compiled graph of the padded width)."""
+    buf = torch.tensor([prompt + [65] * width], dtype=torch.long, device=model.device)
+    state = StaticState(model, 1, len(prompt) + width + 1, "bench") if compile else ModelState(model)
+    state.forward(buf, len(prompt), 1)
+    times = []
+    for _ in range(steps + 2):
+        t0 = state.seconds
+        state.forward(buf, len(prompt) + width, 1)
+        sync(model.device)
+        state.settle()
+        times.append(state.seconds - t0)
+        state.crop(len(prompt))
+    return 1e3 * statistics.median(times[2:])
+
+def tree_ms(model: PreTrainedModel, prompt: list[int], nodes: int, steps: int = 15) -> float:
+    """Median ms of one tree-attention forward of `nodes` nodes (node j's parent (j - 1) // 2: a complete binary
+    tree) after a cached prompt; each forward's nodes are then dropped from the cache again (keep_path)."""
+    buf = torch.tensor([prompt + [65]], dtype=torch.long, device=model.device)
+    state = ModelState(model)
+    state.forward(buf, len(prompt) - 1, 1)  # the prompt but its last token is cached; each forward feeds it and the tree
+    parents = [(j - 1) // 2 if j else -1 for j in range(nodes)]
+    times = []
+    for _ in range(steps + 2):
+        t0 = state.seconds
+        feed_tree(state, buf, len(prompt), [65] * nodes, parents, [], True)
+        times.append(state.seconds - t0)
+        keep_path(state, len(prompt) - 1, [])
+    return 1e3 * statistics.median(times[2:])
+
+def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
+    """A one-paragraph report of where two token sequences first differ."""
+    k = next((j for j, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    return (f"MISMATCH prompt {i}: ours {len(ours)} tokens, transformers {len(theirs)}; first difference at "
+            f"position {k}: ours {ours[k:k + 5]} vs transformers {theirs[k:k + 5]} "
+            f"(after {ours[max(0, k - 5):k]})")
+
+def engines(pair: Pair, gamma: int, max_new: int, compile: bool) -> dict[str, Engine]:
+    """Our engines by label: vanilla (γ, rejection: argmax acceptance at temperature 0) and ar, eager and, with
+    compile, compiled."""
+    params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
+    out = {}
+    for path in ("eager", "compiled") if compile else ("eager",):
+        for name, cfg in (("vanilla", {"name": "vanilla", "gamma": gamma, "rule": "rejection"}), ("ar", {"name": "ar"})):
+            out[f"{name} {path}"] = make_engine(pair, build_method(cfg), params, (), path == "compiled")
+    return out
+
+def leviathan(alpha: float, gamma: int, c: float) -> float:
+    """Expected speedup of speculative decoding over ar (Leviathan et al. 2023, Theorem 3.8) with acceptance rate
+    alpha, γ drafts and cost ratio c = draft forward / target forward: (1 - α^(γ+1)) / ((1 - α)(γc + 1))."""
+    tau = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tau / (gamma * c + 1)
+
+def batch_sizes(text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, unique); argparse's error for anything but integers >= 1."""
+    try:
+        sizes = sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers >= 1, e.g. 1,2,4,8")
+    return sizes

@@ -1,0 +1,105 @@
+"""`python -m specbench.bench overhead`: the engine's own cost at serving batch sizes, measured in one process.
+
+For each decode (greedy; sampling at T = 1 with a seeded generator per row) and batch size B it decodes the first B
+prompts of a dataset (the list repeated up to B) with `vanilla` (γ, rule rejection), after one warm-up batch, R times,
+and prints the medians over the R batches of:
+  overhead = 1 - (Σ target + draft forward seconds) / (Σ decode seconds), the engine's own share of the time;
+  tokens/s = new tokens of the batch / its wall seconds;
+  acceptance = accepted / drafted tokens.
+The batch sizes run interleaved (B = 1, 8, 32, 64, then again) so a drift of the machine's speed spreads over all.
+It imports only the runner's public functions, so the same file measures an older checkout too
+(`PYTHONPATH=<checkout> python specbench/bench/overhead.py ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+from omegaconf import OmegaConf
+
+from specbench.common.configs import compose_config
+from specbench.data.dataset import build_dataset
+from specbench.data.prompting import encode
+from specbench.models.pairs import load_pair, resolve_device
+from specbench.runs.runner import build_method, make_engine, sampling_params
+
+DECODES = {"greedy": 0.0, "sample": 1.0}  # decode name -> temperature
+
+
+def prompts_of(cfg_pair: dict, dataset: str, n: int, device: torch.device) -> tuple:
+    """The pair of conf/pair/<name>.yaml and the first prompts of conf/dataset/<dataset>.yaml, repeated up to n."""
+    cfg = compose_config([f"pair={cfg_pair}", f"dataset={dataset}"])
+    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
+    examples = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:n]
+    prompts = [encode(pair.tokenizer, ex) for ex in examples]
+    return pair, [prompts[i % len(prompts)] for i in range(n)]
+
+
+def measure(engine, prompts: list[list[int]], max_new: int, seeded: bool) -> dict[str, float]:
+    """One batch: overhead, tokens/s and acceptance of engine.generate_batch over prompts [B][P_b]."""
+    gens = [torch.Generator(device=engine.device).manual_seed(b) for b in range(len(prompts))] if seeded else None
+    t0 = time.perf_counter()
+    out = engine.generate_batch(prompts, max_new, gens)
+    wall = time.perf_counter() - t0
+    model = sum(g.target_model_s + g.draft_model_s for g in out)
+    drafted = sum(r.drafted for g in out for r in g.records)
+    return {"overhead": 1 - model / sum(g.decode_s for g in out), "tokens_per_s": sum(len(g.token_ids) for g in out) / wall,
+            "acceptance": sum(r.accepted for g in out for r in g.records) / drafted if drafted else float("nan")}
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The command's options."""
+    ap.add_argument("--pair", default="bench_random")
+    ap.add_argument("--dataset", default="smoke")
+    ap.add_argument("--batch-sizes", default="1,8,32,64", help="comma-separated batch sizes")
+    ap.add_argument("--decodes", default="greedy,sample", help=f"comma-separated, of {', '.join(DECODES)}")
+    ap.add_argument("--gamma", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3, help="measured batches per (decode, B); medians printed")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure and print one line per (decode, B)."""
+    torch.set_num_threads(args.threads)
+    sizes = [int(x) for x in args.batch_sizes.split(",")]
+    decodes = args.decodes.split(",")
+    bad = [d for d in decodes if d not in DECODES]
+    if bad:
+        print(f"--decodes: {', '.join(bad)} unknown; valid: {', '.join(DECODES)}", file=sys.stderr)
+        return 2
+    pair, prompts = prompts_of(args.pair, args.dataset, max(sizes), resolve_device(args.device))
+    print(f"pair {args.pair}, {args.dataset} prompts, vanilla γ={args.gamma}, {args.max_new_tokens} new tokens, device "
+          f"{args.device}, {torch.get_num_threads()} thread(s), median of {args.repeats} batches per line")
+    print("| decode | B | overhead | tokens/s | acceptance |")
+    print("|---|---|---|---|---|")
+    for decode in decodes:
+        params = sampling_params({"temperature": DECODES[decode], "max_new_tokens": args.max_new_tokens})
+        engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "rule": "rejection"}),
+                             params, ())
+        measure(engine, prompts[: min(sizes)], args.max_new_tokens, decode == "sample")  # warm-up
+        got: dict[int, list[dict]] = {b: [] for b in sizes}
+        for _ in range(args.repeats):
+            for b in sizes:
+                got[b].append(measure(engine, prompts[:b], args.max_new_tokens, decode == "sample"))
+        for b in sizes:
+            med = {k: statistics.median(m[k] for m in got[b]) for k in got[b][0]}
+            print(f"| {decode} | {b} | {med['overhead']:.2%} | {med['tokens_per_s']:.1f} | {med['acceptance']:.3f} |",
+                  flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command as a script (for an older checkout, which has no such subcommand)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
