@@ -53,11 +53,12 @@ GOALS = {"eager overhead": 0.10, "compiled overhead": 0.05, "compiled vanilla / 
 class Report:
     """DIR/report.md written as it goes (flushed after every block) and DIR/figures.jsonl, one record per figure."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, append: bool = False) -> None:
         out.mkdir(parents=True, exist_ok=True)
         self.out, self.md, self.jsonl = out, out / "report.md", out / "figures.jsonl"
-        self.md.write_text("")
-        self.jsonl.write_text("")
+        if not append:  # a new report; with append the sections go after the ones already there
+            self.md.write_text("")
+            self.jsonl.write_text("")
 
     def write(self, *lines: str) -> None:
         """Append lines (and a blank one) to report.md and echo them."""
@@ -271,7 +272,7 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
         return 2
     torch.set_num_threads(args.threads)
     fill_defaults(args)
-    rep = Report(Path(args.out))
+    rep = Report(Path(args.out), args.append)
     rep.write("# specbench GPU characterisation" + (" (--quick: tiny sizes)" if args.quick else ""),
               f"`{command}`", *machine(device))
     figs = {name: pair_section(rep, name, args, device) for name in args.pairs}
@@ -282,7 +283,8 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
                   f"(exit status {lane.get('exit')}, {lane.get('seconds', 0):.0f} s)")
         rep.record(what="lane", **lane)
         failed |= lane["command"] is not None and lane["exit"] != 0
-    rep.write("## Goals", *goals(figs))
+    rep.write("## Goals" + (" (set for the full sizes on a GPU: --quick's tiny models on a CPU do not test them)"
+                            if args.quick else ""), *goals(figs))
     return 1 if failed else 0
 
 
@@ -291,7 +293,11 @@ def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
     ap.add_argument("--out", required=True, help="folder of report.md, figures.jsonl and the PNGs (created)")
     ap.add_argument("--device", default="cuda", help="cuda (the default) or cpu (with --quick, to check the command)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: the same code in under a minute on a CPU")
-    ap.add_argument("--pairs", type=lambda s: s.split(","), default=list(PAIRS), help="comma-separated pair configs")
+    ap.add_argument("--pairs", type=lambda s: [p for p in s.split(",") if p], default=list(PAIRS),
+                    help="comma-separated pair configs ('' for none: the lane alone)")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the report in --out instead of starting it anew (one section per call where a "
+                         "machine limits a command's time)")
     ap.add_argument("--prompts", type=int, default=None, help="prompts per pair (default 4; quick 2)")
     ap.add_argument("--prompt-tokens", type=int, default=None, help="tokens per prompt (default 128; quick 16)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default 256; quick 16")
