@@ -52,8 +52,8 @@ def trained_drafter(tmp_path_factory) -> Callable[..., Path]:
 
 # The CUDA lane: SPECBENCH_TEST_DEVICE=cuda python -m pytest runs these modules on the GPU (every other test
 # is skipped with that reason, and the whole lane with its own reason where no GPU is visible).
-CUDA_LANE = {"test_engine", "test_acceptance", "test_distribution", "test_fidelity", "test_results", "test_pairs",
-             "test_batch", "test_compiled", "test_method_contracts"}
+CUDA_LANE = {"test_engine", "test_acceptance", "test_batched_acceptance", "test_distribution", "test_fidelity",
+             "test_results", "test_pairs", "test_batch", "test_compiled", "test_method_contracts"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import V, FixedGamma, table_engine
+from helpers import TEST_DEVICE, V, FixedGamma, table_engine
 from specbench.decoding.acceptance import make_rule
 from specbench.decoding.proposal import TOP_K, Proposal, chain
 from specbench.decoding.sampling import js_distance
@@ -27,12 +27,13 @@ def reference(name: str, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, g: t
     """(accepted, next token, relaxed, d_JS) of one chain x [w] ~ q [w, V] against p [w+1, V], per its definition."""
     w = len(x)
     base = name.removeprefix("js_relaxed(").rstrip(")")
+    dev = p.device
     if base == "greedy":
         top = p.argmax(-1)
         exact, fallback = x == top[:w], top
     elif base == "rejection":
-        u = torch.rand(w, generator=g)
-        exact = torch.tensor([bool(u[i] < p[i, x[i]] / q[i, x[i]]) for i in range(w)], dtype=torch.bool)
+        u = torch.rand(w, generator=g, device=dev)
+        exact = torch.tensor([bool(u[i] < p[i, x[i]] / q[i, x[i]]) for i in range(w)], dtype=torch.bool, device=dev)
         dists = [(p[i] - q[i]).clamp_min(0) if (p[i] - q[i]).clamp_min(0).sum() > 0 else p[i] for i in range(w)]
         fallback = torch.multinomial(torch.stack(dists + [p[w]]), 1, generator=g)[:, 0]
     else:
@@ -45,7 +46,8 @@ def reference(name: str, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, g: t
 
 
 def ragged_batch(seed: int) -> tuple[list[Proposal], torch.Tensor, list[float]]:
-    """Six chains of 0..5 drafts (q drawn, one-hot or top-k chosen), p [6, W+1, V] right-aligned, NaN elsewhere."""
+    """Six chains of 0..5 drafts (q drawn, one-hot or top-k chosen), p [6, W+1, V] right-aligned, NaN elsewhere, on
+    the test device (the CUDA lane: every draw made there)."""
     gen = torch.Generator().manual_seed(seed)
     lengths = [0, 1, 3, 5, 5, 2]
     W = max(lengths)
@@ -55,13 +57,14 @@ def ragged_batch(seed: int) -> tuple[list[Proposal], torch.Tensor, list[float]]:
         p[b, W - n :] = torch.softmax(2 * torch.randn(n + 1, V, generator=gen), -1)
         q = torch.softmax(2 * torch.randn(n, V, generator=gen), -1)
         x = torch.multinomial(q, 1, generator=gen)[:, 0].tolist() if n else []
+        q = q.to(TEST_DEVICE)
         if b == 2:  # a deterministic proposal: q one-hot
             props.append(chain(x))
         elif b == 3:  # children chosen, not drawn: the rule must see one-hot q
             props.append(Proposal(x, list(range(-1, n - 1)), q, siblings=TOP_K))
         else:
             props.append(chain(x, q))
-    return props, p, [0.1 * b for b in range(len(lengths))]
+    return props, p.to(TEST_DEVICE), [0.1 * b for b in range(len(lengths))]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -70,14 +73,14 @@ def test_batched_verdicts_equal_the_per_row_reference(name):
     for seed in range(40):
         props, p, thresholds = ragged_batch(seed)
         rule = make_rule(name, greedy=name == "greedy")
-        gens = [torch.Generator().manual_seed(1000 * seed + b) for b in range(len(props))]
+        gens = [torch.Generator(TEST_DEVICE).manual_seed(1000 * seed + b) for b in range(len(props))]
         verdicts = rule.accept(props, p, gens, thresholds)
         W = p.shape[1] - 1
         for b, (prop, v) in enumerate(zip(props, verdicts)):
             n = len(prop)
-            g = torch.Generator().manual_seed(1000 * seed + b)
-            x = torch.tensor(prop.tokens, dtype=torch.long)
-            want = reference(name, x, prop.verify_q(V), p[b, W - n :], g, thresholds[b])
+            g = torch.Generator(TEST_DEVICE).manual_seed(1000 * seed + b)
+            x = torch.tensor(prop.tokens, dtype=torch.long, device=TEST_DEVICE)
+            want = reference(name, x, prop.verify_q(V, TEST_DEVICE), p[b, W - n :], g, thresholds[b])
             assert (v.accepted, v.token, v.relaxed) == want[:3], (name, seed, b)
             assert v.path == list(range(v.accepted))
             if want[3] is not None:

@@ -82,6 +82,13 @@ def test_no_gpu_is_a_clear_error(tmp_path):
     assert not (tmp_path / "r").exists()  # nothing half-written
 
 
+@pytest.mark.parametrize("pairs, says", [("nope", "--pairs 'nope'"), ("toy", "shrinks builder shaped_random pairs only"),
+                                         ("tiny_cross", "shrinks builder shaped_random pairs only")])
+def test_bad_pairs_are_refused_before_anything_is_written(tmp_path, capsys, pairs, says):
+    assert cli.main(["gpu", "--quick", "--device", "cpu", "--pairs", pairs, "--out", str(tmp_path / "r")]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
 def test_per_token_acceptance_counts_one_rejection_per_iteration():
     """α = accepted / (accepted + rejected): 3 + 5 + 0 accepted, two iterations with a rejection -> 8 / 10."""
     records = [IterationRecord(drafted=5, accepted=a, stop="window", draft_s=0.0, verify_s=0.0) for a in (3, 5, 0)]

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from specbench.bench.common import load_cfg, tree_ms
+from specbench.bench.common import dataset_prompts, load_cfg, tree_ms
 from specbench.bench.engine import EngineFigures, engine_figures
 from specbench.common.configs import compose_config
 from specbench.common.files import ROOT
@@ -102,7 +102,7 @@ def count(n: int) -> str:
 def build(name: str, device: torch.device, quick: bool) -> tuple[Pair, dict, float]:
     """The pair conf/pair/<name>.yaml (shrunk with quick) on `device`, its config and build seconds."""
     cfg = load_cfg(name)
-    cfg = shrink(cfg) if quick else cfg
+    cfg = shrink(cfg) if quick else cfg  # check_pairs: quick takes shaped_random pairs only
     if device.type == "cpu" and quick:
         cfg["dtype"] = "float32"
     t0 = time.perf_counter()
@@ -110,6 +110,22 @@ def build(name: str, device: torch.device, quick: bool) -> tuple[Pair, dict, flo
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return pair, cfg, time.perf_counter() - t0
+
+
+def check_pairs(names: list[str], quick: bool) -> str | None:
+    """Why --pairs cannot run (an unknown config, or a pair --quick cannot shrink or transformers cannot assist), or
+    None."""
+    for name in names:
+        try:
+            cfg = load_cfg(name)
+        except Exception as e:  # Hydra's own error names the config group and the missing option
+            return f"--pairs {name!r}: {e}"
+        if quick and cfg.get("builder") != "shaped_random":
+            return f"--pairs {name!r}: --quick shrinks builder shaped_random pairs only ({', '.join(PAIRS)})"
+        if cfg.get("cross_tokenizer") or cfg.get("draft") is None:
+            return (f"--pairs {name!r}: needs a draft with the target's tokenizer (transformers' assisted generation "
+                    "with one vocabulary is the yardstick)")
+    return None
 
 
 def shaped_prompts(cfg: dict, pair: Pair, n: int, length: int) -> list[list[int]]:
@@ -203,12 +219,15 @@ def pair_section(rep: Report, name: str, args: argparse.Namespace, device: torch
     """Sections 1-4 for one pair, each written as soon as measured."""
     pair, cfg, seconds = build(name, device, args.quick)
     n_t, n_d = (sum(p.numel() for p in m.parameters()) for m in (pair.target, pair.draft))
-    alpha = pair.target.config.shaped_agreement
+    alpha = getattr(pair.target.config, "shaped_agreement", None)  # None: a real pair
     rep.write(f"## {name}", f"Built in {seconds:.1f} s on {device} in {pair.target.dtype}: target {count(n_t)} "
-              f"parameters, draft {count(n_d)}; the target agrees with the draft's bigram map at α = {alpha:.3f} of the "
-              f"calibration positions (pair.acceptance {cfg['acceptance']}).")
+              f"parameters, draft {count(n_d)}" + (
+                  f"; the target agrees with the draft's bigram map at α = {alpha:.3f} of the calibration positions "
+                  f"(pair.acceptance {cfg['acceptance']})." if alpha is not None else
+                  f" ({pair.target.name_or_path}, {pair.draft.name_or_path}); prompts from the smoke dataset."))
     rep.record(pair=name, what="build", seconds=seconds, target_params=n_t, draft_params=n_d, alpha=alpha)
-    prompts = shaped_prompts(cfg, pair, max(args.prompts, 1), args.prompt_tokens)
+    prompts = (shaped_prompts(cfg, pair, max(args.prompts, 1), args.prompt_tokens) if alpha is not None
+               else dataset_prompts(pair, "smoke", max(args.prompts, 1)))
     p0, g1 = prompts[0], args.gamma + 1
     fig = engine_figures(pair, prompts, args.gamma, args.max_new_tokens, args.compile, args.repeats)
     costs = {"target 1": [fig.costs[p][0] for p in fig.costs], f"target {g1}": [fig.costs[p][1] for p in fig.costs],
@@ -272,6 +291,10 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
         return 2
     torch.set_num_threads(args.threads)
     fill_defaults(args)
+    why = check_pairs(args.pairs, args.quick)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
     rep = Report(Path(args.out), args.append)
     rep.write("# specbench GPU characterisation" + (" (--quick: tiny sizes)" if args.quick else ""),
               f"`{command}`", *machine(device))

@@ -33,6 +33,7 @@ from specbench.common.registry import Registry
 from specbench.decoding import trees
 from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.sampling import categorical, exponentials, js_distance
+from specbench.decoding.state import to_device
 
 RULES: Registry = Registry("acceptance rule")
 
@@ -55,7 +56,7 @@ class Chains:
     @classmethod
     def of(cls, props: list[Proposal], W: int, device: torch.device) -> "Chains":
         """The chains of props [B] right-aligned in W columns (W >= max n_b): one host-to-device copy."""
-        x = torch.tensor([[-1] * (W - len(prop)) + prop.tokens for prop in props], dtype=torch.long).to(device)
+        x = to_device([[-1] * (W - len(prop)) + prop.tokens for prop in props], torch.long, device)
         pad = x < 0  # [B, W]
         return cls(x.clamp_min(0), pad, W - pad.sum(1), props)
 
@@ -120,7 +121,7 @@ class Rule:
     lossless = True
 
     def decide(self, c: Chains, p: torch.Tensor, generators: list[torch.Generator | None],
-               thresholds: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+               thresholds: list[float] | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(ok [B, W], fallback [B, W+1]) for the chains c against p [B, W+1, V]; a relaxed rule reads
         thresholds [B] (T_V per row; None: its own)."""
         raise NotImplementedError  # pragma: no cover - abstract
@@ -143,8 +144,7 @@ class Rule:
             return [Verdict(*self.walk(prop, p[b, p.shape[1] - len(prop) - 1 :], generators[b]))
                     for b, prop in enumerate(props)]
         c = Chains.of(props, p.shape[1] - 1, p.device)
-        t = None if thresholds is None else torch.tensor(thresholds, dtype=torch.float64, device=p.device)
-        ok, fallback = self.decide(c, p, generators, t)
+        ok, fallback = self.decide(c, p, generators, thresholds)
         return c.verdicts(ok, fallback, *self.relaxation())
 
     def walk(self, prop: Proposal, p: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
@@ -221,8 +221,8 @@ class JSRelaxed(Rule):
     def decide(self, c, p, generators, thresholds):
         self.js = js_distance(p[:, : c.W], c.q(p.shape[-1], p.dtype))  # [B, W] float64
         self.exact, fallback = self.base.decide(c, p, generators, None)
-        t = thresholds if thresholds is not None else torch.full((1,), self.threshold, dtype=torch.float64)
-        return self.exact | (self.js <= t.to(self.js.device)[:, None]), fallback
+        t = to_device(thresholds if thresholds is not None else [self.threshold], torch.float64, self.js.device)
+        return self.exact | (self.js <= t[:, None]), fallback
 
     def accept(self, props, p, generators, thresholds=None):
         if any(not prop.is_chain for prop in props):

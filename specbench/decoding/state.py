@@ -43,6 +43,13 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list as a tensor on `device` without waiting for the device: on CUDA it goes through pinned memory and
+    is copied behind the queued kernels (a copy from pageable memory would first wait for them to finish)."""
+    t = torch.tensor(values, dtype=dtype)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t
+
+
 class ModelState:
     """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
 
