@@ -10,9 +10,9 @@ vLLM's rejection sampler works on, here right-aligned): with W = the longest cha
   x [B, W] long: row b's n_b drafts in its last n_b columns (`Chains`; pad columns before them),
   q [B, W, V]: the distributions they were drawn from (pad rows 0),
   p [B, W+1, V]: the target's, row b's n_b + 1 in its last columns (pad columns are never read),
-and the rule returns ok [B, W] bool and fallback [B, W+1] long. Pad columns count as accepted, so row b accepts
-n = lead_b - (W - n_b) drafts, lead_b the leading True of (ok | pad), and its next token is fallback[b, lead_b]: the
-correction at the first rejected position, or the bonus token drawn from p_{n_b+1} when all drafts are accepted.
+and the rule returns ok [B, W] bool and fallback [B, W+1] long. Row b's drafts start at column s_b = W - n_b: it
+accepts the n leading True of ok[b, s_b:] and its next token is fallback[b, s_b + n]: the correction at the first
+rejected position, or the bonus token drawn from p_{n_b+1} when all drafts are accepted.
 No step of it loops over rows in Python or waits for the device, except each row's own random draws and the one
 host copy of the verdicts. Random draws are made per row with the row's generator, in the order and shapes a
 per-row rule makes them (uniforms [n_b], then one categorical draw from each of n_b + 1 distributions), so a seeded
@@ -47,9 +47,8 @@ def leading_true(ok: torch.Tensor) -> int:
 class Chains:
     """The batch's chains in the verify's right-aligned layout: row b's n_b drafts in the last n_b of W columns."""
 
-    x: torch.Tensor  # [B, W] long: the drafts, 0 in the pad columns before them
-    pad: torch.Tensor  # [B, W] bool: True before row b's drafts (columns < W - n_b)
-    n: torch.Tensor  # [B] long: n_b
+    x: torch.Tensor  # [B, W] long: the drafts, -1 in the pad columns before them (never equal to a token)
+    counts: list[int]  # [B] n_b, host ints (known from the proposals: no synchronisation)
     props: list[Proposal] = field(default_factory=list)  # [B] where the q come from (empty: given)
     given_q: torch.Tensor | None = None  # [B, W, V] when the caller has it (the per-row call)
 
@@ -57,8 +56,7 @@ class Chains:
     def of(cls, props: list[Proposal], W: int, device: torch.device) -> "Chains":
         """The chains of props [B] right-aligned in W columns (W >= max n_b): one host-to-device copy."""
         x = to_device([[-1] * (W - len(prop)) + prop.tokens for prop in props], torch.long, device)
-        pad = x < 0  # [B, W]
-        return cls(x.clamp_min(0), pad, W - pad.sum(1), props)
+        return cls(x, [len(prop) for prop in props], props)
 
     @property
     def W(self) -> int:
@@ -66,19 +64,22 @@ class Chains:
         return self.x.shape[1]
 
     @cached_property
-    def counts(self) -> list[int]:
-        """n_b [B] as host ints (known from the proposals: no synchronisation)."""
-        return [len(prop) for prop in self.props] if self.props else self.n.tolist()
+    def index(self) -> torch.Tensor:
+        """x [B, W] with the pad columns at 0, to gather by."""
+        return self.x.clamp_min(0)
 
     def q(self, vocab: int, dtype: torch.dtype) -> torch.Tensor:
         """q [B, W, V] as the rule must see it (Proposal.verify_q, right-aligned; pad rows 0)."""
         if self.given_q is not None:
             return self.given_q
         B, W = self.x.shape
-        q = torch.zeros((B, W, vocab), dtype=dtype, device=self.x.device)
-        for b, prop in enumerate(self.props):
-            if len(prop):
-                q[b, W - len(prop) :] = prop.verify_q(vocab, q.device)
+        if all(k == W for k in self.counts):  # no row is shorter: one stack
+            q = torch.stack([prop.verify_q(vocab, self.x.device) for prop in self.props]).to(dtype)
+        else:
+            q = torch.zeros((B, W, vocab), dtype=dtype, device=self.x.device)
+            for b, prop in enumerate(self.props):
+                if len(prop):
+                    q[b, W - len(prop) :] = prop.verify_q(vocab, q.device)
         self.given_q = q
         return q
 
@@ -89,7 +90,7 @@ class Chains:
             return torch.rand(self.x.shape, device=self.x.device)
         u = torch.zeros(self.x.shape, device=self.x.device)
         for b, (k, g) in enumerate(zip(self.counts, generators)):
-            u[b, self.W - k :] = torch.rand(k, generator=g, device=u.device)
+            u[b, self.W - k :].uniform_(generator=g)  # torch.rand(k, generator=g)'s draws, in place
         return u
 
     def exponentials(self, generators: list[torch.Generator | None], vocab: int, dtype: torch.dtype) -> torch.Tensor:
@@ -98,20 +99,19 @@ class Chains:
 
     def verdicts(self, ok: torch.Tensor, fallback: torch.Tensor, exact: torch.Tensor | None = None,
                  js: torch.Tensor | None = None) -> list[Verdict]:
-        """Row b's verdict from ok [B, W], fallback [B, W+1] (and a relaxed rule's exact [B, W], js [B, W]):
-        lead_b = leading True of (ok | pad), n_b' = lead_b - (W - n_b) accepted, next token fallback[b, lead_b];
-        relaxed_b = #{accepted drafts the exact rule rejected}. One host copy for the batch."""
+        """Row b's verdict from ok [B, W], fallback [B, W+1] (and a relaxed rule's exact [B, W], js [B, W]), read
+        from one host copy of [ok | fallback (| exact)]: its drafts start at column s_b = W - n_b, it accepts the
+        n leading True of ok[b, s_b:], its next token is fallback[b, s_b + n], and relaxed_b = #{accepted drafts
+        the exact rule rejected}. (Counting on the host costs less than the device ops that would count.)"""
         W = self.W
-        lead = (ok | self.pad).long().cumprod(1).sum(1)  # [B]
-        token = fallback.gather(1, lead[:, None])[:, 0]  # [B]
-        if exact is None:
-            relaxed = torch.zeros_like(lead)
-        else:
-            taken = torch.arange(W, device=ok.device) < lead[:, None]
-            relaxed = (taken & ~exact & ~self.pad).sum(1)
-        vals = torch.stack([lead - (W - self.n), token, relaxed], 1).tolist()
-        return [Verdict(list(range(a)), t, r, None if js is None else js[b, W - k :])
-                for b, ((a, t, r), k) in enumerate(zip(vals, self.counts))]
+        rows = torch.cat([ok, fallback] if exact is None else [ok, fallback, exact], 1).tolist()  # [B][2W+1 (+W)]
+        out = []
+        for b, (row, k) in enumerate(zip(rows, self.counts)):
+            start = W - k
+            end = next((i for i in range(start, W) if not row[i]), W)  # the first rejected column, else W
+            relaxed = 0 if exact is None else row[2 * W + 1 + start : 2 * W + 1 + end].count(0)
+            out.append(Verdict(list(range(end - start)), row[W + end], relaxed, None if js is None else js[b, start:]))
+        return out
 
 
 class Rule:
@@ -129,8 +129,7 @@ class Rule:
     def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """One row: (ok [w], fallback [w+1]) for drafts x [w] ~ q [w, V] against p [w+1, V]."""
-        c = Chains(x[None], torch.zeros((1, x.shape[0]), dtype=torch.bool, device=x.device),
-                   torch.tensor([x.shape[0]], device=x.device), given_q=q[None].to(p.dtype))
+        c = Chains(x[None], [x.shape[0]], given_q=q[None].to(p.dtype))
         ok, fallback = self.decide(c, p[None], [generator], None)
         return ok[0], fallback[0]
 
@@ -179,8 +178,8 @@ class Rejection(Rule):
         q = c.q(V, p.dtype)  # [B, W, V]
         u = c.uniforms(generators)  # [B, W]
         e = c.exponentials(generators, V, p.dtype)  # [B, W+1, V]
-        px = p[:, :W].gather(-1, c.x[..., None])[..., 0]  # [B, W]
-        qx = q.gather(-1, c.x[..., None])[..., 0]
+        px = p[:, :W].gather(-1, c.index[..., None])[..., 0]  # [B, W]
+        qx = q.gather(-1, c.index[..., None])[..., 0]
         ok = u * qx < px  # u < p/q without dividing; q(x) > 0 since x ~ q
         resid = (p[:, :W] - q).clamp_min(0.0)  # [B, W, V]
         resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, p[:, :W])  # p == q: no rejection, avoid 0/0

@@ -24,6 +24,7 @@ import torch
 
 from specbench.decoding.proposal import Proposal, chain
 from specbench.decoding.sampling import Sampler, categorical, exponentials
+from specbench.decoding.state import to_device, write
 
 
 class Policy(Protocol):
@@ -108,14 +109,19 @@ class ModelDraft(DraftSource):
             return [self.propose_on_device(buf, d)]
         chains = [Chain(p, m, d.eos_ids, d.sampler.vocab_size) for p, m in zip(d.policies, d.w_max)]
         open_ = [b for b, m in enumerate(d.w_max) if m > 0]  # rows still drafting
+        flat = buf.view(-1)
+        at = to_device([b * buf.shape[1] + L for b, L in enumerate(d.L)], torch.long, buf.device)  # [B] buf[b, L_b]
         i = 0
         while open_:
             drafting = set(open_)
             upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
             q = d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(buf.device)  # [B, V]
-            x_t = pick(q, open_, d)  # [B]
-            buf[open_, [d.L[b] + i for b in open_]] = x_t[open_]  # fed to the next draft forward
+            x_t = pick(q, open_, d)  # [B]; x_b is fed to row b's next draft forward from buf[b, L_b + i]
+            if len(open_) == len(d.L):
+                flat.index_copy_(0, at + i, x_t)
             x = x_t.tolist()
+            if len(open_) < len(d.L):
+                write(buf, [(b, d.L[b] + i) for b in open_], [x[b] for b in open_])
             open_ = [b for b in open_ if chains[b].take(x[b], q[b])]
             i += 1
         return [c.proposal(i) for c in chains]

@@ -58,7 +58,7 @@ from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
-from specbench.decoding.state import Clock, ModelState, sync, to_device
+from specbench.decoding.state import Clock, ModelState, sync, write
 from specbench.decoding.stopping import StopCriteria
 from specbench.decoding.tree_state import feed_tree, keep_path
 
@@ -244,8 +244,7 @@ class Engine:
             if rows_i:  # every drafted token into its row's buffer, in one write
                 cols = [r.L + i for r, n in zip(rows, w) for i in range(n)]
                 vals = [x for prop in props for x in prop.tokens]
-                buf[to_device(rows_i, torch.long, buf.device), to_device(cols, torch.long, buf.device)] = \
-                    to_device(vals, buf.dtype, buf.device)
+                write(buf, list(zip(rows_i, cols)), vals)
             return target.forward(buf, [r.L + n for r, n in zip(rows, w)], max(w) + 1, layers)
         if len(rows) > 1 or self.compile:
             raise OptionError("a tree of drafts is verified one row at a time on the eager path: set batch_size=1 "
@@ -274,9 +273,8 @@ class Engine:
         removed), the source's likewise."""
         L = [r.L for r in rows]
         blocks = [[prop.tokens[j] for j in v.path] + [v.token] for prop, v in zip(props, verdicts)]
-        at = [(b, L[b] + i) for b, block in enumerate(blocks) for i in range(len(block))]
-        rows_t, cols_t = (to_device(list(ix), torch.long, buf.device) for ix in zip(*at))
-        buf[rows_t, cols_t] = to_device([t for block in blocks for t in block], buf.dtype, buf.device)
+        write(buf, [(b, L[b] + i) for b, block in enumerate(blocks) for i in range(len(block))],
+              [t for block in blocks for t in block])
         if not tree:
             target.crop([n + v.accepted for n, v in zip(L, verdicts)])
         else:

@@ -50,6 +50,13 @@ def to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.T
     return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t
 
 
+def write(buf: torch.Tensor, at: list[tuple[int, int]], values: list[int]) -> None:
+    """buf[b, c] = v for each (b, c) of at [k] and v of values [k], in one call (buf [B, C] contiguous)."""
+    width = buf.shape[1]
+    flat = to_device([b * width + c for b, c in at], torch.long, buf.device)
+    buf.view(-1).index_copy_(0, flat, to_device(values, buf.dtype, buf.device))
+
+
 class ModelState:
     """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
 
