@@ -15,7 +15,7 @@ from scipy import stats
 from specbench.analysis import load, report
 from specbench.analysis import catalog, tables
 from helpers import add_fields, at_batch_size, small, write_run
-from specbench import bench
+from specbench.bench import methods as bench
 from specbench.analysis.load import ReportError
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.engine import Generation
