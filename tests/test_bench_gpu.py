@@ -89,6 +89,14 @@ def test_bad_pairs_are_refused_before_anything_is_written(tmp_path, capsys, pair
     assert says in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("argv", [["gpu", "--out", "/tmp/x", "--max-new-tokens", "0"], ["gpu", "--out", "/tmp/x", "--gamma", "-1"],
+                                  ["overhead", "--batch-sizes", "1,x"], ["overhead", "--repeats", "0"]])
+def test_bad_numbers_are_argparse_errors_naming_the_option(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.parser().parse_args(argv)
+    assert e.value.code == 2 and f"argument {argv[-2]}" in capsys.readouterr().err
+
+
 def test_per_token_acceptance_counts_one_rejection_per_iteration():
     """α = accepted / (accepted + rejected): 3 + 5 + 0 accepted, two iterations with a rejection -> 8 / 10."""
     records = [IterationRecord(drafted=5, accepted=a, stop="window", draft_s=0.0, verify_s=0.0) for a in (3, 5, 0)]

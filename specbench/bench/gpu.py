@@ -36,6 +36,7 @@ from omegaconf import OmegaConf
 
 from specbench.bench.common import dataset_prompts, load_cfg, tree_ms
 from specbench.bench.engine import EngineFigures, engine_figures
+from specbench.bench.overhead import positive
 from specbench.common.configs import compose_config
 from specbench.common.files import ROOT
 from specbench.models.pairs import Pair, load_pair
@@ -321,17 +322,17 @@ def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
     ap.add_argument("--append", action="store_true",
                     help="add to the report in --out instead of starting it anew (one section per call where a "
                          "machine limits a command's time)")
-    ap.add_argument("--prompts", type=int, default=None, help="prompts per pair (default 4; quick 2)")
-    ap.add_argument("--prompt-tokens", type=int, default=None, help="tokens per prompt (default 128; quick 16)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="default 256; quick 16")
-    ap.add_argument("--gamma", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--prompts", type=positive, default=None, help="prompts per pair (default 4; quick 2)")
+    ap.add_argument("--prompt-tokens", type=positive, default=None, help="tokens per prompt (default 128; quick 16)")
+    ap.add_argument("--max-new-tokens", type=positive, default=None, help="default 256; quick 16")
+    ap.add_argument("--gamma", type=positive, default=5)
+    ap.add_argument("--repeats", type=positive, default=1)
     ap.add_argument("--batch-sizes", type=sizes_type, default=None, help="default 1,4,16,64; quick 1,4")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                     help="the compiled path beside the eager one (default: on, off with --quick)")
     ap.add_argument("--lane", action=argparse.BooleanOptionalAction, default=True, help="run the test lane")
-    ap.add_argument("--lane-timeout", type=int, default=900)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--lane-timeout", type=positive, default=900)
+    ap.add_argument("--threads", type=positive, default=1, help="torch CPU threads")
 
 
 def fill_defaults(args: argparse.Namespace) -> None:

@@ -51,15 +51,31 @@ def measure(engine, prompts: list[list[int]], max_new: int, seeded: bool) -> dic
             "acceptance": sum(r.accepted for g in out for r in g.records) / drafted if drafted else float("nan")}
 
 
+def positive(text: str) -> int:
+    """An integer >= 1, else argparse's error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1")
+    return value
+
+
+def sizes(text: str) -> list[int]:
+    """'1,8,32' -> [1, 8, 32]; argparse's error for anything but integers >= 1."""
+    return [positive(x) for x in text.split(",")]
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The command's options."""
     ap.add_argument("--pair", default="bench_random")
     ap.add_argument("--dataset", default="smoke")
-    ap.add_argument("--batch-sizes", default="1,8,32,64", help="comma-separated batch sizes")
+    ap.add_argument("--batch-sizes", type=sizes, default=sizes("1,8,32,64"), help="comma-separated batch sizes")
     ap.add_argument("--decodes", default="greedy,sample", help=f"comma-separated, of {', '.join(DECODES)}")
-    ap.add_argument("--gamma", type=int, default=5)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3, help="measured batches per (decode, B); medians printed")
+    ap.add_argument("--gamma", type=positive, default=5)
+    ap.add_argument("--max-new-tokens", type=positive, default=64)
+    ap.add_argument("--repeats", type=positive, default=3, help="measured batches per (decode, B); medians printed")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
 
@@ -67,13 +83,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure and print one line per (decode, B)."""
     torch.set_num_threads(args.threads)
-    sizes = [int(x) for x in args.batch_sizes.split(",")]
+    batch = args.batch_sizes
     decodes = args.decodes.split(",")
     bad = [d for d in decodes if d not in DECODES]
     if bad:
         print(f"--decodes: {', '.join(bad)} unknown; valid: {', '.join(DECODES)}", file=sys.stderr)
         return 2
-    pair, prompts = prompts_of(args.pair, args.dataset, max(sizes), resolve_device(args.device))
+    pair, prompts = prompts_of(args.pair, args.dataset, max(batch), resolve_device(args.device))
     print(f"pair {args.pair}, {args.dataset} prompts, vanilla γ={args.gamma}, {args.max_new_tokens} new tokens, device "
           f"{args.device}, {torch.get_num_threads()} thread(s), median of {args.repeats} batches per line")
     print("| decode | B | overhead | tokens/s | acceptance |")
@@ -82,12 +98,12 @@ def run(args: argparse.Namespace) -> int:
         params = sampling_params({"temperature": DECODES[decode], "max_new_tokens": args.max_new_tokens})
         engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "rule": "rejection"}),
                              params, ())
-        measure(engine, prompts[: min(sizes)], args.max_new_tokens, decode == "sample")  # warm-up
-        got: dict[int, list[dict]] = {b: [] for b in sizes}
+        measure(engine, prompts[: min(batch)], args.max_new_tokens, decode == "sample")  # warm-up
+        got: dict[int, list[dict]] = {b: [] for b in batch}
         for _ in range(args.repeats):
-            for b in sizes:
+            for b in batch:
                 got[b].append(measure(engine, prompts[:b], args.max_new_tokens, decode == "sample"))
-        for b in sizes:
+        for b in batch:
             med = {k: statistics.median(m[k] for m in got[b]) for k in got[b][0]}
             print(f"| {decode} | {b} | {med['overhead']:.2%} | {med['tokens_per_s']:.1f} | {med['acceptance']:.3f} |",
                   flush=True)
