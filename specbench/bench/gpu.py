@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 
 from specbench.bench.common import dataset_prompts, load_cfg, tree_ms
 from specbench.bench.engine import EngineFigures, engine_figures
-from specbench.bench.overhead import positive
+from specbench.bench.overhead import measure, positive
 from specbench.common.configs import compose_config
 from specbench.common.files import ROOT
 from specbench.models.pairs import Pair, load_pair
@@ -152,13 +152,9 @@ def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], gamma:
         for name, engine in ours.items():
             if b > 1 and name in TREE_METHODS:
                 continue
-            t0 = time.perf_counter()
-            gens = engine.generate_batch(batch, max_new)
-            wall = time.perf_counter() - t0
-            drafted = sum(r.drafted for g in gens for r in g.records)
-            tps[name] = sum(len(g.token_ids) for g in gens) / wall
-            rows.append({"B": b, "method": name, "tokens_per_s": tps[name],
-                         "acceptance": sum(r.accepted for g in gens for r in g.records) / drafted if drafted else None})
+            m = measure(engine, batch, max_new, seeded=False)
+            tps[name] = m["tokens_per_s"]
+            rows.append({"B": b, "method": name, "tokens_per_s": tps[name], "acceptance": m["acceptance"]})
         for r in rows:
             if r["B"] == b:
                 r["speedup_vs_ar"] = r["tokens_per_s"] / tps["ar"]

@@ -21,9 +21,11 @@ import time
 import torch
 from omegaconf import OmegaConf
 
+from specbench.common.aggregate import run_metrics
 from specbench.common.configs import compose_config
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
+from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import load_pair, resolve_device
 from specbench.runs.runner import build_method, make_engine, sampling_params
 
@@ -39,16 +41,16 @@ def prompts_of(cfg_pair: dict, dataset: str, n: int, device: torch.device) -> tu
     return pair, [prompts[i % len(prompts)] for i in range(n)]
 
 
-def measure(engine, prompts: list[list[int]], max_new: int, seeded: bool) -> dict[str, float]:
-    """One batch: overhead, tokens/s and acceptance of engine.generate_batch over prompts [B][P_b]."""
+def measure(engine, prompts: list[list[int]], max_new: int, seeded: bool) -> dict[str, float | None]:
+    """One batch of engine.generate_batch over prompts [B][P_b]: the runner's engine overhead and acceptance rate
+    (run_metrics over its rows) and tokens/s of its wall time."""
     gens = [torch.Generator(device=engine.device).manual_seed(b) for b in range(len(prompts))] if seeded else None
     t0 = time.perf_counter()
     out = engine.generate_batch(prompts, max_new, gens)
     wall = time.perf_counter() - t0
-    model = sum(g.target_model_s + g.draft_model_s for g in out)
-    drafted = sum(r.drafted for g in out for r in g.records)
-    return {"overhead": 1 - model / sum(g.decode_s for g in out), "tokens_per_s": sum(len(g.token_ids) for g in out) / wall,
-            "acceptance": sum(r.accepted for g in out for r in g.records) / drafted if drafted else float("nan")}
+    m = run_metrics([example_metrics(g) for g in out])
+    return {"overhead": m["engine_overhead"], "tokens_per_s": m["total_new_tokens"] / wall,
+            "acceptance": m["acceptance_rate"]}
 
 
 def positive(text: str) -> int:

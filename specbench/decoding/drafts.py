@@ -23,7 +23,7 @@ from typing import Any, Protocol, Sequence
 import torch
 
 from specbench.decoding.proposal import Proposal, chain
-from specbench.decoding.sampling import Sampler, categorical, exponentials
+from specbench.decoding.sampling import Sampler
 from specbench.decoding.state import to_device, write
 
 
@@ -116,7 +116,7 @@ class ModelDraft(DraftSource):
             drafting = set(open_)
             upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
             q = d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(buf.device)  # [B, V]
-            x_t = pick(q, open_, d)  # [B]; x_b is fed to row b's next draft forward from buf[b, L_b + i]
+            x_t = d.sampler.pick(q, d.generators, open_)  # [B]; row b's next draft forward reads it at buf[b, L_b + i]
             if len(open_) == len(d.L):
                 flat.index_copy_(0, at + i, x_t)
             x = x_t.tolist()
@@ -134,7 +134,7 @@ class ModelDraft(DraftSource):
         qs = []
         for i in range(w):
             q = d.sampler.probs(draft.forward(buf, L + i, 1)[:, 0]).to(buf.device)  # [1, V]
-            buf[0, L + i] = d.sampler.pick(q, d.generators[0])[0]
+            buf[0, L + i] = d.sampler.pick(q, d.generators[:1])[0]
             qs.append(q[0])
         c = Chain(d.policies[0], w, d.eos_ids, d.sampler.vocab_size)
         for i, x in enumerate(buf[0, L : L + w].tolist()):
@@ -145,16 +145,6 @@ class ModelDraft(DraftSource):
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """The draft cache keeps at most the accepted chain (it never saw the last draft token nor the next one)."""
         self.state.crop([min(f, L + len(p)) for f, L, p in zip(self.state.fed, lengths, paths)])
-
-
-def pick(q: torch.Tensor, open_: list[int], d: Drafting) -> torch.Tensor:
-    """The drafted token of every row [B] from q [B, V]: argmax when greedy, else one draw per open row with its
-    generator (one categorical call for the batch; the other rows' entries are not drafts)."""
-    if d.sampler.params.greedy:
-        return q.argmax(-1)
-    rows = set(open_)
-    e = exponentials([int(b in rows) for b in range(q.shape[0])], 1, q.shape[-1], d.generators, q.device, q.dtype)
-    return categorical(q, e[:, 0])
 
 
 def fixed_proposals(tokens: list[list[int]], d: Drafting, steps: int = 0) -> list[Proposal]:

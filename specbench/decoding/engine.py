@@ -240,11 +240,9 @@ class Engine:
         from there; a tree (one row) is fed with tree attention (specbench.decoding.tree_state)."""
         if not tree:
             w = [len(prop) for prop in props]
-            rows_i = [b for b, n in enumerate(w) for _ in range(n)]
-            if rows_i:  # every drafted token into its row's buffer, in one write
-                cols = [r.L + i for r, n in zip(rows, w) for i in range(n)]
-                vals = [x for prop in props for x in prop.tokens]
-                write(buf, list(zip(rows_i, cols)), vals)
+            if any(w):  # every drafted token into its row's buffer, in one write
+                write(buf, [(b, r.L + i) for b, (r, n) in enumerate(zip(rows, w)) for i in range(n)],
+                      [x for prop in props for x in prop.tokens])
             return target.forward(buf, [r.L + n for r, n in zip(rows, w)], max(w) + 1, layers)
         if len(rows) > 1 or self.compile:
             raise OptionError("a tree of drafts is verified one row at a time on the eager path: set batch_size=1 "

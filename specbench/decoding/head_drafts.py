@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from specbench.decoding.drafts import Chain, Drafting, pick
+from specbench.decoding.drafts import Chain, Drafting
 from specbench.decoding.proposal import Proposal, chain
 from specbench.decoding.state import ModelState, sync
 from specbench.decoding.tree_drafts import Grower, Grown, TreeDraft
@@ -101,7 +101,7 @@ class Eagle3Draft(HeadDraft):
         c, o = Chain(d.policies[0], cap, d.eos_ids, d.sampler.vocab_size), self.state.root
         depth, cols = 0, []
         while True:
-            x = int(pick(q[None], [0], d)[0])
+            x = int(d.sampler.pick(q[None], d.generators[:1])[0])
             depth += 1
             if not c.take(x, q):
                 return c.proposal(self.steps)

@@ -77,11 +77,16 @@ class Sampler:
             logits = flat.reshape(logits.shape)
         return torch.softmax(logits, dim=-1)
 
-    def pick(self, probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """One token per row [n] from probs [n, V]: argmax when greedy, else a draw."""
+    def pick(self, probs: torch.Tensor, generators: list[torch.Generator | None], rows: list[int] | None = None
+             ) -> torch.Tensor:
+        """One token per row [B] from probs [B, V]: argmax when greedy, else one draw per row of `rows` (default
+        all) with its own generator, in one categorical call (the other rows' entries are not draws)."""
         if self.params.greedy:
             return probs.argmax(dim=-1)
-        return categorical(probs, torch.empty_like(probs).exponential_(1, generator=generator))
+        drawn = set(range(probs.shape[0]) if rows is None else rows)
+        e = exponentials([int(b in drawn) for b in range(probs.shape[0])], 1, probs.shape[-1], generators,
+                         probs.device, probs.dtype)  # [B, 1, V]
+        return categorical(probs, e[:, 0])
 
 
 def categorical(weights: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
