@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from specbench.bench import cli, gpu
+from specbench.bench import cli, gpu, gpu_sections
+from specbench.bench.schedule import Budget, Model, OutOfTime, Pace
 from specbench.bench.engine import per_token
 from specbench.common.files import ROOT
 from specbench.decoding.method import IterationRecord
@@ -33,35 +34,53 @@ def test_the_quick_run_writes_every_section(quick):
         for png in (f"{pair}_throughput.png", f"{pair}_calls.png"):
             assert (out / png).stat().st_size > 1000 and f"![{png}]({png})" in report
     assert report.count("Token ids identical to transformers' for every engine and prompt.") == len(gpu.PAIRS)
-    for heading in ("- machine: CPU", "- torch ", "## Test lane", "## Goals", "| target tree 32 |"):
+    for heading in ("- machine: CPU", "- torch ", "## Test lane", "## Goals", "## Schedule", "Trees at B = 1",
+                    "| B | target 1 tok/row |"):
         assert heading in report, heading
     figures = [json.loads(line) for line in (out / "figures.jsonl").read_text().splitlines()]
     lane = next(f for f in figures if f["what"] == "lane")
     assert lane["exit"] == 0 and lane["counts"]["passed"] > 0 and "failed" not in lane["counts"]
+    schedule = next(f for f in figures if f["what"] == "schedule")["rows"]
+    assert [r[1] for r in schedule] == ["build", "engines", "lane", "costs", "batch", "trees"] * 1 + \
+        ["build", "engines", "costs", "batch", "trees"] and all(r[4] == "done" for r in schedule)
     for pair in gpu.PAIRS:
         mine = {f["what"]: f for f in figures if f.get("pair") == pair}
-        assert set(mine) == {"build", "calls", "engines", "batch"}
+        assert set(mine) == {"build", "engines", "profile", "batch", "trees"}
         assert abs(mine["build"]["alpha"] - 0.88) <= 0.03  # the configs' pair.acceptance, calibrated
         assert 0 < mine["engines"]["acceptance"] < mine["engines"]["alpha"] < 1
-        rows = mine["batch"]["rows"]
+        measured, textbook, predicted = mine["engines"]["speedups"]["eager"]
+        assert measured > 0 and textbook > 0 and predicted > 0
+        rows = mine["batch"]["rows"] + mine["trees"]["rows"]
         assert {(r["B"], r["method"]) for r in rows} == {(1, "ar"), (1, "vanilla"), (1, "spec_tree"), (1, "dyn_tree"),
                                                          (4, "ar"), (4, "vanilla")}
         assert all(r["speedup_vs_ar"] == pytest.approx(1.0) for r in rows if r["method"] == "ar")
         assert all(r["tokens_per_s"] > 0 for r in rows)
+    profile = json.loads((out / "profile.json").read_text())
+    assert profile["format"] == 1 and profile["command"].startswith("python -m specbench.bench gpu --quick")
+    for pair in gpu.PAIRS:
+        entries = {e["batch_size"]: e for e in profile["entries"] if e["pair"] == pair}
+        assert set(entries) == {1, 4}
+        for b, e in entries.items():
+            assert e["path"] == "eager" and e["dtype"] == "float32" and e["device"].startswith("cpu")
+            assert list(e["target_chain_s"]) == [str(w) for w in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)]
+            assert all(v > 0 for v in e["target_chain_s"].values()) and e["draft_token_s"] > 0
+            assert list(e["target_tree_s"]) == (["16", "32", "64"] if b == 1 else [])
+            assert e["shapes"]["target"]["hidden_size"] == 64 and e["shapes"]["target"]["model_type"]
 
 
 def test_a_run_cut_short_keeps_what_it_measured(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(gpu, "batch_figures", fail)
+    monkeypatch.setattr(gpu_sections, "batch_figures", fail)
     with pytest.raises(RuntimeError, match="out of memory"):
         cli.main(["gpu", "--quick", "--device", "cpu", "--no-lane", "--out", str(tmp_path), "--pairs",
                   "llama31_8b_1b_shaped"])
     report = (tmp_path / "report.md").read_text()
-    assert "| target 1 |" in report and "| vanilla eager |" in report  # the sections measured before the failure
+    assert "| vanilla eager |" in report and "| B | target 1 tok/row |" in report  # measured before the failure
     assert [json.loads(x)["what"] for x in (tmp_path / "figures.jsonl").read_text().splitlines()] == \
-        ["build", "calls", "engines"]
+        ["build", "engines", "profile"]
+    assert json.loads((tmp_path / "profile.json").read_text())["entries"]
 
 
 def test_append_adds_sections_to_the_report(tmp_path):
@@ -102,3 +121,67 @@ def test_per_token_acceptance_counts_one_rejection_per_iteration():
     records = [IterationRecord(drafted=5, accepted=a, stop="window", draft_s=0.0, verify_s=0.0) for a in (3, 5, 0)]
     assert per_token(records) == pytest.approx(0.8)
     assert per_token([]) == 0.0
+
+
+def test_a_section_that_does_not_fit_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    """Estimates faked: costs would take 1e9 s of a 1-minute budget, so it is skipped and said so; the rest run."""
+    monkeypatch.setattr(gpu, "estimate", lambda section, run, ctx: 1e9 if section == "costs" else 0.0)
+    assert cli.main(["gpu", "--quick", "--device", "cpu", "--no-lane", "--budget", "1", "--out", str(tmp_path),
+                     "--pairs", "llama31_8b_1b_shaped"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "Skipped llama31_8b_1b_shaped costs: estimated 1000000000 s at the measured pace" in report
+    rows = next(json.loads(x) for x in (tmp_path / "figures.jsonl").read_text().splitlines()
+                if json.loads(x)["what"] == "schedule")["rows"]
+    assert [(r[1], r[4].split(":")[0]) for r in rows] == [("build", "done"), ("engines", "done"), ("costs", "skipped"),
+                                                          ("batch", "done"), ("trees", "done")]
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_a_section_past_the_deadline_is_cut_and_the_run_goes_on(tmp_path, monkeypatch):
+    def late(ctx, run):
+        raise OutOfTime("the budget of 1.0 min ran out")
+
+    monkeypatch.setitem(gpu.SECTION_RUN, "batch", late)
+    assert cli.main(["gpu", "--quick", "--device", "cpu", "--no-lane", "--out", str(tmp_path), "--pairs",
+                     "llama31_8b_1b_shaped"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "llama31_8b_1b_shaped batch cut short: the budget of 1.0 min ran out." in report
+    assert "| llama31_8b_1b_shaped | trees |" in report  # the next section still ran
+
+
+def test_budget_check_raises_once_the_deadline_passed():
+    assert Budget(None).left() == float("inf")
+    Budget(None).check()
+    with pytest.raises(OutOfTime, match="budget of 0.0 min"):
+        Budget(0.0, start=0.0).check()
+
+
+def test_estimates_follow_the_cost_model():
+    """T(n) = t1 + (n - 1) slope; a batch section at B = 1, 4 is ar and vanilla at each B plus a warm-up, times the
+    overhead factor: checked against the formula written out."""
+    pace = Pace("cpu", Model(0.01, 0.001), Model(0.002, 0.0), 1.0, tau=4.0)
+    assert pace.target(1) == 0.01 and pace.target(6) == pytest.approx(0.015)
+    n, g = 16, 5
+    vanilla = n / 4.0 * (g * 0.002 + (0.01 + (6 - 1) * 0.001))
+    assert pace.vanilla(1, g, n) == pytest.approx(vanilla)
+    args = cli.parser().parse_args(["gpu", "--quick", "--out", "x", "--device", "cpu"])
+    gpu.fill_defaults(args)
+    run = gpu_sections.PairRun("llama31_8b_1b_shaped", gpu_sections.config("llama31_8b_1b_shaped", torch.device("cpu"),
+                                                                           True), pair=object())
+    ctx = gpu_sections.Ctx(None, args, torch.device("cpu"), Budget(None), {}, pace=pace)
+    ar = lambda b: n * (0.01 + (b - 1) * 0.001)  # noqa: E731
+    van = lambda b: n / 4.0 * (g * 0.002 + 0.01 + (b * 6 - 1) * 0.001)  # noqa: E731
+    want = 1.3 * (ar(1) + van(1) + ar(1) + van(1) + ar(4) + van(4))
+    assert gpu.estimate("batch", run, ctx) == pytest.approx(want)
+    assert gpu.estimate("lane", None, ctx) == 30.0
+
+
+def test_default_budget_fits_one_command():
+    args = cli.parser().parse_args(["gpu", "--out", "x"])
+    gpu.fill_defaults(args)
+    assert args.budget == gpu_sections.DEFAULT_BUDGET < 10
+    quick = cli.parser().parse_args(["gpu", "--quick", "--out", "x"])
+    gpu.fill_defaults(quick)
+    assert quick.budget == 0.0
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["gpu", "--out", "x", "--budget", "-1"])

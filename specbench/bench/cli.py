@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-from specbench.bench import batch, engine, gpu, methods, overhead
+from specbench.bench import batch, engine, gpu, kit, methods, overhead
 from specbench.bench.common import batch_sizes
 
 DESCRIPTION = "Benchmarks of the engine and the methods (a CLI, so it prints); one subcommand each."
@@ -36,6 +36,14 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--steps", type=int, default=15, help="forwards per count (the median is printed)")
     v.add_argument("--device", default="auto")
     v.add_argument("--threads", type=int, default=1)
+    v.add_argument("--profile", default=None, help="write the pair's cost profile to this file (profile.json: the "
+                                                    "target's verify of 1..64 tokens per row and trees, the draft's "
+                                                    "token, at each --batch-sizes) instead of the table")
+    v.add_argument("--profile-name", default=None, help="the profile's name (default: pair and device)")
+    v.add_argument("--batch-sizes", type=batch_sizes, default=batch_sizes("1,4,16,64"),
+                   help="with --profile: batch sizes (default 1,4,16,64)")
+    v.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                   help="with --profile: also the compiled path at B = 1")
     m = sub.add_parser("methods", help="every method on one pair: the docs/design.md metric table")
     m.add_argument("--pair", default="tiny_random")
     m.add_argument("--methods", default=methods.ALL_METHODS, help="comma-separated method names")
@@ -70,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gpu", help="the GPU characterisation in one command: per-call costs, overhead, throughput "
                                    "against transformers, batch sizes, the CUDA test lane; a markdown report")
     gpu.add_arguments(g, batch_sizes)
+    k = sub.add_parser("kit", help="the wheels a GPU node with its own torch lacks for `gpu` and the CUDA test lane, "
+                                   "and the one line that installs them there offline")
+    kit.add_arguments(k)
     return ap
 
 
@@ -81,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.set_verbosity_error()
     command = shlex.join(["python", "-m", "specbench.bench", *argv])
-    run = {"batch": lambda: batch.cmd_batch(args, command), "verify": lambda: engine.cmd_verify(args),
+    run = {"batch": lambda: batch.cmd_batch(args, command), "verify": lambda: engine.cmd_verify(args, command),
            "engine": lambda: engine.cmd_engine(args), "methods": lambda: methods.cmd_methods(args),
-           "overhead": lambda: overhead.run(args), "gpu": lambda: gpu.cmd_gpu(args, command)}
+           "overhead": lambda: overhead.run(args), "gpu": lambda: gpu.cmd_gpu(args, command),
+           "kit": lambda: kit.cmd_kit(args)}
     return run[args.cmd]()

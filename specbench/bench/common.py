@@ -4,7 +4,6 @@ assisted generation, and Leviathan et al.'s expected speedup."""
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -16,10 +15,9 @@ from transformers import PreTrainedModel
 from specbench.common.configs import compose_config
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
-from specbench.decoding.compiled import StaticState
 from specbench.decoding.engine import Engine, Generation
-from specbench.decoding.state import ModelState, sync
-from specbench.decoding.tree_state import feed_tree, keep_path
+from specbench.bench.profile import forward_seconds, tree_seconds
+from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair
 from specbench.runs.runner import build_method, make_engine, sampling_params
 
@@ -92,35 +90,14 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int) -> tuple[list[int], flo
     return out[0, len(ids):].tolist(), seconds, calls
 
 def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool = False, steps: int = 15) -> float:
-    """Median ms of one forward of `width` new tokens on top of a cached prompt (rolled back each time), on the
-    eager state or the compiled one (static cache, compiled graph of the padded width)."""
-    buf = torch.tensor([prompt + [65] * width], dtype=torch.long, device=model.device)
-    state = StaticState(model, 1, len(prompt) + width + 1, "bench") if compile else ModelState(model)
-    state.forward(buf, len(prompt), 1)
-    times = []
-    for _ in range(steps + 2):
-        t0 = state.seconds
-        state.forward(buf, len(prompt) + width, 1)
-        sync(model.device)
-        state.settle()
-        times.append(state.seconds - t0)
-        state.crop(len(prompt))
-    return 1e3 * statistics.median(times[2:])
+    """Median ms of one forward of `width` new tokens on top of a cached prompt, eager or compiled
+    (specbench.bench.profile.forward_seconds at one row)."""
+    return 1e3 * forward_seconds(model, prompt, width, 1, compile, steps)
 
 def tree_ms(model: PreTrainedModel, prompt: list[int], nodes: int, steps: int = 15) -> float:
-    """Median ms of one tree-attention forward of `nodes` nodes (node j's parent (j - 1) // 2: a complete binary
-    tree) after a cached prompt; each forward's nodes are then dropped from the cache again (keep_path)."""
-    buf = torch.tensor([prompt + [65]], dtype=torch.long, device=model.device)
-    state = ModelState(model)
-    state.forward(buf, len(prompt) - 1, 1)  # the prompt but its last token is cached; each forward feeds it and the tree
-    parents = [(j - 1) // 2 if j else -1 for j in range(nodes)]
-    times = []
-    for _ in range(steps + 2):
-        t0 = state.seconds
-        feed_tree(state, buf, len(prompt), [65] * nodes, parents, [], True)
-        times.append(state.seconds - t0)
-        keep_path(state, len(prompt) - 1, [])
-    return 1e3 * statistics.median(times[2:])
+    """Median ms of one tree-attention forward of `nodes` nodes after a cached prompt
+    (specbench.bench.profile.tree_seconds)."""
+    return 1e3 * tree_seconds(model, prompt, nodes, steps)
 
 def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
     """A one-paragraph report of where two token sequences first differ."""
@@ -129,12 +106,12 @@ def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
             f"position {k}: ours {ours[k:k + 5]} vs transformers {theirs[k:k + 5]} "
             f"(after {ours[max(0, k - 5):k]})")
 
-def engines(pair: Pair, gamma: int, max_new: int, compile: bool) -> dict[str, Engine]:
-    """Our engines by label: vanilla (γ, rejection: argmax acceptance at temperature 0) and ar, eager and, with
-    compile, compiled."""
+def engines(pair: Pair, gamma: int, max_new: int, paths: tuple[str, ...]) -> dict[str, Engine]:
+    """Our engines by label ("vanilla eager", ...): vanilla (γ, rejection: argmax acceptance at temperature 0) and ar
+    on each path of `paths` (eager, compiled)."""
     params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
     out = {}
-    for path in ("eager", "compiled") if compile else ("eager",):
+    for path in paths:
         for name, cfg in (("vanilla", {"name": "vanilla", "gamma": gamma, "rule": "rejection"}), ("ar", {"name": "ar"})):
             out[f"{name} {path}"] = make_engine(pair, build_method(cfg), params, (), path == "compiled")
     return out

@@ -6,22 +6,29 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from specbench.bench import profile as prof
 from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts, engines, leviathan, load, mismatch,
                                    run_ours, run_theirs, same_vocab, tree_ms)
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.metrics import example_metrics
+from specbench.decoding.profiles import iteration_costs
+from specbench.decoding.speedup import call_stats, merge_stats, predicted_speedup
 from specbench.models.pairs import Pair, resolve_device
+from specbench.runs.provenance import git_info, package_versions
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def cmd_verify(args: argparse.Namespace, command: str) -> int:
     """Print the verify cost table: drafted nodes w, chain ms (w + 1 tokens), tree ms (the root's token and w nodes)
-    and both relative to one token."""
+    and both relative to one token; with --profile, write the pair's cost profile instead (profile.json)."""
     torch.set_num_threads(args.threads)
     pair = load(args.pair, resolve_device(args.device))
     prompt = dataset_prompts(pair, args.dataset, 1)[0]
+    if args.profile:
+        return write_profile(args, command, pair, prompt)
     one = call_ms(pair.target, prompt, 1, steps=args.steps)
     print(f"pair {args.pair} ({pair.target.name_or_path}, {pair.target.dtype}, {pair.target.device}), prompt of "
           f"{len(prompt)} tokens, {torch.get_num_threads()} thread(s), median of {args.steps} forwards")
@@ -31,6 +38,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
         chain_ms, t_ms = call_ms(pair.target, prompt, n + 1, steps=args.steps), tree_ms(pair.target, prompt, n, args.steps)
         print(f"| {n} | {chain_ms:.2f} | {t_ms:.2f} | {chain_ms / one:.2f} | {t_ms / one:.2f} |", flush=True)
     return 0
+
+def write_profile(args: argparse.Namespace, command: str, pair: Pair, prompt: list[int]) -> int:
+    """The cost profile of the pair at each of --batch-sizes (eager; compiled at B = 1 with --compile) into
+    args.profile, rewritten after each entry; each entry's summary printed."""
+    entries = []
+    header = {"machine": [f"- device: {prof.device_name(pair.target.device)}"], "versions": package_versions(),
+              "git": git_info(), "command": command}
+    name = args.profile_name or f"{args.pair} on {prof.device_name(pair.target.device)}"
+    paths = [("eager", b) for b in args.batch_sizes] + ([("compiled", 1)] if args.compile else [])
+    for path, b in paths:
+        entries.append(prof.measure_entry(pair, args.pair, prompt, path, b, args.steps))
+        prof.write(Path(args.profile), name, header, entries)
+        e = entries[-1]
+        print(f"{args.pair} {path} B={b}: target " + ", ".join(
+            f"{w} tok {1e3 * s:.2f} ms" for w, s in e["target_chain_s"].items() if w in ("1", "2", "4", "8", "16", "64"))
+            + f"; draft {1e3 * e['draft_token_s']:.2f} ms" + "".join(
+                f"; tree {n} {1e3 * s:.2f} ms" for n, s in e["target_tree_s"].items()), flush=True)
+    print(f"wrote {args.profile} ({len(entries)} entries)")
+    return 0
+
 
 @dataclass
 class EngineFigures:
@@ -43,11 +70,22 @@ class EngineFigures:
     acceptance: float  # vanilla's acceptance rate (accepted / drafted), eager
     alpha: float  # its per-token acceptance: accepted / (accepted + rejected), Leviathan's α
     mismatches: list[str] = field(default_factory=list)  # generations whose tokens differ from transformers'
+    stats: dict[str, dict] = field(default_factory=dict)  # path -> vanilla's merged call_stats (its iterations)
 
-    def speedups(self) -> dict[str, tuple[float, float]]:
-        """path -> (vanilla's measured speedup over ar, Leviathan's expected one at alpha and c = draft / target)."""
-        return {path: (self.tps[f"vanilla {path}"] / self.tps[f"ar {path}"],
-                       leviathan(self.alpha, self.gamma, d1 / t1)) for path, (t1, _, d1) in self.costs.items()}
+    def speedups(self) -> dict[str, tuple[float, float, float | None]]:
+        """path -> (vanilla's measured speedup over ar, Leviathan's textbook one at alpha and c = draft / target,
+        the prediction of its own iterations at the measured call costs: predicted_speedup, which charges a verify
+        of w + 1 tokens what it costs, not one target call)."""
+        out = {}
+        for path, (t1, tg, d1) in self.costs.items():
+            entry = {"path": "eager", "batch_size": 1, "target_chain_s": {"1": t1, str(self.gamma + 1): tg},
+                     "target_tree_s": {}, "draft_token_s": d1}  # ms, interpolated between the two widths measured
+            stats = self.stats.get(path)
+            predicted = (predicted_speedup(stats, iteration_costs(entry, [int(w) for w in stats["iterations"]]))
+                         if stats and stats["iterations"] else None)
+            out[path] = (self.tps[f"vanilla {path}"] / self.tps[f"ar {path}"], leviathan(self.alpha, self.gamma, d1 / t1),
+                         predicted)
+        return out
 
 
 def per_token(records: list) -> float:
@@ -60,15 +98,15 @@ def per_token(records: list) -> float:
     return accepted / (accepted + rejected) if accepted + rejected else 0.0
 
 
-def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: int, compile: bool, repeats: int
-                   ) -> EngineFigures:
-    """Per-call costs, then vanilla and ar (eager, and compiled with `compile`) against transformers' assisted
+def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: int, paths: tuple[str, ...],
+                   repeats: int) -> EngineFigures:
+    """Per-call costs, then vanilla and ar on each path of `paths` (eager, compiled) against transformers' assisted
     generation with a constant γ, after a warm-up over every prompt, interleaved per prompt (the order rotated);
     every generation's token ids are compared with transformers'."""
-    ours = engines(pair, gamma, max_new, compile)
+    ours = engines(pair, gamma, max_new, paths)
     p0, g1 = prompts[0], gamma + 1
     costs = {}
-    for path in ("eager", "compiled") if compile else ("eager",):
+    for path in paths:
         c = path == "compiled"
         costs[path] = (call_ms(pair.target, p0, 1, c), call_ms(pair.target, p0, g1, c), call_ms(pair.draft, p0, 1, c))
     seconds = dict.fromkeys([*ours, "transformers"], 0.0)
@@ -76,7 +114,8 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
     bad: dict[str, str] = {}
     tokens: dict[str, list[int]] = {}  # each engine's tokens on the current prompt
     theirs_tokens = 0
-    records: list = []  # vanilla eager's iterations
+    records: list = []  # the first path's vanilla iterations
+    stats: dict[str, list[dict]] = {path: [] for path in paths}  # path -> vanilla's call_stats per generation
     with assistant_settings(pair.draft, gamma):
         for engine in ours.values():  # warm-up, not measured: every prompt (the compiled graphs of all widths)
             for ids in prompts:
@@ -93,7 +132,9 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                     else:
                         gen, t = run_ours(ours[label], ids, max_new)
                         rows[label].append(example_metrics(gen))
-                        records += gen.records if label == "vanilla eager" else []
+                        records += gen.records if label == f"vanilla {paths[0]}" else []
+                        if label.startswith("vanilla "):
+                            stats[label.removeprefix("vanilla ")].append(call_stats(gen.records))
                         tokens[label] = gen.token_ids
                     seconds[label] += t
                 for label in ours:
@@ -104,8 +145,9 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
     for label in ours:
         m = run_metrics(rows[label])
         tps[label], overhead[label] = m["total_new_tokens"] / seconds[label], m["engine_overhead"]
-    acceptance = run_metrics(rows["vanilla eager"])["acceptance_rate"] or 0.0
-    return EngineFigures(gamma, costs, tps, overhead, acceptance, per_token(records), list(bad.values()))
+    acceptance = run_metrics(rows[f"vanilla {paths[0]}"])["acceptance_rate"] or 0.0
+    return EngineFigures(gamma, costs, tps, overhead, acceptance, per_token(records), list(bad.values()),
+                         {path: merge_stats(s) for path, s in stats.items()})
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
@@ -122,7 +164,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
     print(f"pair {args.pair}: target {n_t:.1f}M params, draft {n_d:.1f}M, {pair.target.dtype}; device {device}, "
           f"{torch.get_num_threads()} thread(s); {len(prompts)} {args.dataset} prompts x {args.max_new_tokens} new "
           f"tokens, γ={args.gamma}, greedy, {args.repeats} repeat(s)")
-    fig = engine_figures(pair, prompts, args.gamma, args.max_new_tokens, args.compile, args.repeats)
+    fig = engine_figures(pair, prompts, args.gamma, args.max_new_tokens,
+                         ("eager", "compiled") if args.compile else ("eager",), args.repeats)
     for path, (t1, tg, d1) in fig.costs.items():
         print(f"model calls {path} (median ms): target 1 token {t1:.2f}, target {args.gamma + 1} tokens {tg:.2f}, "
               f"draft 1 token {d1:.2f}")
@@ -130,10 +173,11 @@ def cmd_engine(args: argparse.Namespace) -> int:
     for label, o in fig.overhead.items():
         print(f"{label:18} {fig.tps[label]:8.1f} {o:9.1%} {fig.tps[label] / fig.tps['transformers']:16.3f}")
     print(f"{'transformers':18} {fig.tps['transformers']:8.1f} {'':9} {1:16.3f}")
-    for path, (measured, expected) in fig.speedups().items():
+    for path, (measured, expected, predicted) in fig.speedups().items():
         t1, _, d1 = fig.costs[path]
         print(f"{path}: acceptance rate {fig.acceptance:.3f}, α {fig.alpha:.3f}, cost ratio c = draft/target {d1 / t1:.3f}; speedup of vanilla over "
-              f"ar measured {measured:.3f}, Leviathan's expected {expected:.3f}")
+              f"ar measured {measured:.3f}, Leviathan's textbook {expected:.3f}, predicted from its iterations at the "
+              f"measured call costs {'-' if predicted is None else f'{predicted:.3f}'}")
     if args.compile:
         print(f"compiled / eager throughput: vanilla {fig.tps['vanilla compiled'] / fig.tps['vanilla eager']:.3f}, "
               f"ar {fig.tps['ar compiled'] / fig.tps['ar eager']:.3f}")

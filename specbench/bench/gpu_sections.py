@@ -1,0 +1,307 @@
+"""The sections of `bench gpu` (specbench.bench.gpu) and what they share: building a pair, its prompts, the batch
+figures, the test lane, the goals. Each section writes its part of the report as soon as it is measured."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from omegaconf import OmegaConf
+
+from specbench.bench import profile as prof
+from specbench.bench.common import dataset_prompts, load_cfg
+from specbench.bench.engine import EngineFigures, engine_figures
+from specbench.bench.gpu_report import Report, count, plot
+from specbench.bench.overhead import measure
+from specbench.bench.schedule import Budget, Pace, probe
+from specbench.common.configs import compose_config
+from specbench.common.files import ROOT
+from specbench.models.pairs import Pair, load_pair
+from specbench.models.shaped import chain, shrink, successor
+from specbench.runs.runner import build_method, make_engine, sampling_params
+
+PAIRS = ("llama31_8b_1b_shaped", "qwen3_8b_0p6b_shaped")
+GOAL_PAIR = "llama31_8b_1b_shaped"
+TREE_METHODS = ("spec_tree", "dyn_tree")
+SECTIONS = ("engines", "costs", "compiled", "batch", "trees")  # per pair, in order; the lane after the first engines
+QUICK_LANE = ["tests/test_batched_acceptance.py"]
+GOALS = {"eager overhead": 0.10, "compiled overhead": 0.05, "compiled vanilla / transformers": 1.5}
+DEFAULT_BUDGET = 8.0  # minutes: one 10-minute command on a lent GPU, after the kit's install and the start-up
+
+
+@dataclass
+class PairRun:
+    """One pair's state across its sections: the loaded pair, its prompts, pace and figures."""
+
+    name: str
+    cfg: dict
+    pair: Pair | None = None
+    prompts: list[list[int]] = field(default_factory=list)
+    figs: dict[str, EngineFigures] = field(default_factory=dict)  # path -> engine figures
+    costs: dict[str, list[float]] = field(default_factory=dict)  # call -> [eager ms, compiled ms]
+    rows: list[dict] = field(default_factory=list)  # batch and tree rows
+
+
+def params_b(cfg: dict, quick: bool) -> float:
+    """Billions of parameters of a shaped pair's config (embedding and untied head, attention, MLP per layer)."""
+    total = 0.0
+    for spec in (cfg["target"], cfg["draft"]):
+        h, hd = spec["hidden_size"], spec.get("head_dim") or spec["hidden_size"] // spec["num_attention_heads"]
+        attn = 2 * h * spec["num_attention_heads"] * hd + 2 * h * spec["num_key_value_heads"] * hd
+        total += 2 * spec["vocab_size"] * h + spec["num_hidden_layers"] * (attn + 3 * h * spec["intermediate_size"])
+    return total / 1e9
+
+
+def build(name: str, device: torch.device, quick: bool) -> tuple[Pair, dict, float]:
+    """The pair conf/pair/<name>.yaml (shrunk with quick) on `device`, its config and build seconds."""
+    cfg = config(name, device, quick)
+    t0 = time.perf_counter()
+    pair = load_pair(cfg, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return pair, cfg, time.perf_counter() - t0
+
+
+def config(name: str, device: torch.device, quick: bool) -> dict:
+    """conf/pair/<name>.yaml resolved, shrunk with quick (float32 on a CPU)."""
+    cfg = load_cfg(name)
+    cfg = shrink(cfg) if quick else cfg  # check_pairs: quick takes shaped_random pairs only
+    if device.type == "cpu" and quick:
+        cfg["dtype"] = "float32"
+    return cfg
+
+
+def check_pairs(names: list[str], quick: bool) -> str | None:
+    """Why --pairs cannot run (an unknown config, or a pair --quick cannot shrink or transformers cannot assist), or
+    None."""
+    for name in names:
+        try:
+            cfg = load_cfg(name)
+        except Exception as e:  # Hydra's own error names the config group and the missing option
+            return f"--pairs {name!r}: {e}"
+        if quick and cfg.get("builder") != "shaped_random":
+            return f"--pairs {name!r}: --quick shrinks builder shaped_random pairs only ({', '.join(PAIRS)})"
+        if cfg.get("cross_tokenizer") or cfg.get("draft") is None:
+            return (f"--pairs {name!r}: needs a draft with the target's tokenizer (transformers' assisted generation "
+                    "with one vocabulary is the yardstick)")
+    return None
+
+
+def shaped_prompts(cfg: dict, pair: Pair, n: int, length: int) -> list[list[int]]:
+    """n prompts [n][length] of the calibration kind (the bigram chain with jumps), seeded apart from calibration."""
+    f = successor(int(cfg.get("seed", 0)), len(pair.tokenizer), pair.target.device)
+    return chain(f, int(cfg.get("seed", 0)) + 3, (n, length)).tolist()
+
+
+def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], methods: tuple[str, ...], gamma: int,
+                  max_new: int, budget: Budget) -> list[dict]:
+    """tokens/s of each method (ar among them) at each B (eager; tree methods at B = 1 only), speedup over ar at the
+    same B; the budget is checked before each B."""
+    params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
+    specs = {"ar": {"name": "ar"}, "vanilla": {"name": "vanilla", "gamma": gamma, "rule": "rejection"}}
+    specs = {m: specs.get(m) or OmegaConf.to_container(compose_config([f"method={m}"]).method, resolve=True)
+             for m in ("ar", *methods)}
+    ours = {name: make_engine(pair, build_method(spec), params, ()) for name, spec in specs.items()}
+    for engine in ours.values():  # warm-up, not measured
+        engine.generate(prompts[0], max_new)
+    rows = []
+    for b in sizes:
+        budget.check()
+        batch = [prompts[i % len(prompts)] for i in range(b)]
+        tps = {}
+        for name, engine in ours.items():
+            if b > 1 and name in TREE_METHODS:
+                continue
+            m = measure(engine, batch, max_new, seeded=False)
+            tps[name] = m["tokens_per_s"]
+            rows.append({"B": b, "method": name, "tokens_per_s": tps[name], "acceptance": m["acceptance"],
+                         "speedup_vs_ar": tps[name] / tps["ar"]})
+    return rows
+
+
+def lane_targets(device: torch.device, quick: bool) -> list[str]:
+    """The lane's test files: QUICK_LANE with quick, else the CUDA lane's modules (tests/conftest.py CUDA_LANE)
+    that exist; files given by name, so the other modules (and what they import) are not collected."""
+    if quick:
+        return QUICK_LANE
+    text = (ROOT / "tests" / "conftest.py").read_text()
+    names = re.findall(r'"(test_\w+)"', text[text.index("CUDA_LANE"):].split("}")[0])
+    return [f"tests/{n}.py" for n in names if (ROOT / "tests" / f"{n}.py").exists()]
+
+
+def run_lane(device: torch.device, quick: bool, timeout: float) -> dict:
+    """The test lane in its own process (SPECBENCH_TEST_DEVICE=cuda on a GPU, else cpu), its counts by outcome
+    (also of a lane cut short by the timeout: read off pytest's per-test lines), exit status and seconds."""
+    if not (ROOT / "tests").is_dir():
+        return {"command": None, "note": f"no tests folder under {ROOT}: run from a checkout of the repository"}
+    env_dev = "cuda" if device.type == "cuda" else "cpu"
+    cmd = [sys.executable, "-m", "pytest", "-rN", "-v", "-p", "no:cacheprovider", *lane_targets(device, quick)]
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(timeout, 1),
+                              env={**os.environ, "SPECBENCH_TEST_DEVICE": env_dev})
+        out, code, summary = done.stdout, done.returncode, (done.stdout.strip().splitlines()[-1:] or [""])[0]
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        code, summary = None, f"cut short after {timeout:.0f} s"
+    counts: dict[str, int] = {}
+    for outcome in re.findall(r"::\S+ (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", out):
+        counts[outcome.lower()] = counts.get(outcome.lower(), 0) + 1
+    failed = [line.split(" ")[0] for line in out.splitlines() if line.endswith("FAILED") or " FAILED " in line]
+    return {"command": f"SPECBENCH_TEST_DEVICE={env_dev} " + shlex.join(["python", *cmd[1:]]), "counts": counts,
+            "exit": code, "seconds": time.perf_counter() - t0, "summary": summary, "failed": failed[:20]}
+
+
+def goals(runs: list[PairRun]) -> list[str]:
+    """The goal lines, each with its measured value."""
+    out = []
+    for run in runs:
+        for path, fig in run.figs.items():
+            o, goal = fig.overhead[f"vanilla {path}"], GOALS[f"{path} overhead"]
+            out.append(f"- {run.name}: {path} vanilla engine overhead {o:.1%} (goal <= {goal:.0%}): "
+                       f"{'met' if o <= goal else 'NOT met'}")
+        fig = run.figs.get("compiled")
+        if run.name == GOAL_PAIR and fig is not None:
+            r, goal = fig.tps["vanilla compiled"] / fig.tps["transformers"], GOALS["compiled vanilla / transformers"]
+            out.append(f"- {GOAL_PAIR}: compiled vanilla / transformers assisted {r:.2f}x (goal >= {goal}x): "
+                       f"{'met' if r >= goal else 'NOT met'}")
+    return out or ["- none measured"]
+
+
+@dataclass
+class Ctx:
+    """What every section reads and writes: the report, the options, the device, the budget, the profile's entries,
+    the pace of the pair in hand and the seconds per billion parameters a build took."""
+
+    rep: Report
+    args: argparse.Namespace
+    device: torch.device
+    budget: Budget
+    profile_header: dict
+    entries: list[dict] = field(default_factory=list)
+    pace: Pace | None = None
+    build_s_per_b: float | None = None
+
+    def write_profile(self) -> None:
+        """DIR/profile.json with every entry measured so far."""
+        name = f"{prof.device_name(self.device)}, torch {torch.__version__}"
+        prof.write(self.rep.out / "profile.json", name, self.profile_header, self.entries)
+
+
+def sec_build(ctx: Ctx, run: PairRun) -> None:
+    """Build the pair, probe its pace, pick its prompts."""
+    pair, cfg, seconds = build(run.name, ctx.device, ctx.args.quick)
+    run.pair, run.cfg = pair, cfg
+    n_t, n_d = (sum(p.numel() for p in m.parameters()) for m in (pair.target, pair.draft))
+    ctx.build_s_per_b = seconds / ((n_t + n_d) / 1e9)
+    alpha = getattr(pair.target.config, "shaped_agreement", None)  # None: a real pair
+    args = ctx.args
+    run.prompts = (shaped_prompts(cfg, pair, args.prompts, args.prompt_tokens) if alpha is not None
+                   else dataset_prompts(pair, "smoke", args.prompts))
+    ctx.pace = Pace(ctx.device.type, probe(pair.target, run.prompts[0]), probe(pair.draft, run.prompts[0]),
+                    (n_t + n_d) / 1e9)
+    ctx.rep.write(f"## {run.name}", f"Built in {seconds:.1f} s on {ctx.device} in {pair.target.dtype}: target "
+                  f"{count(n_t)} parameters, draft {count(n_d)}" + (
+                      f"; the target agrees with the draft's bigram map at α = {alpha:.3f} of the calibration "
+                      f"positions (pair.acceptance {cfg['acceptance']})." if alpha is not None else
+                      f" ({pair.target.name_or_path}, {pair.draft.name_or_path}); prompts from the smoke dataset."))
+    ctx.rep.record(pair=run.name, what="build", seconds=seconds, target_params=n_t, draft_params=n_d, alpha=alpha,
+                   pace={"target": vars(ctx.pace.target), "draft": vars(ctx.pace.draft)})
+
+
+def sec_engines(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
+    """Our vanilla and ar on `path` against transformers' assisted generation: tokens compared, tokens/s, overhead."""
+    args, rep = ctx.args, ctx.rep
+    fig = engine_figures(run.pair, run.prompts, args.gamma, args.max_new_tokens, (path,), args.repeats)
+    run.figs[path] = fig
+    k = 0 if path == "eager" else 1
+    for label, ms in zip(("target 1", f"target {args.gamma + 1}", "draft 1"), fig.costs[path]):
+        run.costs.setdefault(label, [float("nan")] * 2)[k] = ms
+    ctx.pace.tau = max(1.0, args.max_new_tokens / max(1.0, sum(fig.stats[path]["iterations"].values()) /
+                                                      len(run.prompts) / args.repeats))
+    rep.write(f"Engines, {path} ({len(run.prompts)} prompts x {args.max_new_tokens} new tokens, γ = {args.gamma}, "
+              f"greedy, {args.repeats} repeat(s); vanilla's acceptance rate {fig.acceptance:.3f}, per-token α "
+              f"{fig.alpha:.3f}); per-call medians: target 1 token {fig.costs[path][0]:.2f} ms, {args.gamma + 1} "
+              f"tokens {fig.costs[path][1]:.2f} ms, draft 1 token {fig.costs[path][2]:.2f} ms:")
+    rep.table(["engine", "tokens/s", "overhead", "vs transformers"],
+              [[k_, f"{fig.tps[k_]:.1f}", f"{fig.overhead[k_]:.1%}", f"{fig.tps[k_] / fig.tps['transformers']:.3f}"]
+               for k_ in fig.overhead] + [["transformers assisted", f"{fig.tps['transformers']:.1f}", "-", "1.000"]])
+    rep.table(["path", "vanilla / ar measured", "Leviathan textbook", "predicted (its iterations at these costs)"],
+              [[p, f"{m:.3f}", f"{e:.3f}", "-" if q is None else f"{q:.3f}"] for p, (m, e, q) in fig.speedups().items()])
+    rep.write("Token ids identical to transformers' for every engine and prompt." if not fig.mismatches else
+              f"**Token ids differ from transformers' in {len(fig.mismatches)} generations:** " +
+              "; ".join(fig.mismatches))
+    rep.record(pair=run.name, what="engines", path=path, tps=fig.tps, overhead=fig.overhead,
+               acceptance=fig.acceptance, alpha=fig.alpha, speedups=fig.speedups(), mismatches=fig.mismatches)
+    plot_pair(ctx, run)
+
+
+def sec_costs(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
+    """The cost profile at each batch size on `path` (compiled: B = 1), into profile.json as each entry ends."""
+    args = ctx.args
+    sizes = args.batch_sizes if path == "eager" else [1]
+    for b in sizes:
+        ctx.budget.check()
+        entry = prof.measure_entry(run.pair, run.name, run.prompts[0], path, b, args.profile_steps)
+        ctx.entries.append(entry)
+        ctx.write_profile()
+        if b == 1 and path == "eager":
+            for n, s in entry["target_tree_s"].items():
+                run.costs.setdefault(f"target tree {n}", [float("nan")] * 2)[0] = 1e3 * s
+    rows = [[e["batch_size"], *(f"{1e3 * e['target_chain_s'][str(w)]:.2f}" if str(w) in e["target_chain_s"] else "-"
+                                for w in (1, 2, 4, 8, 16, 32, 64)), f"{1e3 * e['draft_token_s']:.2f}"]
+            for e in ctx.entries if e["pair"] == run.name and e["path"] == path]
+    ctx.rep.write(f"Cost profile, {path} (median ms of {args.profile_steps} forwards after a cached prompt of "
+                  f"{len(run.prompts[0])} tokens; every width in profile.json):")
+    ctx.rep.table(["B", *(f"target {w} tok/row" for w in (1, 2, 4, 8, 16, 32, 64)), "draft 1"], rows)
+    trees = next((e["target_tree_s"] for e in ctx.entries if e["pair"] == run.name and e["target_tree_s"]), {})
+    if trees and path == "eager":
+        ctx.rep.write("Trees at B = 1 (root + n nodes, tree attention): " +
+                      ", ".join(f"{n} nodes {1e3 * s:.2f} ms" for n, s in trees.items()))
+    ctx.rep.record(pair=run.name, what="profile", path=path, entries=len(rows))
+    plot_pair(ctx, run)
+
+
+def sec_compiled(ctx: Ctx, run: PairRun) -> None:
+    """The compiled path: engines against transformers, then the B = 1 profile."""
+    sec_engines(ctx, run, "compiled")
+    sec_costs(ctx, run, "compiled")
+
+
+def sec_batch(ctx: Ctx, run: PairRun, methods: tuple[str, ...] = ("vanilla",), sizes: list[int] | None = None
+              ) -> None:
+    """ar and `methods` at each batch size (or `sizes`): tokens/s and speedup over ar."""
+    args = ctx.args
+    rows = batch_figures(run.pair, run.prompts, sizes or args.batch_sizes, methods, args.gamma, args.max_new_tokens,
+                         ctx.budget)
+    run.rows += rows
+    ctx.rep.write(f"{'Batch sizes' if sizes is None else 'Tree methods'} (eager, {args.max_new_tokens} new tokens, "
+                  "greedy; tokens/s of one batch):")
+    ctx.rep.table(["B", "method", "tokens/s", "speedup vs ar", "acceptance"],
+                  [[r["B"], r["method"], f"{r['tokens_per_s']:.1f}", f"{r['speedup_vs_ar']:.3f}",
+                    "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"] for r in rows])
+    ctx.rep.record(pair=run.name, what="batch" if sizes is None else "trees", rows=rows)
+    plot_pair(ctx, run)
+
+
+def sec_trees(ctx: Ctx, run: PairRun) -> None:
+    """The tree methods at B = 1 against ar."""
+    sec_batch(ctx, run, TREE_METHODS, [1])
+
+
+def plot_pair(ctx: Ctx, run: PairRun) -> None:
+    """(Re)draw the pair's two PNGs from what is measured so far."""
+    plot(ctx.rep.out, run.name, run.rows, run.costs)
+
+
+SECTION_RUN: dict[str, Callable[[Ctx, PairRun], None]] = {
+    "build": sec_build, "engines": sec_engines, "costs": sec_costs, "compiled": sec_compiled, "batch": sec_batch,
+    "trees": sec_trees}

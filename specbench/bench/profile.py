@@ -1,0 +1,100 @@
+"""Measuring hardware cost profiles (their format: specbench.decoding.profiles): what one pair's calls cost on one
+machine, so a run measured elsewhere can be projected onto it (`python -m specbench.report DIR --profile PROFILE`).
+
+Every cost is the median wall seconds of `steps` forwards after a cached prompt (rolled back after each); the first
+two forwards of each are warm-up (a compiled width's graph is built there).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+import torch
+from transformers import PreTrainedModel
+
+from specbench.common.files import write_json_atomic
+from specbench.decoding.compiled import WIDTHS, StaticState
+from specbench.decoding.profiles import FORMAT, Entry
+from specbench.decoding.state import ModelState, sync
+from specbench.models.pairs import Pair
+
+CHAIN_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)  # tokens per row of the verify forwards
+TREE_NODES = (16, 32, 64)
+BATCH_SIZES = (1, 4, 16, 64)
+SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "vocab_size")
+
+
+def shapes(model: PreTrainedModel) -> dict[str, object]:
+    """The shape keys of a model's (text) config: what decides its call costs at one dtype."""
+    cfg = model.config.get_text_config()
+    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or 'cpu (N threads)'."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).name
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def forward_seconds(model: PreTrainedModel, prompt: list[int], width: int, rows: int = 1, compile: bool = False,
+                    steps: int = 15) -> float:
+    """Median seconds of one forward of `width` new tokens in each of `rows` rows on top of a cached prompt
+    (rolled back each time), on the eager state or the compiled one (static cache, one row, the padded width)."""
+    buf = torch.tensor([prompt + [65] * width] * rows, dtype=torch.long, device=model.device)  # [B, P + width]
+    state = StaticState(model, 1, len(prompt) + width + 1, "bench") if compile else ModelState(model, rows)
+    state.forward(buf, len(prompt), 1)
+    times = []
+    for _ in range(steps + 2):  # the first two: warm-up (a compiled width's graph is built here)
+        t0 = state.seconds
+        state.forward(buf, len(prompt) + width, 1)
+        sync(model.device)
+        state.settle()
+        times.append(state.seconds - t0)
+        state.crop(len(prompt))
+    return statistics.median(times[2:])
+
+
+def tree_seconds(model: PreTrainedModel, prompt: list[int], nodes: int, steps: int = 15) -> float:
+    """Median seconds of one tree-attention forward of the root's token and `nodes` nodes (node j's parent
+    (j - 1) // 2: a complete binary tree) after a cached prompt; each forward's nodes are dropped again."""
+    from specbench.decoding.tree_state import feed_tree, keep_path
+
+    buf = torch.tensor([prompt + [65]], dtype=torch.long, device=model.device)
+    state = ModelState(model)
+    state.forward(buf, len(prompt) - 1, 1)  # the prompt but its last token cached: each forward feeds it and the tree
+    parents = [(j - 1) // 2 if j else -1 for j in range(nodes)]
+    times = []
+    for _ in range(steps + 2):
+        t0 = state.seconds
+        feed_tree(state, buf, len(prompt), [65] * nodes, parents, [], True)
+        times.append(state.seconds - t0)
+        keep_path(state, len(prompt) - 1, [])
+    return statistics.median(times[2:])
+
+
+def chain_widths(path: str, widest: int = max(CHAIN_WIDTHS)) -> list[int]:
+    """The widths an entry measures: CHAIN_WIDTHS eagerly, the compiled graphs' widths compiled."""
+    return [w for w in (CHAIN_WIDTHS if path == "eager" else WIDTHS) if w <= widest]
+
+
+def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int, steps: int,
+                  trees: tuple[int, ...] = TREE_NODES) -> Entry:
+    """One profile entry of `pair` (named `name`) on its device: chains at each width, trees (eager, B = 1) and
+    the draft's one-token forward."""
+    compile = path == "compiled"
+    t, d = pair.target, pair.draft
+    chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
+    tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
+    return Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)}, dtype=str(t.dtype).removeprefix("torch."),
+                 device=device_name(t.device), path=path, batch_size=rows, prompt_tokens=len(prompt),
+                 target_chain_s=chains, target_tree_s=tree, draft_token_s=forward_seconds(d, prompt, 1, rows, compile,
+                                                                                         steps))
+
+
+def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:
+    """profile.json (atomically: a reader never sees half of it)."""
+    write_json_atomic(path, {"format": FORMAT, "name": name, **header, "entries": entries})
+
+
