@@ -195,16 +195,17 @@ def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
                          f"(default {DEFAULT_BUDGET:g}: one 10-minute command on a lent GPU; quick: none; 0: none)")
     ap.add_argument("--append", action="store_true",
                     help="add to the report in --out instead of starting it anew")
-    ap.add_argument("--prompts", type=positive, default=None, help="prompts per pair (default 4; quick 2)")
+    ap.add_argument("--prompts", type=positive, default=None, help="prompts per pair (default 3; quick 2)")
     ap.add_argument("--prompt-tokens", type=positive, default=None, help="tokens per prompt (default 128; quick 16)")
-    ap.add_argument("--max-new-tokens", type=positive, default=None, help="default 256; quick 16")
+    ap.add_argument("--max-new-tokens", type=positive, default=None, help="default 128; quick 16")
     ap.add_argument("--gamma", type=positive, default=5)
     ap.add_argument("--repeats", type=positive, default=1)
     ap.add_argument("--batch-sizes", type=sizes_type, default=None, help="default 1,4,16,64; quick 1,4")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                     help="the compiled path beside the eager one (default: on, off with --quick)")
     ap.add_argument("--lane", action=argparse.BooleanOptionalAction, default=True, help="run the test lane")
-    ap.add_argument("--lane-timeout", type=positive, default=300, help="seconds the lane may take at most")
+    ap.add_argument("--lane-timeout", type=positive, default=150,
+                    help="seconds the lane may take at most (default 150; cut short, it reports what ran)")
     ap.add_argument("--profile-steps", type=positive, default=None,
                     help="forwards per cost-profile figure (median; default 10, quick 3)")
     ap.add_argument("--threads", type=positive, default=1, help="torch CPU threads")
@@ -212,7 +213,7 @@ def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
 
 def fill_defaults(args: argparse.Namespace) -> None:
     """The size options' defaults, full or --quick (compile: on unless --quick)."""
-    full = {"prompts": 4, "prompt_tokens": 128, "max_new_tokens": 256, "batch_sizes": [1, 4, 16, 64],
+    full = {"prompts": 3, "prompt_tokens": 128, "max_new_tokens": 128, "batch_sizes": [1, 4, 16, 64],
             "profile_steps": 10, "budget": DEFAULT_BUDGET}
     quick = {"prompts": 2, "prompt_tokens": 16, "max_new_tokens": 16, "batch_sizes": [1, 4], "profile_steps": 3,
              "budget": 0.0}
