@@ -33,7 +33,8 @@ def test_the_quick_run_writes_every_section(quick):
         assert f"## {pair}" in report
         for png in (f"{pair}_throughput.png", f"{pair}_calls.png"):
             assert (out / png).stat().st_size > 1000 and f"![{png}]({png})" in report
-    assert report.count("Token ids identical to transformers' for every engine and prompt.") == len(gpu.PAIRS)
+    assert report.count("Token ids identical to transformers' for every engine and prompt (vanilla against assisted "
+                        "generation, ar against greedy generation).") == len(gpu.PAIRS)
     for heading in ("- machine: CPU", "- torch ", "## Test lane", "## Goals", "## Schedule", "Trees at B = 1",
                     "| B | target 1 tok/row |"):
         assert heading in report, heading
@@ -62,9 +63,9 @@ def test_the_quick_run_writes_every_section(quick):
         assert set(entries) == {1, 4}
         for b, e in entries.items():
             assert e["path"] == "eager" and e["dtype"] == "float32" and e["device"].startswith("cpu")
-            assert list(e["target_chain_s"]) == [str(w) for w in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)]
+            assert sorted(map(int, e["target_chain_s"])) == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64]
             assert all(v > 0 for v in e["target_chain_s"].values()) and e["draft_token_s"] > 0
-            assert list(e["target_tree_s"]) == (["16", "32", "64"] if b == 1 else [])
+            assert sorted(map(int, e["target_tree_s"])) == ([16, 32, 64] if b == 1 else [])
             assert e["shapes"]["target"]["hidden_size"] == 64 and e["shapes"]["target"]["model_type"]
 
 

@@ -42,7 +42,7 @@ def test_ar_generates_what_the_target_argmax_gives(tiny_pair, ar_rows):
 
     ex = Smoke().examples()[0]
     ids = encode(tiny_pair.tokenizer, ex)
-    seq = torch.tensor([ids])
+    seq = torch.tensor([ids], device=tiny_pair.target.device)
     with torch.no_grad():
         for _ in range(48):
             logits = tiny_pair.target(seq).logits[0, -1, : tiny_pair.vocab_size]
@@ -53,14 +53,14 @@ def test_ar_generates_what_the_target_argmax_gives(tiny_pair, ar_rows):
 def test_cache_crop_semantics(tiny_pair):
     """transformers' Cache.crop(-k) drops the last k tokens: logits after cropping match a fresh forward."""
     model = tiny_pair.target
-    ids = torch.arange(3, 23).view(1, -1)
+    ids = torch.arange(3, 23, device=model.device).view(1, -1)
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids, cache=cache, use_cache=True)
         assert cache.get_seq_length() == 20
         cache.crop(-8)
         assert cache.get_seq_length() == 12
-        nxt = torch.tensor([[99]])
+        nxt = torch.tensor([[99]], device=model.device)
         a = model(input_ids=nxt, cache=cache, use_cache=True).logits[0, -1]
         b = model(input_ids=torch.cat([ids[:, :12], nxt], 1)).logits[0, -1]
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
@@ -113,7 +113,7 @@ def test_draft_only_uses_the_draft_model(tiny_pair):
     gen = pair_engine(tiny_pair, {"name": "draft_only"}).generate(ids, 12)
     out = gen.token_ids
     assert (gen.target_calls, gen.draft_calls) == (0, len(gen.records)) == (0, 12)  # counted by the role called
-    seq = torch.tensor([ids])
+    seq = torch.tensor([ids], device=tiny_pair.draft.device)
     with torch.no_grad():
         for _ in range(12):
             nxt = tiny_pair.draft(seq).logits[0, -1, : tiny_pair.vocab_size].argmax().view(1, 1)

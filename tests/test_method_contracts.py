@@ -123,7 +123,7 @@ def argmax_decode(model: torch.nn.Module, prompt: list[int], max_new: int, eos: 
     ids = list(prompt)
     with torch.no_grad():
         while len(ids) - len(prompt) < max_new and (len(ids) == len(prompt) or ids[-1] not in eos):
-            ids.append(int(model(torch.tensor([ids])).logits[0, -1, :vocab].argmax()))
+            ids.append(int(model(torch.tensor([ids], device=model.device)).logits[0, -1, :vocab].argmax()))
     return ids[len(prompt):]
 
 

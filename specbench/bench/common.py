@@ -70,8 +70,9 @@ def run_ours(engine: Engine, ids: list[int], max_new: int) -> tuple[Generation, 
     return gen, time.perf_counter() - t0
 
 @torch.inference_mode()
-def run_theirs(pair: Pair, ids: list[int], max_new: int) -> tuple[list[int], float, list[int]]:
-    """transformers' greedy assisted generation: new token ids, wall seconds, [target, draft] forward calls."""
+def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) -> tuple[list[int], float, list[int]]:
+    """transformers' greedy assisted generation (or, not assisted, its plain greedy generation): new token ids, wall
+    seconds, [target, draft] forward calls."""
     device = pair.target.device
     x = torch.tensor([ids], dtype=torch.long, device=device)
     calls = [0, 0]
@@ -80,7 +81,8 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int) -> tuple[list[int], flo
     try:
         sync(device)
         t0 = time.perf_counter()
-        out = pair.target.generate(x, attention_mask=torch.ones_like(x), assistant_model=pair.draft, do_sample=False,
+        out = pair.target.generate(x, attention_mask=torch.ones_like(x), assistant_model=pair.draft if assisted else None,
+                                   do_sample=False,
                                    max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
         sync(device)
         seconds = time.perf_counter() - t0

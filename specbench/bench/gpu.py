@@ -87,10 +87,11 @@ def estimate(section: str, run: PairRun | None, ctx: Ctx) -> float | None:
 
 
 def engines_s(pace: Pace, args: argparse.Namespace, path: str) -> float:
-    """Seconds of engine_figures on one path: a warm-up and `repeats` passes over the prompts of ar, vanilla and
-    transformers (about 1.5 vanilla's), 17 timed forwards of each of three calls, and compiling (compiled)."""
+    """Seconds of engine_figures on one path: a warm-up and `repeats` passes over the prompts of ar, vanilla,
+    transformers' greedy (an ar) and assisted generation (about 1.5 vanilla's), 17 timed forwards of each of three
+    calls, and compiling (compiled)."""
     n, g = args.max_new_tokens, args.gamma
-    per_prompt = pace.ar(1, n) + 2.5 * pace.vanilla(1, g, n)
+    per_prompt = 2 * pace.ar(1, n) + 2.5 * pace.vanilla(1, g, n)
     calls = 17 * (pace.target(1) + pace.target(g + 1) + pace.draft(1))
     compile_s = pace.compile_s(6) if path == "compiled" else 0.0  # target widths 1, 2, 4, 8; draft 1, 2
     return OVERHEAD * (1 + args.repeats) * args.prompts * per_prompt + calls + compile_s
