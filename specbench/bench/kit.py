@@ -2,7 +2,7 @@
 CUDA test lane, fetched on a connected machine, and the one line that installs them there with no network.
 
 A node's site-installed stack (its torch, an older transformers, no Hydra) is described by `--node FILE` (its
-`pip list --format=freeze`) or, by default, NODE: the lent GPU machines' image (docs/results.md, 'GPU figures').
+`pip list --format=freeze`) or, by default, NODE: that list as read on the lent GPU machines (lent_node.txt).
 Starting from GPU_PATH, the requirements the GPU path and the lane import (their version ranges read from
 specbench's own metadata, pyproject.toml's), each requirement the node does not satisfy is downloaded as a wheel
 for the node's Python and platform (the version constraints.txt pins where it pins one), then the requirements of
@@ -32,17 +32,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from specbench.common.files import ROOT
+from specbench.common.versions import SUPPORTED
 
-# the lent GPU machines' image ('cuda'): versions where they were read there, "" where only the name was listed
-# (a package present at an unknown version is taken to satisfy any requirement)
-NODE = {"torch": "2.11.0", "transformers": "5.17.0", "accelerate": "1.15.0", "huggingface-hub": "1.33.0",
-        "safetensors": "0.8.0", "tokenizers": "0.23.2", "numpy": "2.5.2", **dict.fromkeys((
-            "pandas", "scipy", "pyarrow", "matplotlib", "psutil", "tqdm", "pyyaml", "packaging", "regex", "filelock",
-            "fsspec", "jinja2", "pytest", "requests", "typing-extensions", "sympy", "networkx", "setuptools", "wheel",
-            "scikit-learn", "hf-xet", "httpx", "typer", "click", "rich", "shellingham", "anyio", "certifi", "idna",
-            "h11", "httpcore", "python-dateutil", "six", "pluggy", "iniconfig", "pygments", "markupsafe", "urllib3",
-            "charset-normalizer", "joblib", "threadpoolctl", "pillow", "contourpy", "cycler", "fonttools",
-            "kiwisolver", "pyparsing", "mpmath", "markdown-it-py", "mdurl"), "")}
+NODE = Path(__file__).with_name("lent_node.txt")  # the lent GPU machines' image, as read there
 # what `bench gpu` and the CUDA lane import (tests/conftest.py CUDA_LANE), by specbench's requirement names
 GPU_PATH = ("torch", "transformers", "accelerate", "hydra-core", "omegaconf", "pandas", "matplotlib", "scipy",
             "tqdm", "psutil", "pyarrow", "tokenizers", "safetensors", "scikit-learn")
@@ -58,9 +50,17 @@ def never(name: str) -> bool:
 
 
 def specbench_requirements() -> dict[str, Requirement]:
-    """specbench's own requirements (pyproject.toml, as installed), by canonical name."""
+    """specbench's own requirements (pyproject.toml, as installed), by canonical name; their upper bounds (the newest
+    releases the suite passed with) are kept for torch and transformers only (specbench.common.versions.SUPPORTED,
+    checked again at import): a node's newer scipy or pandas is used as it is, and recorded in every run."""
     reqs = [Requirement(r) for r in md.requires("specbench") or [] if "extra ==" not in r]
-    return {canonicalize_name(r.name): r for r in reqs}
+    out = {canonicalize_name(r.name): floor_only(r) for r in reqs}
+    return {**out, **{name: Requirement(f"{name}{spec}") for name, spec in SUPPORTED.items()}}
+
+
+def floor_only(req: Requirement) -> Requirement:
+    """req without its upper bounds (<, <=)."""
+    return Requirement(req.name + ",".join(str(s) for s in req.specifier if not s.operator.startswith("<")))
 
 
 def pins(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
@@ -74,10 +74,8 @@ def pins(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
     return out
 
 
-def read_node(path: Path | None) -> dict[str, str]:
-    """The node's packages {canonical name: version}: `pip list --format=freeze` lines, or NODE."""
-    if path is None:
-        return {canonicalize_name(k): v for k, v in NODE.items()}
+def read_node(path: Path = NODE) -> dict[str, str]:
+    """The node's packages {canonical name: version} from `pip list --format=freeze` lines (# comments skipped)."""
     out = {}
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         line = line.strip()
@@ -102,7 +100,7 @@ def node_environment(python: str) -> dict[str, str]:
 def satisfied(req: Requirement, node: dict[str, str]) -> bool:
     """Does the node's version of req's package satisfy it?"""
     have = node.get(canonicalize_name(req.name))
-    return have == "" or have is not None and req.specifier.contains(Version(have).public, prereleases=True)
+    return have is not None and req.specifier.contains(Version(have).public, prereleases=True)
 
 
 def wheel_requirements(wheel: Path, env: dict[str, str]) -> list[Requirement]:
@@ -176,7 +174,7 @@ def cmd_kit(args: argparse.Namespace) -> int:
     """Build the kit into args.out, check its size, print the install line."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    node = read_node(Path(args.node) if args.node else None)
+    node = read_node(Path(args.node) if args.node else NODE)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:  # a kit appears whole or not at all
         wheels = build_kit(Path(tmp), args.python, args.platform or PLATFORMS, node)
         size = sum(w.stat().st_size for w in wheels)
@@ -204,7 +202,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--platform", action="append", default=None,
                     help="pip platform tags of the node, repeatable (default manylinux_2_28 .. manylinux1 x86_64)")
     ap.add_argument("--node", default=None,
-                    help="the node's `pip list --format=freeze` (default: the lent GPU machines' image, kit.NODE)")
+                    help="the node's `pip list --format=freeze` (default: the lent GPU machines', specbench/bench/lent_node.txt)")
     ap.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help=f"most MiB of wheels (default {LIMIT_MIB})")
 
 
