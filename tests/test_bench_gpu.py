@@ -186,3 +186,13 @@ def test_default_budget_fits_one_command():
     assert quick.budget == 0.0
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["gpu", "--out", "x", "--budget", "-1"])
+
+
+def test_estimates_learn_the_runs_own_ratio():
+    """After sections that took 2x, 4x and 3x their model's estimates, later ones are estimated at 3x (the median);
+    the build and the lane (priors) are never corrected."""
+    ctx = gpu_sections.Ctx(None, None, torch.device("cpu"), Budget(None), {})
+    assert gpu.corrected(10.0, "batch", ctx) == 10.0 and gpu.corrected(None, "batch", ctx) is None
+    ctx.ratios += [2.0, 4.0, 3.0]
+    assert gpu.corrected(10.0, "batch", ctx) == pytest.approx(30.0)
+    assert gpu.corrected(10.0, "build", ctx) == gpu.corrected(10.0, "lane", ctx) == 10.0

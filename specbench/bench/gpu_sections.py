@@ -7,6 +7,7 @@ import argparse
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -190,6 +191,11 @@ class Ctx:
     entries: list[dict] = field(default_factory=list)
     pace: Pace | None = None
     build_s_per_b: float | None = None
+    ratios: list[float] = field(default_factory=list)  # taken / estimated seconds of the sections done
+
+    def correction(self) -> float:
+        """The median of `ratios` (1 before any section is done)."""
+        return statistics.median(self.ratios) if self.ratios else 1.0
 
     def write_profile(self) -> None:
         """DIR/profile.json with every entry measured so far."""

@@ -10,7 +10,9 @@ cached prompt costs
 which is flat where a forward is bound by reading the weights (a GPU at small n) and linear where it is bound by
 arithmetic. A section's estimate is the sum of T over the forwards it plans (its own loops' counts), times
 OVERHEAD for the engine's and Python's share, plus COMPILE_S per compiled graph it builds; a pair not built yet
-is estimated from the last pair's pace scaled by parameter counts. The schedule table of the report lists every
+is estimated from the last pair's pace scaled by parameter counts. Each estimate is then multiplied by the median
+ratio taken / estimated of the sections already done in the run (specbench.bench.gpu.corrected), which learns what
+the model does not count (the launches of a host-bound framework, a loaded CPU). The schedule table of the report lists every
 section with its estimate and what it took (or why it was skipped), so the priors can be checked on each visit.
 """
 
