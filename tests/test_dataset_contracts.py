@@ -1,16 +1,17 @@
 """What every registered dataset keeps, checked for each one so a new dataset is tested without writing a test.
 
 Each evaluator in DATASETS has a conf/dataset YAML; each YAML has the runner's keys from
-conf/dataset_base; its examples load through the composed config from the local copy under the test data
-folder (DATA, tests/helpers.py) when the set has one; and wherever an example is scored, the evaluator's
-reference answer for it scores full marks and the scored row keeps `reference` and `extracted`.
+conf/dataset_base; its examples load through the composed config from the local copy when the set has one (a
+config with a data_dir: from the synthetic fixtures SYNTHETIC, and from the real copies DATA, tests/helpers.py);
+and wherever an example is scored, the evaluator's reference answer for it scores full marks and the scored row
+keeps `reference` and `extracted`.
 """
 
 import pytest
 from omegaconf import OmegaConf
 
 import helpers
-from helpers import CONF, ROOT, compose_cfg, require_data
+from helpers import CONF, ROOT, SOURCES, compose_cfg, data_folder, require_data
 from specbench.data.dataset import DATASETS, PROMPT_KEYS, SELECTION_KEYS, NoLocalCopyError, build_dataset, select
 
 LIMIT = 3
@@ -28,6 +29,9 @@ def dataset_files() -> dict[str, list[str]]:
 
 FILES = dataset_files()
 CASES = [(evaluator, file) for evaluator, files in FILES.items() for file in files]
+# each config reading a data folder (its data_dir key) once per source (SOURCES), the others once
+LOADS = [(evaluator, file, source) for evaluator, file in CASES
+         for source in (SOURCES if "data_dir" in compose_cfg(f"dataset={file}").dataset else [None])]
 
 
 @pytest.mark.parametrize("evaluator", DATASETS.names())
@@ -42,13 +46,14 @@ def test_every_dataset_config_has_the_prompt_keys_and_no_selection_keys(evaluato
     assert (cfg.limit, cfg.shard, cfg.dataset.system_prompt) == (2, "1/2", "Be brief.")
 
 
-@pytest.mark.parametrize("evaluator,file", CASES, ids=[file for _, file in CASES])
-def test_examples_load_and_reference_answers_score_full_marks(monkeypatch, evaluator, file):
+@pytest.mark.parametrize("evaluator,file,source", LOADS, ids=[f"{f}-{s}" if s else f for _, f, s in LOADS])
+def test_examples_load_and_reference_answers_score_full_marks(monkeypatch, evaluator, file, source):
     monkeypatch.chdir(ROOT)  # a dataset file named by a relative path
     cfg = compose_cfg(f"dataset={file}", f"limit={LIMIT}", *LOCAL_SPLITS.get(evaluator, []))
     node = OmegaConf.to_container(cfg.dataset, resolve=True)
-    if "data_dir" in node:
-        node["data_dir"] = str(require_data())
+    assert ("data_dir" in node) == (source is not None)
+    if source is not None:
+        node["data_dir"] = str(data_folder(source))
     ev = build_dataset(node)
     try:
         examples = select(ev.examples(), cfg.limit, cfg.shard)

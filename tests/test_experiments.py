@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DATA, ROOT, TINY, compose_cfg, require_data
+from helpers import ROOT, SYNTHETIC, TINY, compose_cfg
 from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import sweep_jobs
@@ -107,12 +107,11 @@ def toy_overrides(tmp: Path) -> list[str]:
 
 def test_gammatune_experiment_from_the_command_line_on_the_toy_pair(tmp_path):
     """CI's reduced case: `python run.py -m experiment=gammatune_table2` on the shrunk toy pair, γ in {1, 24}."""
-    require_data("spec_bench")
     sweep = tmp_path / "sweep"
     toy = toy_overrides(tmp_path)
     p = subprocess.run([sys.executable, "run.py", "-m", "experiment=gammatune_table2", *toy,
                         "method.gamma=1,24", f"paths.results={sweep}"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600, env={**os.environ, "SPECBENCH_DATA_DIR": str(DATA)})
+                       timeout=600, env={**os.environ, "SPECBENCH_DATA_DIR": str(SYNTHETIC)})
     assert p.returncode == 0, p.stderr[-3000:]
     seen = set()
     for f in sweep.rglob("summary.json"):
@@ -187,8 +186,7 @@ def test_every_job_of_every_experiment_composes():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["adasd", "gammatune_table2"])
 def test_experiment_runs_end_to_end_on_the_toy_pair(tmp_path, monkeypatch, name):
-    require_data()
-    monkeypatch.setenv("SPECBENCH_DATA_DIR", str(DATA))
+    monkeypatch.setenv("SPECBENCH_DATA_DIR", str(SYNTHETIC))  # one example of each set: the synthetic fixtures
     sweep = tmp_path / "sweep"
     if name == "adasd":  # Tables 3-5 reuse Table 1's runs: only the variants' runs are new
         first = run_experiment("adasd_table1", tmp_path, sweep)
@@ -218,8 +216,7 @@ def test_experiment_runs_end_to_end_on_the_toy_pair(tmp_path, monkeypatch, name)
 @pytest.mark.slow
 def test_sd2_experiments_run_end_to_end_on_the_toy_pair(tmp_path, monkeypatch):
     """Train both drafters on the shrunk toy pair (task=synth, task=distill), then Tables 1 and 5 without UltraChat."""
-    require_data()
-    monkeypatch.setenv("SPECBENCH_DATA_DIR", str(DATA))
+    monkeypatch.setenv("SPECBENCH_DATA_DIR", str(SYNTHETIC))  # one example of each set: the synthetic fixtures
     toy = [x for x in toy_overrides(tmp_path) if not x.startswith(("dataset.", "decode.", "on_long"))]
     run(compose_cfg(*toy, "task=synth", "task.n=24", "task.max_new_tokens=16", "task.batch_size=8"), tmp_path / "synth")
     for kind in ("distilled", "sd2"):

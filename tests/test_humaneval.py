@@ -1,4 +1,7 @@
-"""HumanEval rows: a row without a needed key fails when examples are loaded, naming the file, the line and the key."""
+"""HumanEval rows: a row without a needed key fails when examples are loaded, naming the file, the line and the key.
+
+The rows are the synthetic fixtures' (tests/data/synthetic/humaneval: made-up problems in HumanEval's format).
+"""
 
 import gzip
 import json
@@ -6,11 +9,11 @@ import re
 
 import pytest
 
-from helpers import DATA, small
+from helpers import SYNTHETIC, small
 from specbench.data.dataset import DataSourceError, Example, build_dataset, read_local
 from specbench.runs.runner import run
 
-pytestmark = pytest.mark.usefixtures("local_data")
+FIXTURES = SYNTHETIC / "humaneval" / "HumanEval.jsonl.gz"
 
 
 def write_rows(folder, rows) -> str:
@@ -33,7 +36,7 @@ MISSING = object()
     ("entry_point", "separate paren groups", "field 'entry_point' must be a Python identifier"),
 ], ids=["no test", "no entry_point", "no task_id", "null test", "int prompt", "not an identifier"])
 def test_a_bad_row_names_the_file_the_line_and_the_key(tmp_path, key, value, words):
-    rows = [dict(r) for r in read_local(DATA / "humaneval" / "HumanEval.jsonl.gz")[:3]]
+    rows = [dict(r) for r in read_local(FIXTURES)[:3]]
     if value is MISSING:
         del rows[1][key]
     else:
@@ -45,7 +48,7 @@ def test_a_bad_row_names_the_file_the_line_and_the_key(tmp_path, key, value, wor
 
 
 def test_a_bad_row_stops_the_run_before_anything_is_decoded_or_written(tmp_path):
-    rows = read_local(DATA / "humaneval" / "HumanEval.jsonl.gz")[:2]
+    rows = read_local(FIXTURES)[:2]
     del rows[0]["test"]
     write_rows(tmp_path / "data", rows)
     out = tmp_path / "out"
@@ -55,7 +58,7 @@ def test_a_bad_row_stops_the_run_before_anything_is_decoded_or_written(tmp_path)
 
 
 def test_canonical_solution_is_optional(tmp_path):
-    rows = read_local(DATA / "humaneval" / "HumanEval.jsonl.gz")[:2]
+    rows = read_local(FIXTURES)[:2]
     del rows[1]["canonical_solution"]
     write_rows(tmp_path, rows)
     examples = build_dataset({"name": "humaneval", "data_dir": str(tmp_path)}).examples()
@@ -65,7 +68,7 @@ def test_canonical_solution_is_optional(tmp_path):
 def test_rows_keep_the_completion_that_ran():
     """prompt + `completion` is the code the sandbox ran: the canonical solution passes as itself; a fenced
     answer runs as its block."""
-    ev = build_dataset({"name": "humaneval", "data_dir": str(DATA)})
+    ev = build_dataset({"name": "humaneval", "data_dir": str(SYNTHETIC)})
     ex = ev.examples()[0]
     got = ev.score(ex, ex.meta["canonical_solution"])
     assert got["passed"] and got["completion"] == ex.meta["canonical_solution"]
@@ -86,6 +89,6 @@ def test_rows_keep_the_completion_that_ran():
 ])
 def test_the_answer_is_complete_when_its_code_ended(output, complete):
     ex = Example(id="HumanEval/0", prompt="p", reference={"entry_point": "f"})
-    ev = build_dataset({"name": "humaneval", "data_dir": str(DATA)})
+    ev = build_dataset({"name": "humaneval", "data_dir": str(SYNTHETIC)})
     assert ev.answer_complete(ex, output) is complete
     assert ev.truncated(ex, output, ["length"]) is not complete

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from helpers import DATA, ROOT, require_data
+from helpers import ROOT, SYNTHETIC
 from specbench.data.dataset import read_local
 from specbench.common.options import OptionError
 from specbench.lm_eval import SpecbenchLM, task_sampling, to_override
@@ -20,12 +20,13 @@ LIMIT, MAX_NEW = 3, 16
 
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
-    """`python -m specbench.lm_eval ... --tasks gsm8k_local` once, offline, on tiny_random with vanilla."""
-    require_data("gsm8k", "test.jsonl")
+    """`python -m specbench.lm_eval ... --tasks gsm8k_local` once, offline, on tiny_random with vanilla, on the
+    synthetic GSM8K fixtures (the task's file names ../shared/data, the default: here it reads SYNTHETIC)."""
     out = tmp_path_factory.mktemp("lm_eval")
-    tasks = out / "tasks"  # the task reading the test data folder (its file names ../shared/data, the default)
+    tasks = out / "tasks"
     tasks.mkdir()
-    (tasks / "gsm8k_local.yaml").write_text((TASKS / "gsm8k_local.yaml").read_text().replace("../shared/data", str(DATA)))
+    (tasks / "gsm8k_local.yaml").write_text((TASKS / "gsm8k_local.yaml").read_text().replace("../shared/data",
+                                                                                              str(SYNTHETIC)))
     rows = out / "rows.jsonl"
     cmd = [sys.executable, "-m", "specbench.lm_eval", "--model", "specbench",
            "--model_args", f"pair=tiny_random,method=vanilla,method.gamma=3,max_gen_toks={MAX_NEW},threads=1,"
@@ -47,7 +48,7 @@ def test_cli_scores_the_task_with_lm_evals_metrics(cli_run):
     assert {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(r)
     assert results["config"]["model"] == "specbench" and results["n-samples"]["gsm8k_local"]["effective"] == LIMIT
     assert len(samples) == LIMIT and all(isinstance(s["resps"][0][0], str) for s in samples)
-    test = read_local(DATA / "gsm8k" / "test.jsonl")
+    test = read_local(SYNTHETIC / "gsm8k" / "test.jsonl")
     assert [s["doc"]["question"] for s in samples] == [t["question"] for t in test[:LIMIT]]
 
 

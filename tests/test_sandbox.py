@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 import specbench.data.sandbox as sandbox
-from helpers import DATA
+from helpers import SYNTHETIC
 from specbench.data.sandbox import Check, Limits, decode_value, encode_value, namespaces_available, resolve_isolation, run_check
 
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
@@ -309,14 +309,13 @@ def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
     assert r.passed and r.isolation == "process"
 
 
-@pytest.mark.usefixtures("local_data")
 def test_humaneval_refuses_weak_isolation_unless_asked_and_records_it(monkeypatch):
     from specbench.data.dataset import build_dataset
 
     monkeypatch.setattr(sandbox, "namespace_problem", lambda: "no unshare")
     with pytest.raises(RuntimeError, match=r"dataset\.isolation=auto .*\(no unshare\)\. Valid values: auto, namespace, process"):
-        build_dataset({"name": "humaneval", "data_dir": str(DATA)})
-    ev = build_dataset({"name": "humaneval", "data_dir": str(DATA), "isolation": "process"})
+        build_dataset({"name": "humaneval", "data_dir": str(SYNTHETIC)})
+    ev = build_dataset({"name": "humaneval", "data_dir": str(SYNTHETIC), "isolation": "process"})
     ex = ev.examples()[2]
     s = ev.score(ex, ex.meta["canonical_solution"])
     assert s["passed"] and s["sandbox"] == "process"
