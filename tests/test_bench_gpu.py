@@ -69,19 +69,46 @@ def test_the_quick_run_writes_every_section(quick):
             assert e["shapes"]["target"]["hidden_size"] == 64 and e["shapes"]["target"]["model_type"]
 
 
-def test_a_run_cut_short_keeps_what_it_measured(tmp_path, monkeypatch):
+def test_a_section_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
+    """batch_figures raising (an out-of-memory, say): batch and trees fail with the error in the report, exit 1, and
+    everything measured before and after is kept."""
     def fail(*args, **kwargs):
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(gpu_sections, "batch_figures", fail)
-    with pytest.raises(RuntimeError, match="out of memory"):
-        cli.main(["gpu", "--quick", "--device", "cpu", "--no-lane", "--out", str(tmp_path), "--pairs",
-                  "llama31_8b_1b_shaped"])
+    assert cli.main(["gpu", "--quick", "--device", "cpu", "--no-lane", "--out", str(tmp_path), "--pairs",
+                     "llama31_8b_1b_shaped"]) == 1
     report = (tmp_path / "report.md").read_text()
     assert "| vanilla eager |" in report and "| B | target 1 tok/row |" in report  # measured before the failure
-    assert [json.loads(x)["what"] for x in (tmp_path / "figures.jsonl").read_text().splitlines()] == \
-        ["build", "engines", "profile"]
-    assert json.loads((tmp_path / "profile.json").read_text())["entries"]
+    assert "**llama31_8b_1b_shaped batch failed:** `RuntimeError: out of memory`" in report
+    figures = [json.loads(x) for x in (tmp_path / "figures.jsonl").read_text().splitlines()]
+    assert [f["what"] for f in figures] == ["build", "engines", "profile", "failure", "failure", "schedule"]
+    assert [(r[1], r[4]) for r in figures[-1]["rows"]][-2:] == [("batch", "failed: RuntimeError"),
+                                                                ("trees", "failed: RuntimeError")]
+    assert "## Goals" in report and json.loads((tmp_path / "profile.json").read_text())["entries"]
+
+
+def test_sections_choose_what_runs_per_pair(tmp_path):
+    """--sections PAIR:SECTION and SECTION: the first pair's compiled path alone, the second's engines and trees;
+    the lane follows the first engines planned."""
+    args = gpu.argparse.Namespace(pairs=["a", "b"], compile=True, lane=True,
+                                  sections=["a:compiled", "engines", "b:trees"])
+    assert gpu.plan(args) == [("a", "build"), ("a", "engines"), ("", "lane"), ("a", "compiled"), ("b", "build"),
+                              ("b", "engines"), ("b", "trees")]
+    args.sections = ["a:compiled"]
+    assert gpu.plan(args) == [("a", "build"), ("a", "compiled"), ("b", "build"), ("", "lane")]
+    args.sections = None
+    assert [s for p, s in gpu.plan(args) if p == "b"] == list(gpu.SECTIONS)
+
+
+@pytest.mark.parametrize("sections, says", [
+    ("trees,nope", "--sections: unknown section 'nope' in 'nope'; valid: engines, costs, compiled, batch, trees"),
+    ("build", "unknown section 'build'"),
+    ("other:trees", "'other:trees' names pair 'other', which is not in --pairs (llama31_8b_1b_shaped)")])
+def test_bad_sections_are_refused_before_anything_is_written(tmp_path, capsys, sections, says):
+    assert cli.main(["gpu", "--quick", "--device", "cpu", "--pairs", "llama31_8b_1b_shaped", "--sections", sections,
+                     "--out", str(tmp_path / "r")]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
 def test_append_adds_sections_to_the_report(tmp_path):

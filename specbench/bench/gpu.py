@@ -25,8 +25,10 @@ one test module, no compiled path unless --compile) in CI.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -42,16 +44,36 @@ from specbench.models.pairs import free_pairs
 from specbench.runs.provenance import git_info, package_versions
 
 SECTIONS = ("build", "engines", "costs", "compiled", "batch", "trees")  # per pair, in order of value
+log = logging.getLogger(__name__)
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(pair, section) in the order they run: every section of the first pair, the lane after its engines, then the
-    next pair's; ("", "lane") is the lane."""
-    out = [(name, s) for name in args.pairs for s in SECTIONS if s != "compiled" or args.compile]
+    """(pair, section) in the order they run: the chosen sections (--sections) of the first pair, the lane after the
+    first engines section planned (at the end if none is), then the next pair's; ("", "lane") is the lane."""
+    out = [(name, s) for name in args.pairs for s in SECTIONS
+           if (s != "compiled" or args.compile) and chosen(args.sections, name, s)]
     if args.lane:
-        first = next((i for i, (_, s) in enumerate(out) if s == "engines"), -1)
+        first = next((i for i, (_, s) in enumerate(out) if s == "engines"), len(out) - 1)
         out.insert(first + 1, ("", "lane"))
     return out
+
+
+def chosen(sections: list[str] | None, pair: str, section: str) -> bool:
+    """Whether --sections asks for `section` of `pair`: "build" always; every section without --sections; else
+    where SECTION or PAIR:SECTION is listed."""
+    return section == "build" or sections is None or section in sections or f"{pair}:{section}" in sections
+
+
+def check_sections(sections: list[str] | None, pairs: list[str]) -> str | None:
+    """Why --sections cannot run (an unknown section or a pair not in --pairs), or None."""
+    valid = [s for s in SECTIONS if s != "build"]
+    for item in sections or []:
+        pair, _, section = item.rpartition(":")
+        if section not in valid:
+            return f"--sections: unknown section {section!r} in {item!r}; valid: {', '.join(valid)} (or PAIR:SECTION)"
+        if pair and pair not in pairs:
+            return f"--sections: {item!r} names pair {pair!r}, which is not in --pairs ({', '.join(pairs) or 'none'})"
+    return None
 
 
 def estimate(section: str, run: PairRun | None, ctx: Ctx) -> float | None:
@@ -116,7 +138,7 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
         return 2
     torch.set_num_threads(args.threads)
     fill_defaults(args)
-    why = check_pairs(args.pairs, args.quick)
+    why = check_pairs(args.pairs, args.quick) or check_sections(args.sections, args.pairs)
     if why:
         print(why, file=sys.stderr)
         return 2
@@ -149,6 +171,14 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
         except OutOfTime as err:
             note = f"cut short: {err}"
             rep.write(f"{name} {section} cut short: {err}.")
+        except Exception as err:  # one section's failure must not lose the visit's other sections
+            note, failed = f"failed: {type(err).__name__}", True
+            log.exception("%s %s failed", name, section)
+            rep.write(f"**{name} {section} failed:** `{type(err).__name__}: {err}`",
+                      "```", traceback.format_exc(limit=-8).strip(), "```")
+            rep.record(pair=name, what="failure", section=section, error=f"{type(err).__name__}: {err}")
+            if section == "build":
+                run.pair = None
         took = time.monotonic() - t0
         schedule.append([name, section, "-" if est is None else f"{est:.0f}", f"{took:.0f}", note])
         if est and section not in UNCORRECTED and note == "done":
@@ -203,6 +233,9 @@ def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
     ap.add_argument("--quick", action="store_true", help="tiny sizes: the same code in under a minute on a CPU")
     ap.add_argument("--pairs", type=lambda s: [p for p in s.split(",") if p], default=list(PAIRS),
                     help="comma-separated pair configs ('' for none: the lane alone)")
+    ap.add_argument("--sections", type=lambda s: [p for p in s.split(",") if p], default=None,
+                    help="comma-separated sections to run, each SECTION (every pair's) or PAIR:SECTION, of "
+                         f"{', '.join(SECTIONS[1:])} (default: all; each chosen pair is built first)")
     ap.add_argument("--budget", type=budget_minutes, default=None,
                     help=f"minutes the run may take: sections whose estimate does not fit the time left are skipped "
                          f"(default {DEFAULT_BUDGET:g}: one 10-minute command on a lent GPU; quick: none; 0: none)")
