@@ -5,7 +5,7 @@ import json
 import pytest
 
 import specbench.runs.runner as runner
-from helpers import small
+from helpers import TEST_DEVICE, small
 from specbench.runs.results import ROWS, RowWriter, read_rows
 
 KEYS = ("id", "token_ids", "output", "new_tokens", "iterations", "drafted", "accepted", "stop_reason")
@@ -81,7 +81,7 @@ def test_summary_records_provenance(tmp_path):
     assert saved["versions"]["torch"] and saved["versions"]["transformers"]
     assert saved["choices"]["method"] == "vanilla" and saved["choices"]["pair"] == "tiny_random"
     assert saved["config"]["method"]["gamma"] == 5
-    assert saved["device_info"]["device"] == "cpu"
+    assert saved["device_info"]["device"].split(":")[0] == TEST_DEVICE  # cuda in the CUDA lane
     # token-weighted totals agree with the rows
     rows = read_rows(tmp_path / ROWS)
     assert s["total_new_tokens"] == sum(r["new_tokens"] for r in rows)
