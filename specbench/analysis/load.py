@@ -45,6 +45,7 @@ from specbench.common.aggregate import run_metrics
 from specbench.common.configs import MISSING, differences, flatten
 from specbench.common.options import OptionError, max_new_tokens
 from specbench.runs.identity import RESUMABLE_KEYS, identity
+from specbench.runs.projection import run_stats
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, measured_rows, read_measured, read_rows
 from specbench.runs.traces import read_traces
 
@@ -219,6 +220,10 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
                                 **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),
         "example_ids": tuple(sorted(r["id"] for r in rows)),
+        # what a projection onto a cost profile reads (specbench.runs.projection): the pair's shapes and the dtype
+        # that ran (None in runs older than them), the path, the rows' iterations and draft forwards
+        "shapes": (record.get("runtime") or {}).get("shapes"), "dtype": (record.get("runtime") or {}).get("dtype"),
+        "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
     }
 
 

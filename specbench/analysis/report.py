@@ -32,6 +32,7 @@ from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
+from specbench.runs.projection import ProfileError, project, read as read_profile
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +84,34 @@ def _fraction_cell(n: float, frac: float, missing: bool) -> str:
 
 OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed", "τ", "nodes/call", "score",
             "truncated"]
+VS_MEASURED = "projected / measured - 1"  # with a profile: the projection's relative difference from the measured
+AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generations after their first blocks
+VS_AFTER_FIRST = "projected / after 1st block - 1"
 
 
-def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
+@dataclass
+class Projection:
+    """A cost profile (specbench.decoding.profiles.read) the overview projects every run's iterations onto, and the
+    profile pair the user named (--profile-pair; None: the run's own pair, by its shapes or name)."""
+
+    profile: dict
+    pair: str | None = None
+
+    @property
+    def column(self) -> str:
+        """The overview column of the projection: 'at <the profile's name>'."""
+        return f"at {self.profile['name']}"
+
+
+def overview(group: Group, many: bool = False, projection: Projection | None = None) -> tuple[Table, list[str]]:
     """One row per run of the group: median tok/s [min–max], measured speedup over the same setting's `ar`
-    run (same batch_size) beside predicted_speedup, AccRate (exact + relaxed where relaxed > 0), τ, score,
-    truncated rows; and the notes on speedups left empty. A group of several batch sizes has a block of
-    rows per batch size."""
+    run (same batch_size) beside predicted_speedup and, with a `projection`, the speedup of the run's own iterations
+    at the profile's costs (specbench.runs.projection) and its relative difference from the measured one and from
+    the measured speedup of the generations after their first blocks (what both predictions model: the prompt's
+    forwards left out; specbench.runs.projection.after_first_block);
+    AccRate (exact + relaxed where relaxed > 0), τ, score, truncated rows; and the notes on speedups and projections
+    left empty. A group of several batch sizes has a block of rows per batch size. ProfileError when the profile
+    has no entry for a drafting run's pair."""
     runs, notes = group.runs.copy(), []
     by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading
     if by_batch:
@@ -100,6 +122,9 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
         where += " · batch_size=" + runs["batch_size"].astype(str)
     index = pd.MultiIndex.from_arrays([where, runs["label"]])
     cols = [c for c in OVERVIEW if c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any()]
+    if projection is not None:
+        at = cols.index("predicted") + 1
+        cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST]
     v = pd.DataFrame(np.nan, index=index, columns=pd.MultiIndex.from_product([[""], cols]))
     cells = pd.DataFrame("", index=index, columns=v.columns)
     for at, (_, r) in zip(index, runs.iterrows()):
@@ -123,13 +148,33 @@ def overview(group: Group, many: bool = False) -> tuple[Table, list[str]]:
                 "nodes/call": _cell(nums["nodes/call"], ".1f", "nodes_per_call" in gone),
                 "score": _cell(nums["score"], ".3f", False),
                 "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
+        if projection is not None:
+            drafting = r["call_stats"] is not None and r["drafted_total"] > 0  # ar, draft_only: nothing to project
+            try:
+                value, why = project(r, projection.profile, projection.pair) if drafting else (None, "")
+            except ProfileError as e:
+                raise ProfileError(f"{e} [run {r['run_dir']}]") from None
+            if value is None and drafting:
+                notes.append(f"projection of {r['run_dir']} at {projection.profile['name']!r} left out: {why}")
+            nums[projection.column] = np.nan if value is None else value
+            nums[VS_MEASURED] = nums[projection.column] / sp - 1
+            nums[AFTER_FIRST] = np.nan if base is None else r["after_first_block_tps"] / base["after_first_block_tps"]
+            nums[VS_AFTER_FIRST] = nums[projection.column] / nums[AFTER_FIRST] - 1
+            for c, spec in ((projection.column, ".2f"), (VS_MEASURED, "+.1%"), (AFTER_FIRST, ".2f"),
+                            (VS_AFTER_FIRST, "+.1%")):
+                text[c] = _cell(nums[c], spec, False)
         if r["repeats"] > 1:  # the spread over repeats
             text["tok/s"] += f" [{r['tokens_per_s_min']:.1f}–{r['tokens_per_s_max']:.1f}]"
             text["speedup vs ar"] += f" [{lo:.2f}–{hi:.2f}]" if base is not None else ""
         for c in cols:
             v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
     title = ("Runs: median tok/s [min–max over repeats], measured speedup over ar beside the predicted one, "
-             "acceptance (exact / JS-relaxed), τ, score, rows truncated at max_new_tokens")
+             + (f"the projection of its iterations onto the cost profile {projection.profile['name']!r}"
+                + (f" (pair {projection.pair})" if projection.pair else "")
+                + " and its difference from the measured speedup and from the measured speedup after each "
+                "generation's first block (prompt and first iteration left out, as in the predictions), "
+                if projection is not None else "")
+             + "acceptance (exact / JS-relaxed), τ, score, rows truncated at max_new_tokens")
     t = Table("overview", title, v, cells,
               index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"))
     return _in_group(t, group, many), notes
@@ -191,10 +236,12 @@ def spanning_groups(runs: pd.DataFrame, keys: Iterable[str]) -> list[Group]:
     return [replace(g, runs=runs.loc[g.runs.index]) for g in load.groups(stripped)]
 
 
-def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> Report:
+def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None,
+                 projection: Projection | None = None) -> Report:
     """Every table `names` (default: all of catalog.TABLES) per comparable group of runs, plus each group's
-    overview; a table of catalog.SPANS per group of runs that differ only in its keys (e.g. SD² Figure 5's two
-    temperatures); refusals and mismatches become notes, never an abort."""
+    overview (with the `projection` onto a cost profile when given); a table of catalog.SPANS per group of runs that
+    differ only in its keys (e.g. SD² Figure 5's two temperatures); refusals and mismatches become notes, never an
+    abort, but for a profile that has no entry for a drafting run's pair (ProfileError)."""
     out, groups = Report(), load.groups(runs)
     names = list(names or catalog.TABLES)
     many = len(groups) > 1
@@ -208,7 +255,7 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             missing = _baseline_elsewhere(g, groups, spec)
             out.notes += missing
             out.left_out += len(missing)
-        table, notes = overview(g, many)
+        table, notes = overview(g, many, projection)
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
         out.notes += notes
         out.left_out += len(notes)
@@ -235,7 +282,8 @@ EXIT_STATUS = ("exit status: 0 when the report was built, every table the data a
                "each is a 'note:' line on stderr, and the last note counts them; 1 only with --strict when "
                "something was left out (the same tables are still printed and written); 2 on an error: no run "
                "folder found, unreadable input (a results path that does not exist, a corrupt config.json or "
-               "rows.jsonl), a bad --table, --where, --baseline or --format")
+               "rows.jsonl), a bad --table, --where, --baseline or --format, a --profile that is missing, invalid "
+               "or has no entry for a drafting run's pair (unless --profile-pair names one)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,7 +301,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-figures", action="store_true", help="skip the figures")
     ap.add_argument("--strict", action="store_true", help="exit 1 when anything was left out (by default the "
                     "report exits 0 and names what it left out in its notes)")
+    ap.add_argument("--profile", help="a cost profile (profile.json of `python -m specbench.bench verify --profile` or "
+                    "`bench gpu`): the overview adds the speedup each run's own iterations would have at its costs, "
+                    "from the entry of the run's pair (by the shapes it recorded, else by name), dtype, path and "
+                    "batch size; a profile without the run's pair is an error")
+    ap.add_argument("--profile-pair", metavar="NAME", help="with --profile: project onto this profile pair's entries "
+                    "whatever the runs' pair and dtype (e.g. a toy run onto llama31_8b_1b_shaped on a GPU)")
     args = ap.parse_args(argv)
+    if args.profile_pair and not args.profile:
+        ap.error("--profile-pair needs --profile")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         unknown = [t for t in args.table or () if t not in catalog.TABLES]
@@ -261,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ReportError(f"--table {', '.join(unknown)}: unknown; valid tables: {', '.join(catalog.TABLES)}")
         if args.baseline:
             load.MethodSpec.parse(args.baseline)  # a malformed --baseline is an error, not a table left out
+        projection = Projection(read_profile(Path(args.profile)), args.profile_pair) if args.profile else None
         found = load_runs(*args.results)  # logs why it leaves out each unfinished run folder
         same_run = found.attrs.get("same_run_as", {})  # folders of a run reported from another folder
         unfinished = sorted(set(map(str, load.find_run_dirs(args.results))) - set(found["run_dir"]) - set(same_run))
@@ -270,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         return ERROR
     print(runs[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.3f}"), end="\n\n")
     try:
-        rep = build_report(runs, args.table, args.baseline)
-    except ReportError as e:
+        rep = build_report(runs, args.table, args.baseline, projection)
+    except (ReportError, ProfileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ERROR
     rep.left_out += len(unfinished)

@@ -4,6 +4,8 @@ transformers' assisted generation; the target's verify cost against the nodes ve
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import torch
 
 from specbench.bench import profile as prof
+from specbench.bench.gpu_report import machine
 from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts, engines, leviathan, load, mismatch,
                                    run_ours, run_theirs, same_vocab, tree_ms)
 from specbench.common.aggregate import run_metrics
@@ -39,12 +42,22 @@ def cmd_verify(args: argparse.Namespace, command: str) -> int:
         print(f"| {n} | {chain_ms:.2f} | {t_ms:.2f} | {chain_ms / one:.2f} | {t_ms / one:.2f} |", flush=True)
     return 0
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else platform.processor())."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def write_profile(args: argparse.Namespace, command: str, pair: Pair, prompt: list[int]) -> int:
     """The cost profile of the pair at each of --batch-sizes (eager; compiled at B = 1 with --compile) into
     args.profile, rewritten after each entry; each entry's summary printed."""
     entries = []
-    header = {"machine": [f"- device: {prof.device_name(pair.target.device)}"], "versions": package_versions(),
-              "git": git_info(), "command": command}
+    header = {"machine": [f"- device: {prof.device_name(pair.target.device)}", *machine(pair.target.device),
+                          f"- cpu: {cpu_model()}, {os.cpu_count()} CPU(s), {platform.platform()}"],
+              "versions": package_versions(), "git": git_info(), "command": command}
     name = args.profile_name or f"{args.pair} on {prof.device_name(pair.target.device)}"
     paths = [("eager", b) for b in args.batch_sizes] + ([("compiled", 1)] if args.compile else [])
     for path, b in paths:

@@ -14,23 +14,14 @@ from transformers import PreTrainedModel
 
 from specbench.common.files import write_json_atomic
 from specbench.decoding.compiled import WIDTHS, StaticState
-from specbench.decoding.profiles import FORMAT, Entry
+from specbench.decoding.profiles import FORMAT, Entry, shapes
 from specbench.decoding.state import ModelState, sync
 from specbench.models.pairs import Pair
 
 CHAIN_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)  # tokens per row of the verify forwards
 TREE_NODES = (16, 32, 64)
+DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 16)  # tokens per row of the draft's forwards (eager entries): chains feed 1-2, trees more
 BATCH_SIZES = (1, 4, 16, 64)
-SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "vocab_size")
-
-
-def shapes(model: PreTrainedModel) -> dict[str, object]:
-    """The shape keys of a model's (text) config: what decides its call costs at one dtype."""
-    cfg = model.config.get_text_config()
-    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
-
-
 def device_name(device: torch.device) -> str:
     """The GPU's name, or 'cpu (N threads)'."""
     if device.type == "cuda":
@@ -82,15 +73,16 @@ def chain_widths(path: str, widest: int = max(CHAIN_WIDTHS)) -> list[int]:
 def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int, steps: int,
                   trees: tuple[int, ...] = TREE_NODES) -> Entry:
     """One profile entry of `pair` (named `name`) on its device: chains at each width, trees (eager, B = 1) and
-    the draft's one-token forward."""
+    the draft's forwards (eager: at each of DRAFT_WIDTHS; compiled: of one token, no further graphs built)."""
     compile = path == "compiled"
     t, d = pair.target, pair.draft
     chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
     tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
+    drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps) for w in ((1,) if compile else DRAFT_WIDTHS)}
     return Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)}, dtype=str(t.dtype).removeprefix("torch."),
                  device=device_name(t.device), path=path, batch_size=rows, prompt_tokens=len(prompt),
-                 target_chain_s=chains, target_tree_s=tree, draft_token_s=forward_seconds(d, prompt, 1, rows, compile,
-                                                                                         steps))
+                 target_chain_s=chains, target_tree_s=tree, draft_token_s=drafts["1"],
+                 **({"draft_chain_s": drafts} if not compile else {}))
 
 
 def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:

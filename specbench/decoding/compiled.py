@@ -119,12 +119,13 @@ class StaticState(ModelState):
         t0 = self.clock.mark()
         logits = forward_static(self.model, self.call, self.cache, ids.to(self.device), start)
         self.spans.append((t0, self.clock.mark()))
+        self.row_tokens = [t + ids.shape[1] for t in self.row_tokens]  # now: the engine reads them per iteration
         return logits
 
     def settle(self) -> None:
         """Account the forwards since the last settle (their events are complete after the engine's sync)."""
         for a, b in self.spans:
-            self.count(self.clock.seconds(a, b))
+            self.count(self.clock.seconds(a, b), 0)  # its width was counted when it was fed
         self.spans = []
 
     def crop(self, length: int | list[int]) -> None:

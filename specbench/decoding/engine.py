@@ -162,6 +162,7 @@ class Engine:
                   for role, model in method.bound.models.items()}
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
         source = method.draft_source(states)  # what proposes the drafts (None: no drafting)
+        drafter = states.get("draft") if source is not None and method.verifier != "draft" else None
         buf = torch.zeros((B, need), dtype=torch.long, device=self.device)
         for b, p in enumerate(prompts):
             buf[b, : len(p)] = torch.tensor(p, dtype=torch.long)
@@ -174,9 +175,12 @@ class Engine:
         clock = Clock(self.device, events=self.compile)  # phase marks: CUDA events on the compiled path
         while rows:
             t_iter = clock.mark()
+            drafts_fed = list(drafter.row_tokens) if drafter is not None else [0] * len(rows)
             # 1. draft: row b proposes at most min(window, tokens left - 1, context left - 1) nodes
             props = self.propose(source, buf, rows, max_new_tokens)
             t1 = clock.mark()
+            if drafter is not None:  # the tokens each row's draft forwards fed this iteration
+                drafts_fed = [a - b for a, b in zip(drafter.row_tokens, drafts_fed)]
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
             tree = not all(prop.is_chain for prop in props)
             fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
@@ -197,7 +201,8 @@ class Engine:
                 r.out += block
                 r.L += n + 1
                 rec = IterationRecord(drafted=len(prop), accepted=n, stop=prop.why, draft_s=draft_s,
-                                      verify_s=verify_s, accepted_relaxed=v.relaxed, draft_steps=prop.steps)
+                                      verify_s=verify_s, accepted_relaxed=v.relaxed, draft_steps=prop.steps,
+                                      draft_tokens=drafts_fed[b])
                 if stats and len(prop):
                     rec.entropy, rec.js = self.statistics(prop, p_all[b, keep - len(prop) - 1 :], v)
                 if tree and not prop.is_chain:

@@ -32,6 +32,7 @@ class IterationRecord:
     draft_s: float  # wall seconds of the draft phase
     verify_s: float  # wall seconds of the target forward
     draft_steps: int = 0  # draft forwards the row's batch ran this iteration (B = 1: drafted; B > 1: the longest window)
+    draft_tokens: int = 0  # the tokens those forwards fed per row (their blocks' widths summed; a tree's nodes)
     accepted_relaxed: int = 0  # of the n, accepted only by a relaxation (AdaSD's d_JS <= T_V); 0 for exact rules
     entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
     js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)

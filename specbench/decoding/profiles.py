@@ -8,12 +8,17 @@ one (pair, dtype, device, path, batch size):
      "device": "NVIDIA H100 80GB HBM3", "path": "eager" | "compiled", "batch_size": B, "prompt_tokens": P,
      "target_chain_s": {"k": s},   # one target forward of k new tokens per row (a chain: 1 + drafts), B rows
      "target_tree_s": {"n": s},    # one tree-attention forward of the root's token and n nodes (B = 1, eager)
-     "draft_token_s": s}           # one draft forward of 1 token per row, B rows
+     "draft_token_s": s,           # one draft forward of 1 token per row, B rows
+     "draft_chain_s": {"k": s}}    # one draft forward of k tokens per row, B rows (eager entries; older profiles
+                                   # lack it: draft_token_s stands for every width)
 
 every s the median wall seconds of a number of forwards after a cached prompt of P tokens (rolled back after each).
 Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), so a compiled entry
 lists those widths; trees run eagerly at B = 1 (the tree methods decode one row). Between measured widths the
-cost is interpolated linearly (`chain_seconds`); beyond the widest it is extrapolated from the last two.
+cost is interpolated linearly (`chain_seconds`); beyond the widest it is extrapolated from the last two; a tree
+of fewer nodes than the smallest measured one is interpolated from the one-token forward (a tree of 0 nodes).
+`shapes` (SHAPE_KEYS of each model's config) is what decides the costs at one dtype: a run records its pair's
+(config.json runtime.shapes), and `pair_entries` / `pick` choose the entry that costs a run's iterations.
 """
 
 from __future__ import annotations
@@ -23,9 +28,29 @@ from pathlib import Path
 from typing import TypedDict
 
 FORMAT = 1
+SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "vocab_size")
+ENTRY_KEYS = {"pair": str, "dtype": str, "path": str, "batch_size": int, "target_chain_s": dict,
+              "draft_token_s": (int, float)}  # what every entry must have to cost an iteration
 
 
-class Entry(TypedDict):
+class ProfileError(ValueError):
+    """A profile that cannot be read or used (a missing or invalid file, no entry for a run's pair); names the file."""
+
+
+def shapes(model: object) -> dict[str, object]:
+    """The shape keys of a model's (text) config: what decides its call costs at one dtype."""
+    cfg = model.config.get_text_config()  # type: ignore[attr-defined]
+    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
+
+
+class OptionalKeys(TypedDict, total=False):
+    """Entry keys older profiles lack."""
+
+    draft_chain_s: dict[str, float]
+
+
+class Entry(OptionalKeys):
     """One (pair, dtype, device, path, B) of a profile; see the module docstring."""
 
     pair: str
@@ -41,12 +66,27 @@ class Entry(TypedDict):
 
 
 def read(path: Path) -> dict:
-    """A profile.json, checked for its format; ValueError naming the file otherwise."""
-    data = json.loads(Path(path).read_text())
+    """A profile.json, checked for its format and its entries' keys, with `_file` its path; ProfileError (a
+    ValueError) naming the file otherwise (missing, unreadable, not JSON, not a profile)."""
+    hint = ("profiles are written by `python -m specbench.bench verify --pair NAME --profile FILE` and "
+            "`python -m specbench.bench gpu`")
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"cost profile {path}: no such file ({hint})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"cost profile {path}: cannot be read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"cost profile {path}: not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-        raise ValueError(f"{path}: not a specbench cost profile (format {FORMAT} with 'entries'); profiles are "
-                         "written by `python -m specbench.bench gpu` and `bench verify --profile`")
-    return data
+        raise ProfileError(f"{path}: not a specbench cost profile (format {FORMAT} with 'entries'); {hint}")
+    for i, e in enumerate(data["entries"]):
+        bad = [k for k, t in ENTRY_KEYS.items() if not isinstance(e, dict) or not isinstance(e.get(k), t)]
+        if bad or not e["target_chain_s"]:
+            raise ProfileError(f"{path}: entry {i} lacks {', '.join(bad or ['target_chain_s'])} (every entry needs "
+                               f"{', '.join(ENTRY_KEYS)}); {hint}")
+    data.setdefault("name", str(path))
+    return {**data, "_file": str(path)}  # where it was read from, for the errors that name it
 
 
 def interpolate(points: dict[str, float], x: float) -> float:
@@ -72,15 +112,96 @@ def chain_seconds(entry: Entry, tokens: int) -> float:
 
 def tree_seconds(entry: Entry, nodes: int) -> float:
     """Seconds of one tree-attention forward of the root's token and `nodes` nodes (the entry's trees,
-    interpolated; an entry without trees: the chain of nodes + 1 tokens)."""
-    return interpolate(entry["target_tree_s"], nodes) if entry["target_tree_s"] else chain_seconds(entry, nodes + 1)
+    interpolated; below the smallest tree measured, from the one-token forward, a tree of 0 nodes; an entry without
+    trees: the chain of nodes + 1 tokens)."""
+    trees = entry.get("target_tree_s") or {}
+    if not trees:
+        return chain_seconds(entry, nodes + 1)
+    if nodes < min(map(int, trees)):
+        return interpolate({"0": chain_seconds(entry, 1), **trees}, nodes)
+    return interpolate(trees, nodes)
 
 
-def iteration_costs(entry: Entry, widths: list[int], tree: bool = False) -> dict[str, object]:
+def draft_seconds(entry: Entry, tokens: float) -> float:
+    """Seconds of one draft forward of `tokens` tokens per row at the entry's B (interpolated; an entry without
+    draft widths, an older profile or a compiled one: its one-token forward)."""
+    return interpolate(entry["draft_chain_s"], tokens) if entry.get("draft_chain_s") else entry["draft_token_s"]
+
+
+def iteration_costs(entry: Entry, widths: list[int], tree: bool = False,
+                    draft_per_node: float | None = None) -> dict[str, object]:
     """The call costs (specbench.decoding.speedup.call_costs' format) of iterations that verified w drafted nodes
     for each w in `widths`, read off a profile entry: target_by_width["w+1"] the forward of the root's token and
     w nodes (a chain, or with `tree` a tree), target_1 one token (ar's step at the entry's B), draft_per_token
-    the draft's one-token forward."""
+    `draft_per_node` (the draft seconds a drafted node costs, specbench.runs.projection) or, without it, the draft's
+    one-token forward (a chain drafted token by token)."""
     by_width = {str(w + 1): tree_seconds(entry, w) if tree and w else chain_seconds(entry, w + 1) for w in widths}
     return {"batch_size": entry["batch_size"], "target_1": chain_seconds(entry, 1), "target_1_from": "profile",
-            "target_by_width": by_width, "draft_per_token": entry["draft_token_s"]}
+            "target_by_width": by_width,
+            "draft_per_token": entry["draft_token_s"] if draft_per_node is None else draft_per_node}
+
+
+def pairs(profile: dict) -> list[str]:
+    """The pair names of a profile's entries, in order."""
+    return list(dict.fromkeys(e["pair"] for e in profile["entries"]))
+
+
+def describe(pair: str, shapes: dict | None) -> str:
+    """'toy (target llama 8 layers, hidden 128; draft llama 1 layer, hidden 128)': a pair and its shapes in words."""
+    if not shapes:
+        return pair
+    said = [f"{role} {s.get('model_type')} {s.get('num_hidden_layers')} layer{'' if s.get('num_hidden_layers') == 1 else 's'}"
+            f", hidden {s.get('hidden_size')}" for role, s in ((r, shapes.get(r)) for r in ("target", "draft")) if s]
+    return f"{pair} ({'; '.join(said)})"
+
+
+def pair_entries(profile: dict, pair: str, shapes: dict | None, by_name: str | None = None) -> list[Entry]:
+    """The profile's entries for a run of `pair` whose models have `shapes` ({"target": {...}, "draft": {...} or
+    None}; None: a run that did not record them): those of the pair named `by_name` when given (whatever the
+    shapes: a projection onto another pair's hardware costs), else those whose shapes equal the run's (the draft's
+    too where the pair has one), else, for a run without shapes, those of its pair's name. ProfileError naming the
+    run's pair and the profile's pairs when there are none."""
+    where = f"cost profile {profile['name']!r}" + (f" ({profile['_file']})" if profile.get("_file") else "")
+    if by_name is not None:
+        mine = [e for e in profile["entries"] if e["pair"] == by_name]
+        if not mine:
+            raise ProfileError(f"{where} has no pair {by_name!r} (--profile-pair); its pairs: {', '.join(pairs(profile))}")
+        return mine
+    if shapes:
+        mine = [e for e in profile["entries"] if (e.get("shapes") or {}).get("target") == shapes.get("target")
+                and (not shapes.get("draft") or (e.get("shapes") or {}).get("draft") == shapes["draft"])]
+    else:
+        mine = [e for e in profile["entries"] if e["pair"] == pair]
+    if not mine:
+        theirs = "; ".join(describe(p, next(e.get("shapes") for e in profile["entries"] if e["pair"] == p))
+                           for p in pairs(profile))
+        how = "by the shapes of target and draft" if shapes else "by pair name (the run did not record its shapes)"
+        raise ProfileError(f"{where} does not match the run's pair {describe(pair, shapes)} ({how}): the profile's "
+                           f"pairs are {theirs}. Measure the pair's profile (`python -m specbench.bench verify "
+                           f"--pair {pair} --profile FILE`), or name a profile pair to project onto "
+                           "(--profile-pair NAME)")
+    return mine
+
+
+def pick(entries: list[Entry], pair: str, dtype: str | None, path: str, batch_size: int,
+         any_dtype: bool = False) -> tuple[Entry | None, str]:
+    """(the entry of `entries` at the run's dtype, path and batch size, why) or (None, why not). `dtype` None (a run
+    that did not record it) or `any_dtype` (a pair named by the user) takes the entries' one dtype there; an entry of
+    the run's own pair name is preferred where several pairs share the shapes."""
+    at = [e for e in entries if e["path"] == path and e["batch_size"] == batch_size]
+    have = sorted({(e["path"], e["batch_size"], e["dtype"]) for e in entries})
+    if not at:
+        return None, (f"no entry at path {path}, batch_size {batch_size} (the profile's entries for the pair: "
+                      f"{', '.join(f'{p} B={b} {d}' for p, b, d in have)})")
+    same = [e for e in at if e["dtype"] == dtype]
+    if not same and (dtype is None or any_dtype):
+        dtypes = sorted({e["dtype"] for e in at})
+        if len(dtypes) > 1:
+            return None, f"entries in several dtypes ({', '.join(dtypes)}) and the run's dtype {dtype} is none of them"
+        same = at
+    if not same:
+        return None, (f"no entry in the run's dtype {dtype} (the profile's for the pair at {path}, B={batch_size}: "
+                      f"{', '.join(sorted({e['dtype'] for e in at}))}; --profile-pair NAME projects onto another "
+                      "dtype)")
+    entry = next((e for e in same if e["pair"] == pair), same[0])
+    return entry, f"entry {entry['pair']} {entry['dtype']} {entry['path']} B={entry['batch_size']}"

@@ -4,7 +4,9 @@ generalised to the draft lengths the method actually used).
 Per example the engine's iteration records are reduced to sufficient statistics, kept in the row (so a
 resumed run keeps them) as `call_stats` (for each draft length w the iterations; for each draft position i
 how often it was verified, `reached`: drafts 1..i-1 accepted, and accepted) and `call_seconds` (for each w
-the summed verify and draft seconds). The first
+the summed verify and draft seconds, and what the draft phase ran: `draft_steps`, the draft forwards, and
+`draft_tokens`, the tokens they fed per row: both the batch's at B > 1, as the seconds are; a projection onto a cost
+profile prices them, specbench.runs.projection). The first
 iteration of a generation is left out: its forwards include the prompt. Then
 
     alpha_i = accepted_i / reached_i                    (P(draft i accepted | drafts 1..i-1 accepted))
@@ -39,15 +41,17 @@ from specbench.decoding.method import IterationRecord
 
 
 COUNTS = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun
-SECONDS = ("verify_s", "draft_s")  # the row field call_seconds: timings
+SECONDS = ("verify_s", "draft_s", "draft_steps", "draft_tokens")  # the row field call_seconds: what the calls cost
 
 
 def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
     """One generation's sufficient statistics, its first iteration left out: per draft length w (a string key)
-    the iterations and their summed verify_s and draft_s; per draft position i = 1.. how often it was
-    verified (`reached`: positions 1..accepted+1, not past w) and accepted."""
+    the iterations and their summed verify_s, draft_s, draft_steps and draft_tokens; per draft position i = 1.. how
+    often it was verified (`reached`: positions 1..accepted+1, not past w) and accepted."""
     return merge_stats({"iterations": {str(r.drafted): 1}, "depths": {str(depth(r)): 1},
                         "verify_s": {str(r.drafted): r.verify_s}, "draft_s": {str(r.drafted): r.draft_s},
+                        "draft_steps": {str(r.drafted): r.draft_steps},
+                        "draft_tokens": {str(r.drafted): r.draft_tokens},
                         "reached": [1] * min(depth(r), r.accepted + 1), "accepted": [1] * r.accepted}
                        for r in records[1:])
 
@@ -58,7 +62,8 @@ def depth(r: IterationRecord) -> int:
 
 
 def row_fields(stats: dict[str, Any]) -> dict[str, Any]:
-    """call_stats as row fields: `call_stats` (counts) and `call_seconds` (timings, which differ per run)."""
+    """call_stats as row fields: `call_stats` (counts the same at every batch size and on every rerun) and
+    `call_seconds` (timings, which differ per run, and the draft forwards and tokens, which differ per batch size)."""
     return {"call_stats": {k: stats[k] for k in COUNTS}, "call_seconds": {k: stats[k] for k in SECONDS}}
 
 
@@ -70,9 +75,9 @@ def from_row(row: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def merge_stats(stats: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
-    """The sum of several call_stats (None entries, e.g. rows of an older version, are skipped)."""
-    out: dict[str, Any] = {"iterations": {}, "depths": {}, "verify_s": {}, "draft_s": {}, "reached": [],
-                           "accepted": []}
+    """The sum of several call_stats (None entries, e.g. rows of an older version, are skipped; a key older rows
+    lack, e.g. draft_steps, counts as empty)."""
+    out: dict[str, Any] = {"iterations": {}, "depths": {}, **{k: {} for k in SECONDS}, "reached": [], "accepted": []}
     for s in stats:
         if not s:
             continue

@@ -79,6 +79,7 @@ class ModelState:
         self.calls = 0
         self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
         self.row_calls = [0] * rows  # forward calls each row took part in
+        self.row_tokens = [0] * rows  # the widths of those calls: tokens per row of each block fed (holes included)
         self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, given layers
         # tree attention (specbench.decoding.tree_state, one row): the tree nodes in the cache after the committed
         # columns, in column order, and each one's root path (its ancestors and itself)
@@ -107,7 +108,7 @@ class ModelState:
         if layers:
             self.hidden = torch.stack([out.hidden_states[k] for k in layers])
         sync(self.device)
-        self.count(time.perf_counter() - t0)
+        self.count(time.perf_counter() - t0, width)
         self.fed = list(upto)
         self.columns += width
         return out.logits[:, -keep:]
@@ -116,13 +117,14 @@ class ModelState:
         """After the engine's synchronisation of an iteration: account forwards timed by events (eager forwards
         are accounted as they end)."""
 
-    def count(self, seconds: float) -> None:
-        """Account one forward of `seconds`, split equally among the rows it fed."""
+    def count(self, seconds: float, width: int = 1) -> None:
+        """Account one forward of `seconds` over a block `width` tokens wide, split equally among the rows it fed."""
         self.seconds += seconds
         self.calls += 1
         share = seconds / len(self.fed)
         self.shares = [x + share for x in self.shares]
         self.row_calls = [c + 1 for c in self.row_calls]
+        self.row_tokens = [t + width for t in self.row_tokens]
 
     def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
         """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
@@ -170,3 +172,4 @@ class ModelState:
         self.fed = [self.fed[b] for b in rows]
         self.shares = [self.shares[b] for b in rows]
         self.row_calls = [self.row_calls[b] for b in rows]
+        self.row_tokens = [self.row_tokens[b] for b in rows]

@@ -80,7 +80,7 @@ def feed_tree(s: ModelState, buf: torch.Tensor, upto: int, tokens: list[int], pa
     if layers:
         s.hidden = torch.stack([out.hidden_states[k] for k in layers])
     sync(dev)
-    s.count(time.perf_counter() - t0)
+    s.count(time.perf_counter() - t0, q)
     s.fed, s.columns = [upto], kv
     s.tree_nodes, s.tree_paths = tree + nodes, paths
     return out.logits[:, out.logits.shape[1] - keep:]

@@ -17,6 +17,7 @@ import torch
 
 from specbench.common.files import ROOT
 from specbench.common.hub import cached_config
+from specbench.decoding.profiles import shapes
 
 PACKAGES = ["specbench", "torch", "transformers", "accelerate", "datasets", "hydra-core", "omegaconf",
             "tokenizers", "numpy", "scipy", "pandas", "scikit-learn", "lm-eval"]
@@ -114,9 +115,17 @@ def model_record(model: Any) -> dict[str, Any]:
             **({"weights_sha256": cfg.weights_sha256} if getattr(cfg, "weights_sha256", None) else {})}
 
 
-def runtime(models: dict[str, Any], threads: int) -> dict[str, Any]:
+def runtime(models: dict[str, Any], threads: int, pair: Any = None) -> dict[str, Any]:
     """What actually ran, read from the loaded models {role: model}: device and dtype (the verifier's, the
-    first role), the torch CPU threads and each role's model_record."""
+    first role), the torch CPU threads and each role's model_record; with the loaded `pair` also its models'
+    `shapes` ({"target": ..., "draft": ... or None}, specbench.decoding.profiles.shapes: what a cost profile's
+    entries are matched by)."""
     first = next(iter(models.values()))
     return {"device": str(first.device), "dtype": str(first.dtype).removeprefix("torch."), "threads": threads,
-            "models": {role: model_record(m) for role, m in models.items()}}
+            "models": {role: model_record(m) for role, m in models.items()},
+            **({"shapes": pair_shapes(pair)} if pair is not None else {})}
+
+
+def pair_shapes(pair: Any) -> dict[str, dict[str, object] | None]:
+    """The shapes of a loaded pair's target and draft (None without a draft)."""
+    return {"target": shapes(pair.target), "draft": shapes(pair.draft) if pair.draft is not None else None}

@@ -1,0 +1,136 @@
+"""A run's own recorded iterations at a hardware cost profile's costs (`python -m specbench.report DIR --profile
+PROFILE`): the speedup over `ar` the run would have where the profile was measured, by predicted_speedup's formula
+(specbench.decoding.speedup) with the profile's call costs (specbench.decoding.profiles.iteration_costs) in place
+of the run's own.
+
+What is kept from the run: its iterations' draft lengths (verify widths) and depths and its acceptance per
+position (the rows' call_stats, each generation's first iteration left out), and its draft forwards and the tokens
+they fed per row (call_stats' draft_steps and draft_tokens: a chain drafted token by token at batch_size 1 runs
+one forward of about one token per drafted node, more at batch_size > 1 where a row waits for the batch's longest
+window, a tree grown depth by depth fewer forwards of several nodes; `pld` none). What is taken from the profile:
+the target's forward of w + 1 tokens (a chain) or of the root's token and w nodes (a tree: any run whose
+iterations' depths differ from their widths), its one-token forward (ar's step) and the draft's forward of as
+many tokens as the run's fed on average per forward at that width, all at the run's batch size, dtype and path
+(eager / compiled).
+
+The profile entry is chosen by `specbench.decoding.profiles.pair_entries` (the run's pair by the shapes it
+recorded in config.json runtime.shapes, else by name; or a pair the user names) and `pick` (dtype, path, batch
+size). A drafter that is neither the pair's draft model nor free (an EAGLE-3 or Medusa head, layer_skip's early exit)
+has no forward of its own in a profile: its measured seconds per drafted node are scaled by the ratio of the
+profile's target verify seconds to the run's own for the same iterations (draft_cost).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Mapping
+
+from specbench.decoding.profiles import ProfileError, draft_seconds, iteration_costs, pair_entries, pick, read
+from specbench.decoding.speedup import from_row, merge_stats, predicted_speedup
+
+__all__ = ["ProfileError", "draft_cost", "project", "read", "run_stats"]  # read: a profile.json, for the report
+
+
+def run_stats(rows: list[dict]) -> dict[str, Any]:
+    """What a projection needs from a run's rows: their merged call_stats (None where no row has them: rows of an
+    older version), Σ draft_calls and Σ drafted, and `after_first_block_tps`, the measured counterpart of what a
+    prediction models (after_first_block)."""
+    stats = [from_row(r) for r in rows]
+    return {"call_stats": merge_stats(stats) if any(stats) else None,
+            "draft_forwards": sum(int(r.get("draft_calls") or 0) for r in rows),
+            "drafted_total": sum(int(r.get("drafted") or 0) for r in rows),
+            "after_first_block_tps": after_first_block(rows)}
+
+
+def after_first_block(rows: list[dict]) -> float:
+    """Tokens per second of the rows' generations after their first block (the prompt's forwards and the first
+    iteration, which predicted_speedup and a projection leave out), the median over the repeats as the run's
+    tokens_per_s_median is: per repeat Σ tokens the later iterations committed (Σ accepted + 1 per iteration, from
+    call_stats) / Σ (decode_s - the row's share of the first block, first_block_s / batch_size). NaN where a row
+    lacks call_stats or first_block_s. A multi-turn row's later turns' first blocks stay in (call_stats leaves each
+    turn's first iteration out, first_block_s is the first turn's)."""
+    sums: dict[int, list[float]] = {}
+    for r in rows:
+        stats = from_row(r)
+        if stats is None or r.get("first_block_s") is None:
+            return float("nan")
+        at = sums.setdefault(int(r.get("repeat") or 0), [0.0, 0.0])
+        at[0] += sum(stats["accepted"]) + sum(stats["iterations"].values())
+        at[1] += r["decode_s"] - r["first_block_s"] / int(r.get("batch_size") or 1)
+    rates = [tokens / seconds for tokens, seconds in sums.values() if seconds > 0]
+    return statistics.median(rates) if rates else float("nan")
+
+
+def pair_drafter(method: str) -> bool | None:
+    """Does `method` draft with the pair's draft model (or a drafter trained from it)? Its class says
+    (Method.pair_draft); None for a method that is not registered here."""
+    from specbench.decoding.method import METHODS
+
+    try:
+        return bool(getattr(METHODS.get(method), "pair_draft", True))
+    except Exception:  # noqa: BLE001 - an unknown or unimportable method: no projection, said in the note
+        return None
+
+
+def draft_cost(run: Mapping[str, Any], entry: dict, target_s: float | None) -> tuple[float | None, str]:
+    """(the draft seconds per drafted node of the run's iterations at the entry's costs, in words), or (None, why).
+
+    Drafts from no model (`pld`) cost 0. The pair's draft model: each iteration's draft forwards are priced at the
+    entry's draft forward of the tokens they fed per row (call_stats' draft_steps and draft_tokens per width w,
+    summed over the iterations of that width): Σ_w steps_w · draft(tokens_w / steps_w) / Σ drafted nodes; rows older
+    than those counts: Σ draft_calls / Σ drafted forwards of one token each per node. A drafter that is not the pair's
+    draft model (an EAGLE-3 or Medusa head, layer_skip's early exit) has no forward of its own in a profile: its
+    measured seconds per drafted node are scaled by `target_s`, the profile's seconds for the run's verifies over the
+    run's own measured seconds for them (such a drafter is part of the target's computation and is costed as a fixed
+    fraction of it)."""
+    stats, forwards, drafted = run["call_stats"], run["draft_forwards"], run["drafted_total"]
+    if not drafted:
+        return None, "no drafts"
+    nodes = sum(int(w) * n for w, n in stats["iterations"].items())
+    if not nodes:
+        return None, "no drafted nodes after the first iterations"
+    pair_draft = pair_drafter(run["method"])
+    if pair_draft is None:
+        return None, f"method {run['method']} is not registered here: its drafter's cost is unknown"
+    if not forwards:
+        return 0.0, "drafts from no model (no draft cost)"
+    if not pair_draft:
+        draft_s, verify_s = sum((stats.get("draft_s") or {}).values()), sum((stats.get("verify_s") or {}).values())
+        if not verify_s or target_s is None:
+            return None, f"{run['method']}'s drafter is not the pair's draft and the run recorded no verify seconds"
+        scale = target_s / verify_s
+        return draft_s / nodes * scale, (f"{run['method']}'s drafter (not the pair's draft) at its measured seconds "
+                                         f"x {scale:.3g}, the profile's over the run's verify seconds")
+    steps, tokens = stats.get("draft_steps") or {}, stats.get("draft_tokens") or {}
+    if sum(steps.values()) and sum(tokens.values()):
+        seconds = sum(k * draft_seconds(entry, tokens.get(w, k) / k) for w, k in steps.items() if k)
+        per_forward = sum(steps.values()) / nodes
+        width = sum(tokens.values()) / sum(steps.values())
+        exact = "" if entry.get("draft_chain_s") else " (the entry has no draft widths: one-token forwards)"
+        return seconds / nodes, f"{per_forward:.3g} draft forwards per drafted node of {width:.3g} tokens{exact}"
+    ratio = forwards / drafted  # rows older than draft_steps: every draft forward a one-token one
+    return ratio * entry["draft_token_s"], f"{ratio:.3g} draft forwards per drafted node, of one token each (older rows)"
+
+
+def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> tuple[float | None, str]:
+    """(the speedup over ar of the run's iterations at the profile's costs, which entry and draft cost it used) or
+    (None, why not). `run` holds method, pair, shapes, dtype, path, batch_size, call_stats, draft_forwards and
+    drafted_total (specbench.analysis.load). ProfileError when the profile has no entry of the run's pair (or of
+    `by_name`)."""
+    stats = run["call_stats"]
+    if not stats or not stats["iterations"]:
+        return None, "no recorded iterations (call_stats)"
+    entries = pair_entries(profile, run["pair"], run["shapes"], by_name)
+    entry, which = pick(entries, run["pair"], run["dtype"], run["path"], int(run["batch_size"]),
+                        any_dtype=by_name is not None)
+    if entry is None:
+        return None, which
+    tree = stats.get("depths", stats["iterations"]) != stats["iterations"]
+    widths = [int(w) for w in stats["iterations"]]
+    verify = iteration_costs(entry, widths, tree)["target_by_width"]  # the profile's verify of each width
+    target_s = sum(n * verify[str(int(w) + 1)] for w, n in stats["iterations"].items())
+    per_node, said = draft_cost(run, entry, target_s)
+    if per_node is None:
+        return None, said
+    costs = iteration_costs(entry, widths, tree, per_node)
+    return predicted_speedup(stats, costs), f"{which}, {'tree' if tree else 'chain'} verifies, {said}"

@@ -1,0 +1,295 @@
+"""Projection (`python -m specbench.report DIR --profile PROFILE`): a run's own recorded iterations at a cost
+profile's costs, by predicted_speedup's formula; which profile entry costs a run, and the refusals. Every expected
+number is computed here by hand from the constructed rows and profile; nothing depends on timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import add_fields, at_batch_size, write_run
+from specbench.analysis import load, report
+from specbench.common.files import write_json_atomic
+from specbench.decoding import profiles
+
+TOY = {"target": {"model_type": "llama", "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 8,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512},
+       "draft": {"model_type": "llama", "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 1,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}}
+BIG = {"target": {**TOY["target"], "hidden_size": 4096, "num_hidden_layers": 32},
+       "draft": {**TOY["draft"], "hidden_size": 2048, "num_hidden_layers": 16}}
+
+
+def entry(pair: str = "p", shapes: dict = TOY, batch_size: int = 1, dtype: str = "float32", path: str = "eager",
+          scale: float = 1.0, trees: dict | None = None, drafts: bool = False) -> dict:
+    """A profile entry: target 1.0 s for one token, +0.2 s per further token (measured at 1, 2, 4 and 8 tokens),
+    draft 0.1 s for one token (with `drafts` also measured at 2 and 4 tokens: 0.16 s, 0.28 s); every cost times
+    `scale`."""
+    chain = {"1": 1.0, "2": 1.2, "4": 1.6, "8": 2.4}
+    out = {"pair": pair, "shapes": shapes, "dtype": dtype, "device": "cpu (1 threads)", "path": path,
+           "batch_size": batch_size, "prompt_tokens": 20, "target_chain_s": {k: v * scale for k, v in chain.items()},
+           "target_tree_s": {k: v * scale for k, v in (trees or {}).items()}, "draft_token_s": 0.1 * scale}
+    if drafts:
+        out["draft_chain_s"] = {k: v * scale for k, v in {"1": 0.1, "2": 0.16, "4": 0.28}.items()}
+    return out
+
+
+def write_profile(path: Path, *entries: dict, name: str = "test box") -> Path:
+    write_json_atomic(path, {"format": 1, "name": name, "machine": [], "versions": {}, "command": "by hand",
+                             "entries": list(entries)})
+    return path
+
+
+# A chain run: the generation's first iteration is left out of call_stats; then w=2 twice (accepted 2, 0) and w=1
+# once (accepted 1): alpha_1 = 2/3 (3 reached, 2 accepted), alpha_2 = 1/1 (test_speedup's hand case)
+CHAIN = {"call_stats": {"iterations": {"2": 2, "1": 1}, "depths": {"2": 2, "1": 1}, "reached": [3, 1],
+                        "accepted": [2, 1]},
+         "call_seconds": {"verify_s": {"2": 2.0, "1": 1.0}, "draft_s": {"2": 0.4, "1": 0.1}}}
+# E[T|2] = 1 + 2/3 + 2/3 = 7/3, E[T|1] = 1 + 2/3 = 5/3; at entry(): target(3 tokens) = 1.4, target(2) = 1.2,
+# target(1) = 1.0, draft 0.1 s per forward, one forward per drafted token (draft_calls = drafted = 7 with the
+# first iteration's 2)
+CHAIN_TRUTH = (2 * 7 / 3 + 5 / 3) / (2 * (2 * 0.1 + 1.4) + (1 * 0.1 + 1.2)) * 1.0
+
+
+def chain_run(root: Path, folder: str = "vanilla", method: str = "vanilla", shapes: dict | None = TOY,
+              dtype: str | None = "float32", s: float = 0.5, draft_calls: int = 7, **options) -> Path:
+    run = write_run(root, folder, method, [{"new": 12, "s": s, "calls": 5, "drafted": 7, "accepted": 4, "k": 4}],
+                    **options)
+    add_fields(run, {"predicted_speedup": 2.0}, [{**CHAIN, "draft_calls": draft_calls}])
+    if shapes is not None or dtype is not None:
+        record = json.loads((run / "config.json").read_text())
+        record["runtime"] = {"device": "cpu", "dtype": dtype, "threads": 1, "models": {},
+                             **({"shapes": shapes} if shapes is not None else {})}
+        write_json_atomic(run / "config.json", record)
+    return run
+
+
+def overview_of(root: Path, profile: Path, pair: str | None = None):
+    rep = report.build_report(load.load_runs(root), projection=report.Projection(profiles.read(profile), pair))
+    return next(t for t in rep.tables if t.name.startswith("overview")), [n for n in rep.notes if "projection" in n]
+
+
+def test_a_chain_run_projected_by_hand(tmp_path):
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    chain_run(tmp_path / "res")  # 12 tokens in 0.5 s: measured speedup 2.0 over ar's 12 in 1.0 s
+    prof = write_profile(tmp_path / "profile.json", entry(), entry("other", BIG, scale=3.0))
+    ov, notes = overview_of(tmp_path / "res", prof)
+    col = "at test box"
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", col)] == pytest.approx(CHAIN_TRUTH)
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "projected / measured - 1")] == pytest.approx(CHAIN_TRUTH / 2 - 1)
+    assert ov.cells.loc[("p · gsm8k", "vanilla"), ("", col)] == f"{CHAIN_TRUTH:.2f}"
+    assert ov.cells.loc[("p · gsm8k", "ar"), ("", col)] == ""  # ar has no iterations to project
+    assert list(ov.values.columns.get_level_values(1)[:5]) == ["tok/s", "speedup vs ar", "predicted", col,
+                                                              "projected / measured - 1"]
+    assert "test box" in ov.title and not notes
+    # the costs scale out: every cost times 3 gives the same speedup (a ratio of seconds)
+    prof3 = write_profile(tmp_path / "p3.json", entry(scale=3.0))
+    assert overview_of(tmp_path / "res", prof3)[0].values.loc[("p · gsm8k", "vanilla"), ("", col)] == pytest.approx(
+        CHAIN_TRUTH)
+
+
+def test_draft_forwards_priced_at_the_tokens_they_fed(tmp_path):
+    """The iterations of width 2 ran 4 draft forwards feeding 5 tokens (one after a fully accepted block feeds the
+    bonus token too), those of width 1 one forward of one token. With draft widths in the profile (0.1 s at 1 token,
+    0.16 s at 2): width 2's forwards cost 4 * draft(1.25) = 4 * (0.1 + 0.06 / 4) = 0.46 s, width 1's 0.1 s; 5 drafted
+    nodes: 0.112 s per node. Without draft widths every forward is the one-token one: 5 * 0.1 / 5 nodes."""
+    run = chain_run(tmp_path / "res")
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines()]
+    rows[0]["call_seconds"].update(draft_steps={"2": 4, "1": 1}, draft_tokens={"2": 5, "1": 1})
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tokens = 2 * 7 / 3 + 5 / 3
+    with_widths = write_profile(tmp_path / "w.json", entry(drafts=True))
+    at = overview_of(tmp_path / "res", with_widths)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")]
+    assert at == pytest.approx(tokens / (2 * (2 * 0.112 + 1.4) + (0.112 + 1.2)))
+    without = write_profile(tmp_path / "wo.json", entry())
+    at = overview_of(tmp_path / "res", without)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")]
+    assert at == pytest.approx(CHAIN_TRUTH)
+
+
+def test_older_rows_price_their_draft_calls_per_drafted_node(tmp_path):
+    """Rows without draft_steps: Σ draft_calls / Σ drafted one-token forwards per node; a row that took part in more
+    draft forwards than it drafted (a batch's longest window) pays for them; drafts from no model (pld) cost no
+    draft forward; a head's measured cost is scaled as the target's verifies scale."""
+    chain_run(tmp_path / "res", "more", draft_calls=14, gamma=6)  # 2 forwards per drafted token
+    chain_run(tmp_path / "res", "pld", "pld", draft_calls=0)
+    chain_run(tmp_path / "res", "eagle3", "eagle3")
+    prof = write_profile(tmp_path / "profile.json", entry())
+    ov, notes = overview_of(tmp_path / "res", prof)
+    at = ov.values[("", "at test box")]
+    tokens = 2 * 7 / 3 + 5 / 3
+    assert at[("p · gsm8k", "vanilla")] == pytest.approx(tokens / (2 * (2 * 0.2 + 1.4) + (0.2 + 1.2)))
+    assert at[("p · gsm8k", "pld")] == pytest.approx(tokens / (2 * 1.4 + 1.2))
+    # a head: its measured 0.5 s over 5 drafted nodes, times the profile's verify seconds of the run's iterations
+    # (2 x 1.4 + 1.2 = 4.0) over the run's own (2.0 + 1.0 = 3.0)
+    head = 0.5 / 5 * 4.0 / 3.0
+    assert at[("p · gsm8k", "eagle3")] == pytest.approx(tokens / (2 * (2 * head + 1.4) + (head + 1.2)))
+    assert not notes
+
+
+def test_a_tree_run_uses_the_tree_costs(tmp_path):
+    """Two iterations of 4 nodes, depth 2 (first accepted path 2 nodes, then none): alpha_1 = 1/2, alpha_2 = 1/1, so
+    E[T|2] = 1 + 1/2 + 1/2 = 2 per iteration. Trees measured at 2 and 8 nodes (1.3 s, 1.9 s): 4 nodes 1.3 + 0.6 * 2/6
+    = 1.5 s. The draft ran 4 forwards feeding 10 tokens (the root's, then a depth's nodes in one forward): 2.5 tokens
+    each, 0.16 + 0.12 / 4 = 0.19 s at the profile's draft widths, 0.76 s for 8 nodes."""
+    run = write_run(tmp_path / "res", "tree", "dyn_tree", [{"new": 9, "s": 1.0, "calls": 3, "drafted": 12,
+                                                            "accepted": 3, "k": 3}])
+    add_fields(run, {}, [{"call_stats": {"iterations": {"4": 2}, "depths": {"2": 2}, "reached": [2, 1],
+                                         "accepted": [1, 1]},
+                          "call_seconds": {"verify_s": {"4": 2.0}, "draft_s": {"4": 0.4}, "draft_steps": {"4": 4},
+                                           "draft_tokens": {"4": 10}}, "draft_calls": 6}])
+    prof = write_profile(tmp_path / "profile.json", entry(trees={"2": 1.3, "8": 1.9}, drafts=True))
+    ov, _ = overview_of(tmp_path / "res", prof)
+    assert ov.values.loc[("p · gsm8k", "dyn_tree"), ("", "at test box")] == pytest.approx(
+        (2 * 2) / (2 * 1.5 + 4 * 0.19) * 1.0)
+    # below the smallest tree measured: from the one-token forward (a tree of 0 nodes), 1 node = 1.0 + 0.3 / 2
+    assert profiles.tree_seconds(entry(trees={"2": 1.3, "8": 1.9}), 1) == pytest.approx(1.15)
+    assert profiles.tree_seconds(entry(), 3) == pytest.approx(1.6) == profiles.chain_seconds(entry(), 4)  # no trees
+
+
+def test_the_entry_of_the_runs_batch_size_dtype_and_path(tmp_path):
+    """A run at batch_size 4 is costed by the B=4 entry; a batch size, dtype or path the profile lacks leaves
+    the cell empty with a note naming what the profile has."""
+    chain_run(tmp_path / "res")
+    at_batch_size(chain_run(tmp_path / "tmp", "b4"), 4, to=tmp_path / "res" / "b4")
+    at_batch_size(chain_run(tmp_path / "tmp", "b8"), 8, to=tmp_path / "res" / "b8")
+    chain_run(tmp_path / "res", "half", dtype="bfloat16", gamma=9)
+    b4 = entry(batch_size=4)
+    b4["target_chain_s"] = {"1": 2.0, "2": 2.5, "4": 3.5, "8": 5.5}  # B=4: 2 s for one token, +0.5 s per token
+    prof = write_profile(tmp_path / "profile.json", entry(), b4, entry(dtype="bfloat16", scale=2.0, path="compiled"))
+    rep = report.build_report(load.load_runs(tmp_path / "res"),
+                              projection=report.Projection(profiles.read(prof)))
+    ov = next(t for t in rep.tables if t.name.startswith("overview"))
+    at = ov.values[("", "at test box")]
+    b4_truth = (2 * 7 / 3 + 5 / 3) / (2 * (2 * 0.1 + 3.0) + (0.1 + 2.5)) * 2.0
+    assert at[("p · gsm8k · batch_size=4", "vanilla gamma=None")] == pytest.approx(b4_truth)
+    assert at[("p · gsm8k · batch_size=1", "vanilla gamma=None")] == pytest.approx(CHAIN_TRUTH)
+    assert at.isna()[("p · gsm8k · batch_size=8", "vanilla gamma=None")]
+    notes = [n for n in rep.notes if "projection" in n]
+    assert len(notes) == 2 and any("b8" in n and "no entry at path eager, batch_size 8" in n and "eager B=4 float32" in n
+                               for n in notes)
+    assert at.isna()[("p · gsm8k · batch_size=1", "vanilla gamma=9")]  # bfloat16: the profile's is compiled only
+    assert any("half" in n and "no entry in the run's dtype bfloat16" in n and "eager, B=1: float32" in n
+               for n in notes)
+
+
+def test_a_profile_of_another_pair_is_refused_naming_both(tmp_path, capsys):
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    chain_run(tmp_path / "res", shapes=TOY)
+    prof = write_profile(tmp_path / "gpu.json", entry("llama31_8b_1b_shaped", BIG, dtype="bfloat16", scale=0.01),
+                         name="NVIDIA H200")
+    with pytest.raises(profiles.ProfileError) as e:
+        overview_of(tmp_path / "res", prof)
+    said = str(e.value)
+    assert "pair p (target llama 8 layers, hidden 128; draft llama 1 layer" in said  # the run's pair
+    assert "llama31_8b_1b_shaped (target llama 32 layers, hidden 4096" in said  # the profile's
+    assert str(prof) in said and "--profile-pair" in said
+    # a profile entry named like the run's pair but of other shapes is another pair too
+    prof2 = write_profile(tmp_path / "p2.json", entry("p", BIG))
+    with pytest.raises(profiles.ProfileError, match="does not match the run's pair p"):
+        overview_of(tmp_path / "res", prof2)
+    # the CLI: an error, exit status 2
+    assert report.main([str(tmp_path / "res"), "--no-figures", "--profile", str(prof)]) == 2
+    err = capsys.readouterr().err
+    assert "error: cost profile 'NVIDIA H200'" in err and "llama31_8b_1b_shaped" in err and "pair p " in err
+
+
+def test_a_run_without_recorded_shapes_is_matched_by_pair_name(tmp_path):
+    """Runs older than runtime.shapes: the entry of the run's pair name, at the entries' one dtype."""
+    chain_run(tmp_path / "res", shapes=None, dtype=None)
+    ok = write_profile(tmp_path / "ok.json", entry("p", BIG))
+    assert overview_of(tmp_path / "res", ok)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == \
+        pytest.approx(CHAIN_TRUTH)
+    with pytest.raises(profiles.ProfileError, match="by pair name"):
+        overview_of(tmp_path / "res", write_profile(tmp_path / "no.json", entry("q")))
+
+
+def test_profile_pair_projects_onto_a_named_pair_whatever_the_shapes_and_dtype(tmp_path, capsys):
+    """A toy run's iterations at the 8B pair's costs on a GPU: --profile-pair names the pair; its dtype is taken."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    chain_run(tmp_path / "res")
+    gpu = entry("llama31_8b_1b_shaped", BIG, dtype="bfloat16")
+    gpu["target_chain_s"] = {"1": 0.02, "2": 0.0202, "4": 0.0206, "8": 0.0214}  # +0.0002 s per token
+    gpu["draft_token_s"] = 0.01
+    prof = write_profile(tmp_path / "gpu.json", gpu, entry("qwen", {**BIG, "draft": TOY["draft"]}, dtype="bfloat16"),
+                         name="NVIDIA H200")
+    ov, notes = overview_of(tmp_path / "res", prof, "llama31_8b_1b_shaped")
+    truth = (2 * 7 / 3 + 5 / 3) / (2 * (2 * 0.01 + 0.0204) + (0.01 + 0.0202)) * 0.02
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "at NVIDIA H200")] == pytest.approx(truth)
+    assert "(pair llama31_8b_1b_shaped)" in ov.title and not notes
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "res"), "--no-figures", "--out", str(out), "--profile", str(prof),
+                        "--profile-pair", "llama31_8b_1b_shaped"]) == 0
+    assert f"| {truth:.2f} |" in (out / "overview.md").read_text()
+    capsys.readouterr()
+    assert report.main([str(tmp_path / "res"), "--profile", str(prof), "--profile-pair", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "no pair 'nosuch'" in err and "llama31_8b_1b_shaped, qwen" in err
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "res"), "--profile-pair", "qwen"])  # without --profile: a usage error
+    assert "--profile-pair needs --profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,said", [
+    (None, "no such file"),
+    ("{not json", "not JSON"),
+    ('{"format": 2, "entries": []}', "not a specbench cost profile"),
+    ('{"format": 1, "name": "x", "entries": [{"pair": "p"}]}', "entry 0 lacks dtype, path, batch_size"),
+])
+def test_a_missing_or_invalid_profile_is_an_error_naming_the_file(tmp_path, capsys, content, said):
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    path = tmp_path / "bad profile.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(profiles.ProfileError, match=said) as e:
+        profiles.read(path)
+    assert str(path) in str(e.value)
+    assert report.main([str(tmp_path / "res"), "--no-figures", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and str(path) in err and said in err
+
+
+def test_a_run_records_its_pairs_shapes_as_a_profile_measures_them(tmp_path, capsys):
+    """A real run and a real profile of one pair (tiny_random): the run's runtime.shapes are the profile entry's
+    shapes, so the entry is found by them; a run of the pair with another target depth is refused by them."""
+    from specbench.bench.cli import main as bench
+    from specbench.runs.runner import run
+    from helpers import small
+
+    prof = tmp_path / "profile.json"
+    assert bench(["verify", "--pair", "tiny_random", "--profile", str(prof), "--batch-sizes", "1", "--steps", "1",
+                  "--threads", "1"]) == 0
+    entry_shapes = json.loads(prof.read_text())["entries"][0]["shapes"]
+    s = run(small("method=vanilla", "limit=1", "decode.max_new_tokens=8", "threads=1"), tmp_path / "res" / "v")
+    assert s["runtime"]["shapes"] == entry_shapes
+    runs = load.load_runs(tmp_path / "res")
+    ov, notes = overview_of(tmp_path / "res", prof)
+    value = ov.values.iloc[0][("", f"at {json.loads(prof.read_text())['name']}")]
+    assert value > 0 and not notes, notes
+    run(small("method=vanilla", "limit=1", "decode.max_new_tokens=8", "threads=1", "pair.target.num_hidden_layers=3"),
+        tmp_path / "other" / "v")
+    assert report.main([str(tmp_path / "other"), "--no-figures", "--profile", str(prof)]) == 2
+    assert "does not match the run's pair tiny_random (target llama 3 layers" in capsys.readouterr().err
+    assert runs["path"].tolist() == ["eager"] and runs["dtype"].tolist() == ["float32"]
+
+
+def test_rows_record_the_draft_forwards_and_the_tokens_they_fed(tmp_path):
+    """A chain at batch_size 1 runs one draft forward per drafted token, each of one token but the first of an
+    iteration after a fully accepted block (the last draft and the bonus token: two); a dyn_tree iteration runs
+    `depth` forwards, the root's and one per depth that feeds the depth's expanded nodes (up to top_k)."""
+    from helpers import small
+    from specbench.runs.runner import run
+
+    run(small("method=vanilla", "limit=2", "decode.max_new_tokens=24", "threads=1"), tmp_path / "v")
+    run(small("method=dyn_tree", "limit=2", "decode.max_new_tokens=24", "threads=1", "method.depth=3",
+              "method.top_k=2", "method.total_nodes=6"), tmp_path / "t")
+    for r in (json.loads(line) for line in (tmp_path / "v" / "rows.jsonl").read_text().splitlines()):
+        steps, tokens, n = r["call_seconds"]["draft_steps"], r["call_seconds"]["draft_tokens"], r["call_stats"]["iterations"]
+        assert steps == {w: int(w) * k for w, k in n.items()}  # one forward per drafted token
+        assert all(int(w) * k <= tokens[w] <= (int(w) + 1) * k for w, k in n.items())
+    for r in (json.loads(line) for line in (tmp_path / "t" / "rows.jsonl").read_text().splitlines()):
+        steps, tokens, n = r["call_seconds"]["draft_steps"], r["call_seconds"]["draft_tokens"], r["call_stats"]["iterations"]
+        assert all(steps[w] <= 3 * k for w, k in n.items()) and sum(steps.values()) < sum(int(w) * k for w, k in n.items())
+        assert sum(tokens.values()) > sum(steps.values())  # a depth's nodes go through the draft in one forward
+        assert all(tokens[w] <= (2 + 2 * 2) * k for w, k in n.items())  # root (at most 2) + 2 depths of top_k = 2
