@@ -35,6 +35,20 @@ def test_a_hand_computed_case():
     assert speedup.predicted_speedup(speedup.call_stats([rec(0, 0)]), costs) is None
 
 
+def test_every_verified_position_has_its_alpha_zeros_included():
+    """Positions verified but never accepted keep alpha 0: reached [38], accepted [] is [0.0] (not []); a head run
+    whose second position was reached 3 times and never accepted reports [a_1, 0.0]; a tree's iterations too."""
+    assert speedup.alphas({"reached": [38], "accepted": []}) == [0.0]
+    assert speedup.alphas({"reached": [73, 3], "accepted": [3]}) == pytest.approx([3 / 73, 0.0])
+    never = speedup.call_stats([rec(2, 0), rec(2, 0), rec(2, 0)])  # first left out: two iterations, nothing accepted
+    assert never["reached"] == [2] and never["accepted"] == [] and speedup.alphas(never) == [0.0]
+    deep = speedup.call_stats([rec(3, 0), rec(3, 1), rec(3, 1)])  # position 2 reached twice, never accepted
+    assert speedup.alphas(deep) == pytest.approx([1.0, 0.0])
+    tree = speedup.call_stats([rec(8, 0), IterationRecord(drafted=8, accepted=1, stop="tree", draft_s=0.0,
+                                                           verify_s=0.0, depth=3)])
+    assert speedup.alphas(tree) == pytest.approx([1.0, 0.0])  # depth 3: positions 1, 2 reached, 1 accepted
+
+
 def test_leviathan_for_a_fixed_window():
     """One w, c_target(w+1) = c_target(1): (1 - a^(w+1)) / ((1 - a)(w c + 1)) with c = c_draft / c_target."""
     a, w, c = 0.7, 4, 0.05

@@ -92,8 +92,11 @@ def merge_stats(stats: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
 
 
 def alphas(stats: dict[str, Any]) -> list[float]:
-    """alpha_i = accepted_i / reached_i for positions i = 1.. (0 where a position was never verified)."""
-    return [a / r if r else 0.0 for a, r in zip(stats["accepted"], stats["reached"])]
+    """alpha_i = accepted_i / reached_i for every position i = 1.. that was verified (reached), zeros included: the
+    accepted counts stop at the deepest position ever accepted, the reached ones at the deepest verified (0 where a
+    position was never verified)."""
+    accepted = stats["accepted"]
+    return [(accepted[i] if i < len(accepted) else 0) / r if r else 0.0 for i, r in enumerate(stats["reached"])]
 
 
 def expected_tokens(alpha: list[float], w: int) -> float:
