@@ -293,3 +293,22 @@ def test_rows_record_the_draft_forwards_and_the_tokens_they_fed(tmp_path):
         assert all(steps[w] <= 3 * k for w, k in n.items()) and sum(steps.values()) < sum(int(w) * k for w, k in n.items())
         assert sum(tokens.values()) > sum(steps.values())  # a depth's nodes go through the draft in one forward
         assert all(tokens[w] <= (2 + 2 * 2) * k for w, k in n.items())  # root (at most 2) + 2 depths of top_k = 2
+
+
+def test_the_costs_table_sets_the_runs_seconds_beside_the_profiles(tmp_path):
+    """Per iteration: the run measured verify 3.0 s / 3 = 1.0 s and draft 0.5 s / 3; the profile charges the same
+    iterations 2 x 1.4 + 1.2 = 4.0 s of verify (4/3 s each) and 5 one-token draft forwards of 0.1 s (0.5 s / 3)."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    chain_run(tmp_path / "res")
+    prof = write_profile(tmp_path / "profile.json", entry())
+    rep = report.build_report(load.load_runs(tmp_path / "res"), projection=report.Projection(profiles.read(prof)))
+    table = next(t for t in rep.tables if t.name == "projection_costs")
+    row = table.values.loc[("p · gsm8k · batch_size=1", "vanilla")].droplevel(0)
+    assert row["iterations"] == 3
+    assert row["verify ms (run)"] == pytest.approx(1e3) and row["verify ms (profile)"] == pytest.approx(4e3 / 3)
+    assert row["verify run / profile - 1"] == pytest.approx(-0.25)
+    assert row["draft ms (run)"] == pytest.approx(5e2 / 3) == pytest.approx(row["draft ms (profile)"])
+    assert row["draft run / profile - 1"] == pytest.approx(0.0, abs=1e-12)
+    assert table.cells.loc[("p · gsm8k · batch_size=1", "vanilla"), ("", "verify run / profile - 1")] == "-25.0%"
+    assert table.values.loc[("p · gsm8k · batch_size=1", "ar")].isna().all()  # no call_stats in its rows
+    assert "projection_costs" not in [t.name for t in report.build_report(load.load_runs(tmp_path / "res")).tables]

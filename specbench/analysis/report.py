@@ -32,6 +32,7 @@ from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
+from specbench.analysis.projection_costs import Projection, costs_table
 from specbench.runs.projection import ProfileError, project, read as read_profile
 
 log = logging.getLogger(__name__)
@@ -87,20 +88,6 @@ OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed"
 VS_MEASURED = "projected / measured - 1"  # with a profile: the projection's relative difference from the measured
 AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generations after their first blocks
 VS_AFTER_FIRST = "projected / after 1st block - 1"
-
-
-@dataclass
-class Projection:
-    """A cost profile (specbench.decoding.profiles.read) the overview projects every run's iterations onto, and the
-    profile pair the user named (--profile-pair; None: the run's own pair, by its shapes or name)."""
-
-    profile: dict
-    pair: str | None = None
-
-    @property
-    def column(self) -> str:
-        """The overview column of the projection: 'at <the profile's name>'."""
-        return f"at {self.profile['name']}"
 
 
 def overview(group: Group, many: bool = False, projection: Projection | None = None) -> tuple[Table, list[str]]:
@@ -257,6 +244,8 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             out.left_out += len(missing)
         table, notes = overview(g, many, projection)
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
+        if projection is not None:
+            out.tables.append(_in_group(costs_table(g, projection), g, many))
         out.notes += notes
         out.left_out += len(notes)
     for name in (n for n in names if n in catalog.SPANS):

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from specbench.decoding.profiles import ProfileError, draft_seconds, iteration_costs, pair_entries, pick, read
 from specbench.decoding.speedup import from_row, merge_stats, predicted_speedup
 
-__all__ = ["ProfileError", "draft_cost", "project", "read", "run_stats"]  # read: a profile.json, for the report
+__all__ = ["ProfileError", "draft_cost", "price", "project", "read", "run_stats"]  # read: a profile.json, for the report
 
 
 def run_stats(rows: list[dict]) -> dict[str, Any]:
@@ -117,20 +117,36 @@ def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -
     (None, why not). `run` holds method, pair, shapes, dtype, path, batch_size, call_stats, draft_forwards and
     drafted_total (specbench.analysis.load). ProfileError when the profile has no entry of the run's pair (or of
     `by_name`)."""
+    priced = price(run, profile, by_name)
+    if isinstance(priced, str):
+        return None, priced
+    if priced["draft_per_node"] is None:
+        return None, priced["draft_said"]
+    return predicted_speedup(run["call_stats"], priced["costs"]), priced["said"]
+
+
+def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> dict[str, Any] | str:
+    """The profile's costs of the run's iterations, or why there are none: `costs` (call_costs' format, for
+    predicted_speedup), `draft_per_node` (None: see `draft_said`), `said` (which entry, chain or tree verifies and
+    the draft's cost in words), and per iteration the seconds the run measured and the profile's for the same calls:
+    `iterations`, `verify_run`, `verify_profile`, `draft_run`, `draft_profile` (None without a draft cost)."""
     stats = run["call_stats"]
     if not stats or not stats["iterations"]:
-        return None, "no recorded iterations (call_stats)"
+        return "no recorded iterations (call_stats)"
     entries = pair_entries(profile, run["pair"], run["shapes"], by_name)
     entry, which = pick(entries, run["pair"], run["dtype"], run["path"], int(run["batch_size"]),
                         any_dtype=by_name is not None)
     if entry is None:
-        return None, which
-    tree = stats.get("depths", stats["iterations"]) != stats["iterations"]
-    widths = [int(w) for w in stats["iterations"]]
+        return which
+    n = stats["iterations"]
+    tree = stats.get("depths", n) != n
+    widths = [int(w) for w in n]
     verify = iteration_costs(entry, widths, tree)["target_by_width"]  # the profile's verify of each width
-    target_s = sum(n * verify[str(int(w) + 1)] for w, n in stats["iterations"].items())
-    per_node, said = draft_cost(run, entry, target_s)
-    if per_node is None:
-        return None, said
-    costs = iteration_costs(entry, widths, tree, per_node)
-    return predicted_speedup(stats, costs), f"{which}, {'tree' if tree else 'chain'} verifies, {said}"
+    target_s = sum(k * verify[str(int(w) + 1)] for w, k in n.items())
+    per_node, said = draft_cost(run, entry, target_s) if run["drafted_total"] else (0.0, "no drafts")
+    its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
+    return {"costs": iteration_costs(entry, widths, tree, per_node), "draft_per_node": per_node, "draft_said": said,
+            "said": f"{which}, {'tree' if tree else 'chain'} verifies, {said}", "iterations": its,
+            "verify_run": sum(stats["verify_s"].values()) / its, "verify_profile": target_s / its,
+            "draft_run": sum(stats["draft_s"].values()) / its,
+            "draft_profile": None if per_node is None else per_node * nodes / its}
