@@ -41,7 +41,7 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from specbench.common.aggregate import run_metrics
+from specbench.common.aggregate import counts, run_metrics
 from specbench.common.configs import MISSING, differences, flatten
 from specbench.common.options import OptionError, max_new_tokens
 from specbench.runs.identity import RESUMABLE_KEYS, identity
@@ -224,6 +224,7 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         # that ran (None in runs older than them), the path, the rows' iterations and draft forwards
         "shapes": (record.get("runtime") or {}).get("shapes"), "dtype": (record.get("runtime") or {}).get("dtype"),
         "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
+        "counts": counts(rows),  # N, C, I, A, D, k pooled: acceptance in other engines' conventions
     }
 
 

@@ -32,6 +32,7 @@ from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
+from specbench.analysis.conventions import CONVENTIONS, convention_table
 from specbench.analysis.projection_costs import Projection, costs_table
 from specbench.runs.projection import ProfileError, project, read as read_profile
 
@@ -224,9 +225,10 @@ def spanning_groups(runs: pd.DataFrame, keys: Iterable[str]) -> list[Group]:
 
 
 def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None,
-                 projection: Projection | None = None) -> Report:
+                 projection: Projection | None = None, convention: str = "specbench") -> Report:
     """Every table `names` (default: all of catalog.TABLES) per comparable group of runs, plus each group's
-    overview (with the `projection` onto a cost profile when given); a table of catalog.SPANS per group of runs that
+    overview (with the `projection` onto a cost profile when given) and its acceptance in `convention` (a key of
+    conventions.CONVENTIONS; specbench's is the overview's own, so no extra table for it); a table of catalog.SPANS per group of runs that
     differ only in its keys (e.g. SD² Figure 5's two temperatures); refusals and mismatches become notes, never an
     abort, but for a profile that has no entry for a drafting run's pair (ProfileError)."""
     out, groups = Report(), load.groups(runs)
@@ -246,6 +248,8 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
         if projection is not None:
             out.tables.append(_in_group(costs_table(g, projection), g, many))
+        if convention != "specbench":
+            out.tables.append(_in_group(convention_table(g, convention), g, many))
         out.notes += notes
         out.left_out += len(notes)
     for name in (n for n in names if n in catalog.SPANS):
@@ -294,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                     "`bench gpu`): the overview adds the speedup each run's own iterations would have at its costs, "
                     "from the entry of the run's pair (by the shapes it recorded, else by name), dtype, path and "
                     "batch size; a profile without the run's pair is an error")
+    ap.add_argument("--convention", choices=list(CONVENTIONS), default="specbench",
+                    help="add a table of each run's acceptance in this engine's convention (vllm: mean acceptance "
+                         "length 1 + accepted / drafting steps; sglang, eagle, spec_bench: (accepted + steps) / "
+                         "steps, the bonus token included; docs/design.md, Acceptance conventions)")
     ap.add_argument("--profile-pair", metavar="NAME", help="with --profile: project onto this profile pair's entries "
                     "whatever the runs' pair and dtype (e.g. a toy run onto llama31_8b_1b_shaped on a GPU)")
     args = ap.parse_args(argv)
@@ -316,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         return ERROR
     print(runs[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.3f}"), end="\n\n")
     try:
-        rep = build_report(runs, args.table, args.baseline, projection)
+        rep = build_report(runs, args.table, args.baseline, projection, args.convention)
     except (ReportError, ProfileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ERROR

@@ -87,3 +87,12 @@ def repeat_spread(rows: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [x for x in (ratio(total(v, "new_tokens"), total(v, "decode_s")) for v in by_repeat.values()) if x is not None]
     return {"repeats": len(by_repeat), "tokens_per_s_median": median(rates) if rates else None,
             "tokens_per_s_spread": {"min": min(rates), "max": max(rates)} if rates else None}
+
+
+COUNT_FIELDS = {"N": "new_tokens", "C": "target_calls", "I": "iterations", "A": "accepted", "D": "drafted",
+                "k": "draft_iterations"}
+
+
+def counts(rows: list[dict]) -> dict[str, float]:
+    """The pooled counts N, C, I, A, D, k of `rows` (a field a row lacks counts 0)."""
+    return {c: float(sum(r.get(f) or 0 for r in rows)) for c, f in COUNT_FIELDS.items()}

@@ -1,0 +1,69 @@
+"""Acceptance in each engine's convention (`python -m specbench.report DIR --convention NAME`): the same recorded
+counts, pooled over a run's rows, in the names and formulas of specbench, vLLM, SGLang, EAGLE and Spec-Bench
+(docs/design.md, "Acceptance conventions", gives each with the source it was read from).
+
+Counts, summed over the rows: N new tokens (cut at the stop), C target calls, I iterations (verify steps), A accepted
+drafts, D drafted nodes, k drafting iterations (w > 0). A chain's iteration commits accepted + 1 tokens, so
+N = A + I - cut (the last block's tokens after a stop). Then
+    specbench   τ = N / C;  #match = A / k;  AccRate = A / D
+    vllm        mean acceptance length = 1 + A / k (only steps that drafted);  draft acceptance rate = A / D
+    sglang      accept len = (A + I) / I (every verify step, bonus included, no stop cut)
+    eagle       τ (average acceptance length) = (A + I) / I
+    spec_bench  #Mean Accepted Tokens = (A + I) / I
+They part where iterations draft nothing (1 + A / k against (A + I) / I), where the last block is cut at a stop (N / C
+against (A + I) / I) and at the +1 bonus token (#match against every "acceptance length").
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from specbench.analysis.load import Group
+from specbench.analysis.tables import Table
+from specbench.common.aggregate import ratio
+
+def per(a: float, b: float) -> float:
+    """a / b, NaN for b = 0 (aggregate.ratio's None as a table's empty cell)."""
+    x = ratio(a, b)
+    return float("nan") if x is None else x
+
+
+Formula = Callable[[dict[str, float]], float]
+# name -> (whose convention, in words; [(column, formula, format)])
+CONVENTIONS: dict[str, tuple[str, list[tuple[str, Formula, str]]]] = {
+    "specbench": ("specbench's", [("τ = N / C", lambda c: per(c["N"], c["C"]), ".2f"),
+                                  ("#match = A / k", lambda c: per(c["A"], c["k"]), ".2f"),
+                                  ("AccRate = A / D", lambda c: per(c["A"], c["D"]), ".3f")]),
+    "vllm": ("vLLM's", [("mean acceptance length = 1 + A / num_drafts", lambda c: 1 + per(c["A"], c["k"]), ".2f"),
+                        ("draft acceptance rate = A / num_draft_tokens", lambda c: per(c["A"], c["D"]), ".3f"),
+                        ("num_drafts", lambda c: c["k"], ".0f")]),
+    "sglang": ("SGLang's", [("accept len = (A + verify steps) / verify steps",
+                             lambda c: per(c["A"] + c["I"], c["I"]), ".2f"),
+                            ("verify steps", lambda c: c["I"], ".0f")]),
+    "eagle": ("EAGLE's", [("τ (average acceptance length) = (A + steps) / steps",
+                           lambda c: per(c["A"] + c["I"], c["I"]), ".2f")]),
+    "spec_bench": ("Spec-Bench's", [("#Mean Accepted Tokens = (A + steps) / steps",
+                                     lambda c: per(c["A"] + c["I"], c["I"]), ".2f")]),
+}
+
+
+def convention_table(group: Group, name: str) -> Table:
+    """One row per run of the group: its acceptance in convention `name` (a key of CONVENTIONS), computed from the
+    run's pooled counts (load_run's `counts`)."""
+    whose, columns = CONVENTIONS[name]
+    runs = group.runs
+    index = pd.MultiIndex.from_arrays([runs["pair"] + " · " + runs["dataset"], runs["label"]])
+    cols = pd.MultiIndex.from_product([[""], [c for c, _, _ in columns]])
+    v = pd.DataFrame(np.nan, index=index, columns=cols)
+    cells = pd.DataFrame("", index=index, columns=cols)
+    for at, (_, r) in zip(index, runs.iterrows()):
+        for column, formula, spec in columns:
+            x = formula(r["counts"]) if r["drafted_total"] else float("nan")  # ar, draft_only: nothing drafted
+            v.loc[at, ("", column)] = x
+            cells.loc[at, ("", column)] = "" if np.isnan(x) else format(x, spec)
+    title = (f"Acceptance in {whose} convention (from the runs' pooled counts: N new tokens, C target calls, A "
+             "accepted, D drafted, k drafting iterations, steps = iterations; docs/design.md, Acceptance conventions)")
+    return Table(f"acceptance_{name}", title, v, cells, index_names=("pair · dataset", "run"))
