@@ -69,7 +69,7 @@ def test_every_figure_is_a_png(tmp_path):
     paths = figures.make_figures(runs, tmp_path / "fig")
     kinds = {p.name.split("__")[0] for p in paths}
     assert kinds == {"fig_accept_hist", "fig_position", "fig_thresholds", "fig_gamma", "fig_token_means",
-                     "fig_js_hist", "fig_task_throughput"}
+                     "fig_js_hist", "fig_task_throughput", "fig_per_position"}
     for p in paths:
         check_png(p)
     assert (tmp_path / "fig" / "fig_thresholds__tiny_random__smoke__adasd.png") in paths

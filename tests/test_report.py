@@ -328,8 +328,8 @@ def test_cli_on_real_runs(tmp_path):
     out = tmp_path / "report"
     assert report.main([str(tmp_path / "res"), "--out", str(out), "--format", "all", "--no-figures"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke", "overview")
-                           for e in ("md", "tex", "csv"))
+    assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke", "overview",
+                                                "per_position", "accepted_length") for e in ("md", "tex", "csv"))
     (t1, _) = tables.adasd_tables(runs)
     assert (out / "adasd_table1.md").read_text() == t1.markdown()
     speed = t1.values.loc[("tiny_random", "AdaSD"), ("smoke", "speedup")]

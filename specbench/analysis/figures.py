@@ -40,6 +40,7 @@ from matplotlib.patches import Patch
 from specbench.analysis import load
 from specbench.analysis import tables
 from specbench.analysis.load import ReportError
+from specbench.analysis.per_position import plot_positions
 from specbench.common.files import atomic_path
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,9 @@ def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ..
     """The figures of one comparable group of runs, per pair and dataset, file names ending in `tag`."""
     paths = _batch_figure(runs, out, title, tag)
     runs = runs.assign(label=load.labels(runs))
+    for (pair, d), g in runs.groupby(["pair", "dataset"], sort=False):
+        paths.append(plot_positions(g, out, f"{pair} · {d} · {title}", load.slug(pair, d, *tag)))
+    paths = [p for p in paths if p is not None]
     traces = load.load_traces(runs)
     for (pair, d), t in (traces.groupby(["pair", "dataset"], sort=False) if len(traces) else []):
         where, stem = f"{pair} · {d} · {title}", load.slug(pair, d, *tag)

@@ -33,6 +33,7 @@ from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_ru
 from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
 from specbench.analysis.conventions import CONVENTIONS, convention_table
+from specbench.analysis.per_position import position_tables
 from specbench.analysis.projection_costs import Projection, costs_table
 from specbench.runs.projection import ProfileError, project, read as read_profile
 
@@ -248,6 +249,7 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
         if projection is not None:
             out.tables.append(_in_group(costs_table(g, projection), g, many))
+        out.tables += [_in_group(t, g, many) for t in position_tables(g)]
         if convention != "specbench":
             out.tables.append(_in_group(convention_table(g, convention), g, many))
         out.notes += notes

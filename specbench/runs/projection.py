@@ -26,17 +26,18 @@ import statistics
 from typing import Any, Mapping
 
 from specbench.decoding.profiles import ProfileError, draft_seconds, iteration_costs, pair_entries, pick, read
-from specbench.decoding.speedup import from_row, merge_stats, predicted_speedup
+from specbench.decoding.speedup import alphas, from_row, merge_stats, predicted_speedup
 
 __all__ = ["ProfileError", "draft_cost", "price", "project", "read", "run_stats"]  # read: a profile.json, for the report
 
 
 def run_stats(rows: list[dict]) -> dict[str, Any]:
     """What a projection needs from a run's rows: their merged call_stats (None where no row has them: rows of an
-    older version), Σ draft_calls and Σ drafted, and `after_first_block_tps`, the measured counterpart of what a
+    older version) and its alpha_i (speedup.alphas), Σ draft_calls and Σ drafted, and `after_first_block_tps`, the measured counterpart of what a
     prediction models (after_first_block)."""
     stats = [from_row(r) for r in rows]
-    return {"call_stats": merge_stats(stats) if any(stats) else None,
+    merged = merge_stats(stats) if any(stats) else None
+    return {"call_stats": merged, "alphas": alphas(merged) if merged else None,  # alpha_i, zeros included
             "draft_forwards": sum(int(r.get("draft_calls") or 0) for r in rows),
             "drafted_total": sum(int(r.get("drafted") or 0) for r in rows),
             "after_first_block_tps": after_first_block(rows)}

@@ -1,0 +1,97 @@
+"""Acceptance per draft position (the plot vLLM's and SPEED-Bench's reports show), from each run's merged call_stats
+(specbench.decoding.speedup: each generation's first iteration left out). For position i = 1.., with reached_i the
+iterations that verified position i and acc_i those that accepted it, and K the iterations that drafted:
+
+    alpha_i   = acc_i / reached_i     P(position i accepted | positions 1..i-1 accepted)  (conditional)
+    P(>= i)   = acc_i / K             P(an iteration accepts i or more drafts)            (vLLM's per-position rate)
+    h(n)      = (acc_n - acc_{n+1}) / K, acc_0 = K     the accepted-length histogram, n = 0..
+
+A tree's positions are its depths. Every verified position is listed, zeros included (speedup.alphas)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from specbench.analysis.load import Group
+from specbench.analysis.tables import Table
+from specbench.common.files import atomic_path
+
+MAX_POSITIONS = 16  # positions shown in the tables (every one is in the figure)
+
+
+def positions(stats: dict, alpha: list[float]) -> dict[str, list[float]]:
+    """{"alpha": [alpha_i], "at_least": [P(>= i)], "hist": [h(n)]} of one run's merged call_stats and its alpha_i
+    (specbench.decoding.speedup.alphas, the run's `alphas`); {} when no iteration drafted."""
+    drafting = sum(n for w, n in stats["iterations"].items() if int(w) > 0)
+    if not drafting:
+        return {}
+    acc = [float(a) for a in stats["accepted"]]
+    acc += [0.0] * (len(stats["reached"]) - len(acc))  # verified, never accepted: zeros
+    upto = [float(drafting), *acc, 0.0]
+    return {"alpha": list(alpha), "at_least": [a / drafting for a in acc],
+            "hist": [(upto[n] - upto[n + 1]) / drafting for n in range(len(acc) + 1)]}
+
+
+def position_tables(group: Group) -> list[Table]:
+    """Two tables of the group's drafting runs: alpha_i with P(>= i) per position, and the accepted-length histogram."""
+    per = drafting(group.runs)
+    if not per:
+        return []
+    depth = min(MAX_POSITIONS, max(len(p["alpha"]) for p in per.values()))
+    cols = [f"α_{i}" for i in range(1, depth + 1)] + [f"P(≥{i})" for i in range(1, depth + 1)]
+    a = _table("per_position", "Acceptance per draft position: conditional α_i = P(i accepted | 1..i-1 accepted) and "
+               "P(≥ i) = P(an iteration accepts i or more drafts) (vLLM's per-position rate); each generation's first "
+               "iteration left out", per, cols,
+               lambda p: [*_pad(p["alpha"], depth), *_pad(p["at_least"], depth)])
+    bins = min(MAX_POSITIONS + 1, max(len(p["hist"]) for p in per.values()))
+    h = _table("accepted_length", "Accepted-length histogram: the fraction of drafting iterations that accepted n "
+               "drafts", per, [f"n={n}" for n in range(bins)], lambda p: _pad(p["hist"], bins))
+    return [a, h]
+
+
+def _pad(values: list[float], n: int) -> list[float]:
+    """values cut or padded with NaN (never verified) to n."""
+    return [*values[:n], *[np.nan] * (n - len(values[:n]))]
+
+
+def drafting(runs: pd.DataFrame) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """{(pair · dataset, run label): positions} of the runs that drafted (runs without call_stats left out)."""
+    runs = runs[runs["call_stats"].notna()]
+    keys = zip(runs["pair"] + " · " + runs["dataset"], runs["label"])
+    return {k: p for k, p in ((k, positions(s, a)) for k, s, a in zip(keys, runs["call_stats"], runs["alphas"])) if p}
+
+
+def _table(name: str, title: str, per: dict, cols: list[str], row) -> Table:
+    index = pd.MultiIndex.from_tuples(list(per))
+    v = pd.DataFrame([row(p) for p in per.values()], index=index, columns=pd.MultiIndex.from_product([[""], cols]))
+    cells = v.map(lambda x: "" if pd.isna(x) else f"{x:.3f}")
+    return Table(name, title, v, cells, index_names=("pair · dataset", "run"))
+
+
+def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path | None:
+    """<out>/fig_per_position__<stem>.png: alpha_i (solid) and P(>= i) (dashed) against position i, a line per drafting
+    run of `runs` (one pair and dataset); None when no run drafted."""
+    per = {label: p for (_, label), p in drafting(runs).items()}
+    if not per:
+        return None
+    fig = Figure(figsize=(7.0, 4.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for k, (label, p) in enumerate(per.items()):
+        x = np.arange(1, len(p["alpha"]) + 1)
+        color = f"C{k % 10}"
+        ax.plot(x, p["alpha"], "o-", color=color, label=f"{label} α_i")
+        ax.plot(x[:len(p["at_least"])], p["at_least"], "s--", color=color, alpha=0.6, label=f"{label} P(≥ i)")
+    ax.set(xlabel="draft position i (a tree: depth)", ylabel="acceptance", ylim=(0, 1.02))
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    path = Path(out) / f"fig_per_position__{stem}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    return path
