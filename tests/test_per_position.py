@@ -7,7 +7,8 @@ import pytest
 
 from helpers import add_fields, write_run
 from specbench.analysis import load, report
-from specbench.analysis.per_position import plot_positions, positions
+from specbench.analysis.figures import plot_positions
+from specbench.analysis.per_position import positions
 from specbench.decoding.speedup import alphas
 
 # first iterations left out; 4 drafting iterations of w = 3 accepting 3, 1, 0, 0 and one iteration drafting nothing:

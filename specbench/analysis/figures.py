@@ -40,7 +40,7 @@ from matplotlib.patches import Patch
 from specbench.analysis import load
 from specbench.analysis import tables
 from specbench.analysis.load import ReportError
-from specbench.analysis.per_position import plot_positions
+from specbench.analysis.per_position import drafting
 from specbench.common.files import atomic_path
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,23 @@ def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None
     ax.set(ylabel="tokens/s (mean ± std over initial γ)")
     _legend(ax)
     return _save(fig, path, title)
+
+
+def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path | None:
+    """<out>/fig_per_position__<stem>.png: alpha_i (solid) and P(>= i) (dashed) against position i, a line per drafting
+    run of `runs` (one pair and dataset; per_position.drafting); None when no run drafted."""
+    per = {label: p for (_, label), p in drafting(runs).items()}
+    if not per:
+        return None
+    fig, (ax,) = _figure()
+    for k, (label, p) in enumerate(per.items()):
+        x = np.arange(1, len(p["alpha"]) + 1)
+        color = f"C{k % 10}"
+        ax.plot(x, p["alpha"], "o-", color=color, label=f"{label} α_i")
+        ax.plot(x[:len(p["at_least"])], p["at_least"], "s--", color=color, alpha=0.6, label=f"{label} P(≥ i)")
+    ax.set(xlabel="draft position i (a tree: depth)", ylabel="acceptance", ylim=(0, 1.02))
+    _legend(ax)
+    return _save(fig, Path(out) / f"fig_per_position__{stem}.png", title)
 
 
 def batch_speedups(runs: pd.DataFrame) -> pd.DataFrame:

@@ -6,20 +6,17 @@ iterations that verified position i and acc_i those that accepted it, and K the 
     P(>= i)   = acc_i / K             P(an iteration accepts i or more drafts)            (vLLM's per-position rate)
     h(n)      = (acc_n - acc_{n+1}) / K, acc_0 = K     the accepted-length histogram, n = 0..
 
-A tree's positions are its depths. Every verified position is listed, zeros included (speedup.alphas)."""
+A tree's positions are its depths. Every verified position is listed, zeros included (speedup.alphas). The figure
+is specbench.analysis.figures.plot_positions."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from specbench.analysis.load import Group
 from specbench.analysis.tables import Table
-from specbench.common.files import atomic_path
 
 MAX_POSITIONS = 16  # positions shown in the tables (every one is in the figure)
 
@@ -71,27 +68,3 @@ def _table(name: str, title: str, per: dict, cols: list[str], row) -> Table:
     v = pd.DataFrame([row(p) for p in per.values()], index=index, columns=pd.MultiIndex.from_product([[""], cols]))
     cells = v.map(lambda x: "" if pd.isna(x) else f"{x:.3f}")
     return Table(name, title, v, cells, index_names=("pair · dataset", "run"))
-
-
-def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path | None:
-    """<out>/fig_per_position__<stem>.png: alpha_i (solid) and P(>= i) (dashed) against position i, a line per drafting
-    run of `runs` (one pair and dataset); None when no run drafted."""
-    per = {label: p for (_, label), p in drafting(runs).items()}
-    if not per:
-        return None
-    fig = Figure(figsize=(7.0, 4.0), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    for k, (label, p) in enumerate(per.items()):
-        x = np.arange(1, len(p["alpha"]) + 1)
-        color = f"C{k % 10}"
-        ax.plot(x, p["alpha"], "o-", color=color, label=f"{label} α_i")
-        ax.plot(x[:len(p["at_least"])], p["at_least"], "s--", color=color, alpha=0.6, label=f"{label} P(≥ i)")
-    ax.set(xlabel="draft position i (a tree: depth)", ylabel="acceptance", ylim=(0, 1.02))
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    path = Path(out) / f"fig_per_position__{stem}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    return path

@@ -23,7 +23,7 @@ profile's target verify seconds to the run's own for the same iterations (draft_
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from specbench.decoding.profiles import ProfileError, draft_seconds, iteration_costs, pair_entries, pick, read
 from specbench.decoding.speedup import alphas, from_row, merge_stats, predicted_speedup
@@ -126,7 +126,21 @@ def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -
     return predicted_speedup(run["call_stats"], priced["costs"]), priced["said"]
 
 
-def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> dict[str, Any] | str:
+class Priced(TypedDict):
+    """What `price` finds for a run (see there)."""
+
+    costs: dict[str, object]
+    draft_per_node: float | None
+    draft_said: str
+    said: str
+    iterations: int
+    verify_run: float
+    verify_profile: float
+    draft_run: float
+    draft_profile: float | None
+
+
+def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> Priced | str:
     """The profile's costs of the run's iterations, or why there are none: `costs` (call_costs' format, for
     predicted_speedup), `draft_per_node` (None: see `draft_said`), `said` (which entry, chain or tree verifies and
     the draft's cost in words), and per iteration the seconds the run measured and the profile's for the same calls:
@@ -142,11 +156,11 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> 
     n = stats["iterations"]
     tree = stats.get("depths", n) != n
     widths = [int(w) for w in n]
-    verify = iteration_costs(entry, widths, tree)["target_by_width"]  # the profile's verify of each width
-    target_s = sum(k * verify[str(int(w) + 1)] for w, k in n.items())
+    costs = iteration_costs(entry, widths, tree)  # the profile's verify of each width (its draft cost set below)
+    target_s = sum(k * costs["target_by_width"][str(int(w) + 1)] for w, k in n.items())
     per_node, said = draft_cost(run, entry, target_s) if run["drafted_total"] else (0.0, "no drafts")
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
-    return {"costs": iteration_costs(entry, widths, tree, per_node), "draft_per_node": per_node, "draft_said": said,
+    return {"costs": {**costs, "draft_per_token": per_node}, "draft_per_node": per_node, "draft_said": said,
             "said": f"{which}, {'tree' if tree else 'chain'} verifies, {said}", "iterations": its,
             "verify_run": sum(stats["verify_s"].values()) / its, "verify_profile": target_s / its,
             "draft_run": sum(stats["draft_s"].values()) / its,
