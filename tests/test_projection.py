@@ -81,8 +81,8 @@ def test_a_chain_run_projected_by_hand(tmp_path):
     assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "projected / measured - 1")] == pytest.approx(CHAIN_TRUTH / 2 - 1)
     assert ov.cells.loc[("p · gsm8k", "vanilla"), ("", col)] == f"{CHAIN_TRUTH:.2f}"
     assert ov.cells.loc[("p · gsm8k", "ar"), ("", col)] == ""  # ar has no iterations to project
-    assert list(ov.values.columns.get_level_values(1)[:5]) == ["tok/s", "speedup vs ar", "predicted", col,
-                                                              "projected / measured - 1"]
+    assert list(ov.values.columns.get_level_values(1)[:6]) == ["tok/s", "speedup vs ar", "mean ratio", "predicted",
+                                                              col, "projected / measured - 1"]
     assert "test box" in ov.title and not notes
     # the costs scale out: every cost times 3 gives the same speedup (a ratio of seconds)
     prof3 = write_profile(tmp_path / "p3.json", entry(scale=3.0))

@@ -142,7 +142,9 @@ def test_adasd_tables_by_hand(adasd_runs):
     assert w.loc[("p", "AdaSD"), ("GSM8K", "#cand")] == pytest.approx(6.0)
     assert w.loc[("p", "AdaSD"), ("GSM8K", "#match")] == pytest.approx(3.5)
     assert w.loc[("p", "AdaSD"), ("GSM8K", "AccRate")] == pytest.approx(70 / 120)
-    assert "| AdaSD | 45.000 | 0.450 | 1.000 | 1.500 |" in t1.markdown()
+    # intervals over the 2 prompts (60 and 30 tok/s, each at 1.5x vanilla's): a draw of both prompts the same, each
+    # with probability 1/4 > 2.5%, gives the ends 30 and 60; every draw's speedup and acc are 1.5 and 1
+    assert "| AdaSD | 45.000 [30.000–60.000] | 0.450 | 1.000 [1.000–1.000] | 1.500 [1.500–1.500] |" in t1.markdown()
     assert r"\#cand" in t2.latex() and r"\multicolumn{4}{c}{GSM8K}" in t2.latex()
     back = pd.read_csv(io.StringIO(t2.csv())).set_index(["pair", "method"])
     assert back.loc[("p", "AdaSD"), "GSM8K AccRate"] == pytest.approx(70 / 120)
@@ -430,15 +432,16 @@ def test_repeats_acceptance_truncation_and_predicted_speedup(tmp_path):
     by = runs.set_index("method")
     assert by.loc["adasd", "missing"] == ("n_truncated", "truncated_frac", "decoded", "resumed")
     (t1, _) = tables.adasd_tables(runs)
-    # median throughputs: tk/sec 45 [40–48]; speedup 45 / 30 with range [40 / 36, 48 / 27]
+    # median throughputs: tk/sec 45, speedup 45 / 30; the intervals are over prompts: one prompt of 45 tok/s in
+    # 1 s (the rows hold one repeat), so the interval of tk/sec is [45–45] and the paired speedup's [45/28–45/28]
     assert t1.values.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == pytest.approx(1.5)
-    assert t1.cells.loc[("p", "AdaSD"), ("GSM8K", "tk/sec")] == "45.000 [40.000–48.000]"
-    assert t1.cells.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == f"1.500 [{40 / 36:.3f}–{48 / 27:.3f}]"
-    assert "median over repeats" in t1.title
+    assert t1.cells.loc[("p", "AdaSD"), ("GSM8K", "tk/sec")] == "45.000 [45.000–45.000]"
+    assert t1.cells.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == f"1.500 [{45 / 28:.3f}–{45 / 28:.3f}]"
+    assert "median over repeats" in t1.title and "95% bootstrap interval" in t1.title
     rep = report.build_report(runs)
     ov = next(t for t in rep.tables if t.name == "overview")
     row = ov.cells.loc[("p · gsm8k", "adasd")]
-    assert row[("", "tok/s")] == "45.0 [40.0–48.0]" and row[("", "speedup vs ar")] == f"4.50 [{40 / 12:.2f}–{48 / 9:.2f}]"
+    assert row[("", "tok/s")] == "45.0 [45.0–45.0]" and row[("", "speedup vs ar")] == "4.50 [4.50–4.50]"
     assert row[("", "predicted")] == "4.00" and row[("", "exact")] == "0.500" and row[("", "relaxed")] == "0.300"
     assert row[("", "truncated")] == "missing"  # an older summary: shown as missing, not as 0
     assert ov.cells.loc[("p · gsm8k", "ar"), ("", "predicted")] == ""  # null: not applicable

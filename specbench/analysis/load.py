@@ -44,6 +44,7 @@ import yaml
 from specbench.common.aggregate import counts, run_metrics
 from specbench.common.configs import MISSING, differences, flatten
 from specbench.common.options import OptionError, max_new_tokens
+from specbench.analysis.intervals import TIMES, prompt_arrays
 from specbench.runs.identity import RESUMABLE_KEYS, identity
 from specbench.runs.projection import run_stats
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, measured_rows, read_measured, read_rows
@@ -225,6 +226,8 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         "shapes": (record.get("runtime") or {}).get("shapes"), "dtype": (record.get("runtime") or {}).get("dtype"),
         "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
         "counts": counts(rows),  # N, C, I, A, D, k pooled: acceptance in other engines' conventions
+        "prompts": prompt_arrays(rows),  # per prompt and repeat: the bootstrap intervals' input (analysis.intervals)
+        "time": "decode",  # what tokens_per_s_median divides by (analysis.intervals.TIMES; `timed` changes it)
     }
 
 
@@ -416,6 +419,19 @@ def load_traces(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def timed(runs: pd.DataFrame, time: str) -> pd.DataFrame:
+    """runs whose throughput (tokens_per_s_median, so every tok/s and speedup of the tables) divides by `time`
+    (analysis.intervals.TIMES): `decode` as recorded, or `after_first_block` (the run's after_first_block_tps:
+    the prompt's prefill and each generation's first iteration left out; NaN for rows without call_stats)."""
+    if time not in TIMES:
+        raise ReportError(f"--time {time!r}: valid times are {', '.join(TIMES)}")
+    out = runs.copy()
+    out["time"] = time
+    if time == "after_first_block":
+        out["tokens_per_s_median"] = out["after_first_block_tps"]
+    return out
+
+
 def where(runs: pd.DataFrame, conditions: Iterable[str]) -> pd.DataFrame:
     """Runs whose config value (dotted, e.g. decode.temperature, method.gamma) or column equals each KEY=VALUE.
 
@@ -478,13 +494,6 @@ def speedup_over(run: pd.Series, base: pd.Series | None) -> float:
 def speedup(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> float:
     """speedup_over the run's baseline run among `runs` (NaN when there is none)."""
     return speedup_over(run, find_baseline(run, runs, baseline))
-
-
-def speedup_spread(run: pd.Series, base: pd.Series | None) -> tuple[float, float]:
-    """The speedup's range over repeats: (run min / base max, run max / base min); NaN without repeats' spread."""
-    if base is None:
-        return float("nan"), float("nan")
-    return run["tokens_per_s_min"] / base["tokens_per_s_max"], run["tokens_per_s_max"] / base["tokens_per_s_min"]
 
 
 def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> pd.DataFrame:

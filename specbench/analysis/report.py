@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import catalog, figures, load
+from specbench.analysis import catalog, figures, intervals, load
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
@@ -85,8 +85,9 @@ def _fraction_cell(n: float, frac: float, missing: bool) -> str:
     return "missing" if missing else "" if pd.isna(frac) else f"{n:.0f} ({frac:.0%})"
 
 
-OVERVIEW = ["tok/s", "speedup vs ar", "predicted", "AccRate", "exact", "relaxed", "τ", "nodes/call", "score",
-            "truncated"]
+OVERVIEW = ["tok/s", "speedup vs ar", "mean ratio", "predicted", "AccRate", "exact", "relaxed", "τ", "nodes/call",
+            "score", "Δscore vs ar", "truncated"]
+DIFFERS = " ≠0"  # marks a Δscore whose 95% interval leaves out 0
 VS_MEASURED = "projected / measured - 1"  # with a profile: the projection's relative difference from the measured
 AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generations after their first blocks
 VS_AFTER_FIRST = "projected / after 1st block - 1"
@@ -110,7 +111,8 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
     if by_batch:
         where += " · batch_size=" + runs["batch_size"].astype(str)
     index = pd.MultiIndex.from_arrays([where, runs["label"]])
-    cols = [c for c in OVERVIEW if c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any()]
+    cols = [c for c in OVERVIEW if (c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any())
+            and (c != "Δscore vs ar" or runs["score"].notna().any())]
     if projection is not None:
         at = cols.index("predicted") + 1
         cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST]
@@ -121,21 +123,29 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
             base = load.find_baseline(r, runs, "ar")
         except ReportError as e:
             base, notes = None, notes + [f"speedup vs ar of {r['run_dir']} left out: {e}"]
-        lo, hi = load.speedup_spread(r, base) if r["repeats"] > 1 else (np.nan, np.nan)
         sp = load.speedup_over(r, base)
+        _, *sp_ci = intervals.of_pair(r, base, "speedup")
+        ratio, *ratio_ci = intervals.of_pair(r, base, "mean ratio")
+        dscore, *dscore_ci = intervals.of_pair(r, base, "Δscore")
         gone = set(r["missing"])
-        nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": sp, "predicted": r["predicted_speedup"],
+        nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": sp, "mean ratio": ratio,
+                "predicted": r["predicted_speedup"],
                 "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],
                 "τ": r["block_efficiency"], "nodes/call": r["nodes_per_call"], "score": r["score"],
-                "truncated": r["truncated_frac"]}
-        text = {"tok/s": _cell(nums["tok/s"], ".1f", False), "speedup vs ar": _cell(sp, ".2f", False),
+                "Δscore vs ar": dscore, "truncated": r["truncated_frac"]}
+        ci = {c: intervals.of_run(r, s) for c, s in (("tok/s", "tok/s"), ("AccRate", "AccRate"), ("τ", "τ"),
+                                                     ("score", "score"))}
+        text = {"tok/s": intervals.text(nums["tok/s"], *ci["tok/s"], ".1f"),
+                "speedup vs ar": intervals.text(sp, *sp_ci, ".2f"), "mean ratio": intervals.text(ratio, *ratio_ci, ".2f"),
                 "predicted": _cell(nums["predicted"], ".2f", "predicted_speedup" in gone),
-                "AccRate": _cell(nums["AccRate"], ".3f", False),
+                "AccRate": intervals.text(nums["AccRate"], *ci["AccRate"], ".3f"),
                 "exact": _cell(nums["exact"], ".3f", "acceptance_exact" in gone),
                 "relaxed": _cell(nums["relaxed"], ".3f", "acceptance_relaxed" in gone),
-                "τ": _cell(nums["τ"], ".2f", False),
+                "τ": intervals.text(nums["τ"], *ci["τ"], ".2f"),
                 "nodes/call": _cell(nums["nodes/call"], ".1f", "nodes_per_call" in gone),
-                "score": _cell(nums["score"], ".3f", False),
+                "score": intervals.text(nums["score"], *ci["score"], ".3f"),
+                "Δscore vs ar": intervals.text(dscore, *dscore_ci, "+.3f")
+                + (DIFFERS if intervals.excludes_zero(*dscore_ci) else ""),
                 "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
         if projection is not None:
             drafting = r["call_stats"] is not None and r["drafted_total"] > 0  # ar, draft_only: nothing to project
@@ -152,18 +162,18 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
             for c, spec in ((projection.column, ".2f"), (VS_MEASURED, "+.1%"), (AFTER_FIRST, ".2f"),
                             (VS_AFTER_FIRST, "+.1%")):
                 text[c] = _cell(nums[c], spec, False)
-        if r["repeats"] > 1:  # the spread over repeats
-            text["tok/s"] += f" [{r['tokens_per_s_min']:.1f}–{r['tokens_per_s_max']:.1f}]"
-            text["speedup vs ar"] += f" [{lo:.2f}–{hi:.2f}]" if base is not None else ""
         for c in cols:
             v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
-    title = ("Runs: median tok/s [min–max over repeats], measured speedup over ar beside the predicted one, "
+    title = ("Runs: median tok/s, measured speedup over ar (Σ tokens / Σ time of the run over the same of ar's) and "
+             "the mean of the per-prompt speedups beside the predicted one, "
              + (f"the projection of its iterations onto the cost profile {projection.profile['name']!r}"
                 + (f" (pair {projection.pair})" if projection.pair else "")
                 + " and its difference from the measured speedup and from the measured speedup after each "
                 "generation's first block (prompt and first iteration left out, as in the predictions), "
                 if projection is not None else "")
-             + "acceptance (exact / JS-relaxed), τ, score, rows truncated at max_new_tokens")
+             + "acceptance (exact / JS-relaxed), τ, score and its difference from ar's (≠0: the interval leaves out "
+             "0), rows truncated at max_new_tokens; [95% bootstrap interval over prompts and repeats, paired by "
+             f"prompt against ar; seed {intervals.SEED}]; time: {intervals.TIMES[runs['time'].iloc[0]]}")
     t = Table("overview", title, v, cells,
               index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"))
     return _in_group(t, group, many), notes
@@ -304,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="add a table of each run's acceptance in this engine's convention (vllm: mean acceptance "
                          "length 1 + accepted / drafting steps; sglang, eagle, spec_bench: (accepted + steps) / "
                          "steps, the bonus token included; docs/design.md, Acceptance conventions)")
+    ap.add_argument("--time", choices=list(intervals.TIMES), default="decode",
+                    help="the time every tok/s and speedup divides by: decode (decode_s, the prompt's prefill and "
+                         "first iteration included; the default) or after_first_block (the tokens and seconds after "
+                         "each generation's first block)")
     ap.add_argument("--profile-pair", metavar="NAME", help="with --profile: project onto this profile pair's entries "
                     "whatever the runs' pair and dtype (e.g. a toy run onto llama31_8b_1b_shaped on a GPU)")
     args = ap.parse_args(argv)
@@ -320,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         found = load_runs(*args.results)  # logs why it leaves out each unfinished run folder
         same_run = found.attrs.get("same_run_as", {})  # folders of a run reported from another folder
         unfinished = sorted(set(map(str, load.find_run_dirs(args.results))) - set(found["run_dir"]) - set(same_run))
-        runs = where(found, args.where)
+        runs = load.timed(where(found, args.where), args.time)
     except (ReportError, OSError, ValueError) as e:  # nothing to report on, or input that cannot be read
         print(f"error: {e}", file=sys.stderr)
         return ERROR

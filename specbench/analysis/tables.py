@@ -37,8 +37,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from specbench.analysis import intervals
 from specbench.analysis.load import (MethodSpec, ReportError, differing_keys, find_baseline, labels, load_examples,
-                                     select, selectors, speedup, speedup_over, speedup_spread, where_args)
+                                     select, selectors, speedup, speedup_over, where_args)
 from specbench.common.configs import differences
 
 log = logging.getLogger(__name__)
@@ -187,8 +188,10 @@ def throughput_by(examples: pd.DataFrame, by: str) -> pd.Series:
 
 
 def _repeats_note(runs: pd.DataFrame) -> str:
-    """'; tk/sec and speedup: median over repeats [min–max]' where some run has several repeats, else ''."""
-    return "; tk/sec and speedup: median over repeats [min–max]" if (runs["repeats"] > 1).any() else ""
+    """How the intervals of the AdaSD tables are made (and that tk/sec is a median where runs have repeats)."""
+    return ("; [95% bootstrap interval over prompts" + (" and repeats" if (runs["repeats"] > 1).any() else "")
+            + f", paired by prompt for speedup; seed {intervals.SEED}]"
+            + ("; tk/sec: median over repeats" if (runs["repeats"] > 1).any() else ""))
 
 
 def _has_data(values: pd.DataFrame, baseline_label: str) -> bool:
@@ -199,22 +202,24 @@ def _has_data(values: pd.DataFrame, baseline_label: str) -> bool:
 
 # ---- AdaSD -------------------------------------------------------------------------------------
 
-def _spread(run: pd.Series, key: str, base: pd.Series | None) -> tuple[float, float]:
-    """(min, max) over the run's repeats of tk/sec or speedup over the baseline run `base` (NaN, NaN for other
-    columns or one repeat)."""
-    if not run["repeats"] > 1:
-        return float("nan"), float("nan")
+# the AdaSD columns that carry a 95% bootstrap interval over prompts (specbench.analysis.intervals), by statistic
+_INTERVAL_OF = {"tokens_per_s_median": "tok/s", "acceptance_rate": "AccRate", "score": "score"}
+
+
+def _interval(run: pd.Series, key: str, base: pd.Series | None) -> tuple[float, float]:
+    """The 95% bootstrap interval of the cell `key` of run (speedup: paired by prompt with `base`); NaN, NaN for
+    the columns without one (#cand, #match, JSDist)."""
     if key == "speedup":
-        return speedup_spread(run, base)
-    if key == "tokens_per_s_median":
-        return run["tokens_per_s_min"], run["tokens_per_s_max"]
+        return intervals.of_pair(run, base, "speedup")[1:]
+    if key in _INTERVAL_OF:
+        return intervals.of_run(run, _INTERVAL_OF[key])
     return float("nan"), float("nan")
 
 
 def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSpec]], columns: list[str],
                   datasets: list[str], base: MethodSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run;
-    and the printed cells: values with ' [min–max]' over repeats on tk/sec and speedup (median throughputs)."""
+    and the printed cells: values with their 95% bootstrap interval ' [lo–hi]' on tk/sec, acc, AccRate, speedup."""
     mine = pd.concat([_of(runs, s) for _, s in rows])
     pairs = pair_labels(mine)
     v = skeleton(list(pairs.values()), [r for r, _ in rows], [DATASET_LABELS.get(d, d) for d in datasets], columns)
@@ -229,7 +234,7 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
                 for col in columns:
                     key, at = ADASD_COLUMNS[col], ((plabel, label), (DATASET_LABELS.get(d, d), col))
                     v.loc[at] = speedup_over(run, b) if key == "speedup" else run[key]
-                    spread[at] = _spread(run, key, b)
+                    spread[at] = _interval(run, key, b)
     cells = fmt_cells(v, ".3f")
     for (row, col), (lo, hi) in spread.items():
         if pd.notna(lo) and pd.notna(hi):
@@ -467,6 +472,22 @@ def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> 
             "#Mean Accepted Tokens": run["block_efficiency"], "Overall": speedup_over(run, base)}
 
 
+def _spec_bench_intervals(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """The 95% bootstrap intervals of a leaderboard row: each task's speedup and Overall paired by prompt with the
+    baseline (the task's prompts only), τ over the run's prompts; none for the baseline itself."""
+    if run["run_dir"] == base["run_dir"]:
+        return {}
+    out = {"#Mean Accepted Tokens": intervals.of_run(run, "τ"), "Overall": intervals.of_pair(run, base, "speedup")[1:]}
+    if "task" in examples:
+        mine = examples[examples["run_dir"] == run["run_dir"]]
+        for col, task in SPEC_BENCH_TASKS.items():
+            ids = set(mine.loc[mine["task"] == task, "id"].astype(str))
+            if ids:
+                out[col] = intervals.paired_interval(intervals.subset(run["prompts"], ids),
+                                                     intervals.subset(base["prompts"], ids), "speedup", run["time"])
+    return out
+
+
 def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
     """Spec-Bench's leaderboard: a row per run on spec_bench (its label, `load.labels`, led by SPEC_BENCH_LABELS'
     name for the head methods: EAGLE-3, EAGLE-3 (tree), Medusa), a block per pair; the baseline's rows first, then by
@@ -484,12 +505,13 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
                           f"speedups are over {base}; run method={base.name} with the other runs' settings")
     mine["row"] = [SPEC_BENCH_LABELS.get(m, m) + row[len(m):] for m, row in zip(mine["method"], labels(mine))]
     examples, pairs = load_examples(mine), pair_labels(mine)
-    recs, first = {}, set()
+    recs, spans, first = {}, {}, set()
     for (pair, row), c in mine.groupby(["pair", "row"], sort=False):
         if len(c) > 1:
             raise _ambiguous("spec_bench", f"{row} on {pair}/spec_bench", c)
         run, at = c.iloc[0], (pairs[pair], row)
-        recs[at] = _spec_bench_row(run, find_baseline(run, runs, base), examples)
+        b = find_baseline(run, runs, base)
+        recs[at], spans[at] = _spec_bench_row(run, b, examples), _spec_bench_intervals(run, b, examples)
         first |= {at} if base.matches(run) else set()
     if len(recs) == len(first):  # the baseline alone
         return []
@@ -500,6 +522,11 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     cells = fmt_cells(v, ".2f")
     speedups = [c for c in SPEC_BENCH_COLUMNS if c != "#Mean Accepted Tokens"]
     cells[speedups] = cells[speedups].map(lambda c: c and c + "x")
+    for at in order:
+        for col, (lo, hi) in spans[at].items():
+            if cells.loc[at, col] and not (np.isnan(lo) or np.isnan(hi)):
+                cells.loc[at, col] += f" [{lo:.2f}–{hi:.2f}]"
     v.columns = cells.columns = pd.MultiIndex.from_tuples([(c, "") for c in SPEC_BENCH_COLUMNS])
     return [Table("spec_bench", f"Spec-Bench: speedup over {base} per task (Σ new tokens / Σ decode s of its rows), "
-                  "#Mean Accepted Tokens = τ (tokens per target forward), Overall = the run's speedup", v, cells)]
+                  "#Mean Accepted Tokens = τ (tokens per target forward), Overall = the run's speedup; [95% bootstrap interval "
+                  f"over prompts, paired by prompt with {base}; seed {intervals.SEED}]", v, cells)]

@@ -1,0 +1,232 @@
+"""95% bootstrap intervals over prompts for the report's numbers, paired by prompt where two runs are compared.
+
+A run's prompts are resampled with replacement (B = RESAMPLES draws of P prompts out of P), and where the run has
+several repeats each drawn prompt also draws one of its repeats (a two-level bootstrap: the prompts are the sample,
+the repeats the timing noise within a prompt). The interval is the percentile interval: the 2.5% and 97.5%
+quantiles of the statistic over the draws. A comparison of run a with its baseline b draws the same prompts for
+both (paired); their repeats are drawn independently (repeats are not paired). The generator is seeded (SEED), so
+one folder always gives the same report.
+
+Statistics (sums over the drawn prompts and repeats, so each is the ratio of totals the table prints):
+    tok/s      Σ tokens / Σ seconds                                  (specbench.common.aggregate: tokens_per_s)
+    τ          Σ new_tokens / Σ target_calls                         (block_efficiency)
+    AccRate    Σ accepted / Σ drafted                                (acceptance_rate)
+    score      Σ score / #scored                                     (score)
+    speedup    (Σ tokens_a / Σ seconds_a) / (Σ tokens_b / Σ seconds_b)          (the default speedup)
+    mean ratio (1/P) Σ_i (tokens_a,i / seconds_a,i) / (tokens_b,i / seconds_b,i)  (the mean of per-prompt speedups)
+    Δscore     score_a - score_b over the prompts both score
+
+Which time the throughput divides by (TIMES): `decode`, the row's decode_s, which holds the prompt's prefill and
+the first iteration (the default), or `after_first_block`, the tokens committed after each generation's first
+block over decode_s less the row's share of that block (specbench.runs.projection.after_first_block).
+
+Written here rather than with scipy.stats.bootstrap, which resamples one level only (no repeats within prompts);
+tests/test_intervals.py checks these intervals against scipy's percentile intervals where there is one repeat,
+and their coverage on data with a known answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+LEVEL = 0.95
+RESAMPLES = 2000
+SEED = 0
+TIMES = {"decode": "decode_s, the prompt's prefill and first iteration included",
+         "after_first_block": "after each generation's first block (prefill and first iteration left out)"}
+# (tokens, seconds) fields of a time
+_TIME_FIELDS = {"decode": ("new_tokens", "seconds"), "after_first_block": ("later_tokens", "later_seconds")}
+
+Draw = dict[str, np.ndarray]  # field -> (RESAMPLES, P) values of the drawn prompts and repeats
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """A run's rows as arrays per prompt and repeat: ids (P,) sorted, count (P,) repeats per prompt, and
+    fields[name] (P, R) with NaN where a prompt has fewer than R repeats or no value (an unscored row)."""
+
+    ids: tuple[str, ...]
+    count: np.ndarray
+    fields: dict[str, np.ndarray]
+
+
+def _later_tokens(row: dict) -> float:
+    """Tokens committed after the first block: Σ accepted + one per later iteration (call_stats), NaN without."""
+    stats = row.get("call_stats")
+    if not isinstance(stats, dict) or row.get("first_block_s") is None:
+        return float("nan")
+    return float(sum(stats.get("accepted") or []) + sum((stats.get("iterations") or {}).values()))
+
+
+def _value(row: dict, name: str) -> float:
+    if name == "seconds":
+        return float(row["decode_s"])
+    if name == "later_tokens":
+        return _later_tokens(row)
+    if name == "later_seconds":
+        fb = row.get("first_block_s")
+        return float("nan") if fb is None else row["decode_s"] - fb / int(row.get("batch_size") or 1)
+    x = row.get(name)
+    return float("nan") if x is None else float(x)
+
+
+FIELDS = ("new_tokens", "seconds", "later_tokens", "later_seconds", "accepted", "drafted", "target_calls", "score")
+
+
+def prompt_arrays(rows: list[dict]) -> Prompts:
+    """The rows (one per prompt and repeat) as Prompts, prompts sorted by id."""
+    by_id: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: int(r.get("repeat") or 0)):
+        by_id.setdefault(str(r["id"]), []).append(r)
+    ids = tuple(sorted(by_id))
+    width = max((len(v) for v in by_id.values()), default=1)
+    fields = {f: np.full((len(ids), width), np.nan) for f in FIELDS}
+    for i, k in enumerate(ids):
+        for j, r in enumerate(by_id[k]):
+            for f in FIELDS:
+                fields[f][i, j] = _value(r, f)
+    return Prompts(ids, np.array([len(by_id[k]) for k in ids]), fields)
+
+
+def subset(p: Prompts, ids: set[str]) -> Prompts:
+    """The prompts of p whose id is in ids (order kept)."""
+    keep = np.array([k in ids for k in p.ids], dtype=bool)
+    return Prompts(tuple(k for k in p.ids if k in ids), p.count[keep], {f: a[keep] for f, a in p.fields.items()})
+
+
+def _draw(p: Prompts, idx: np.ndarray, names: tuple[str, ...], rng: np.random.Generator) -> Draw:
+    """The fields `names` of the prompts idx (B, P), each with one of its repeats drawn uniformly."""
+    rep = (rng.random(idx.shape) * p.count[idx]).astype(int)
+    return {f: p.fields[f][idx, rep] for f in names}
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Σ num / Σ den along the last axis (NaN where Σ den is 0)."""
+    n, d = np.nansum(num, axis=-1), np.nansum(den, axis=-1)
+    return np.divide(n, d, out=np.full(np.shape(n), np.nan), where=d != 0)
+
+
+def _mean(x: np.ndarray) -> np.ndarray:
+    """The mean of the non-NaN values along the last axis (NaN where there are none)."""
+    n = np.sum(~np.isnan(x), axis=-1)
+    return np.divide(np.nansum(x, axis=-1), n, out=np.full(np.shape(n), np.nan), where=n > 0)
+
+
+def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.ndarray]]:
+    tok, sec = _TIME_FIELDS[time]
+    table: dict[str, tuple[tuple[str, ...], Callable[[Draw], np.ndarray]]] = {
+        "tok/s": ((tok, sec), lambda d: _ratio(d[tok], d[sec])),
+        "τ": (("new_tokens", "target_calls"), lambda d: _ratio(d["new_tokens"], d["target_calls"])),
+        "AccRate": (("accepted", "drafted"), lambda d: _ratio(d["accepted"], d["drafted"])),
+        "score": (("score",), lambda d: _mean(d["score"]))}
+    return table[stat]
+
+
+def _per_prompt_rate(d: Draw, tok: str, sec: str) -> np.ndarray:
+    return np.divide(d[tok], d[sec], out=np.full(np.shape(d[tok]), np.nan), where=d[sec] > 0)
+
+
+def _two(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw, Draw], np.ndarray]]:
+    tok, sec = _TIME_FIELDS[time]
+
+    def score_diff(a: Draw, b: Draw) -> np.ndarray:
+        both = ~np.isnan(a["score"]) & ~np.isnan(b["score"])
+        return _mean(np.where(both, a["score"], np.nan)) - _mean(np.where(both, b["score"], np.nan))
+
+    table: dict[str, tuple[tuple[str, ...], Callable[[Draw, Draw], np.ndarray]]] = {
+        "speedup": ((tok, sec), lambda a, b: _ratio(a[tok], a[sec]) / _ratio(b[tok], b[sec])),
+        "mean ratio": ((tok, sec), lambda a, b: _mean(_per_prompt_rate(a, tok, sec) / _per_prompt_rate(b, tok, sec))),
+        "Δscore": (("score",), score_diff)}
+    return table[stat]
+
+
+ONE_RUN = ("tok/s", "τ", "AccRate", "score")
+PAIRED = ("speedup", "mean ratio", "Δscore")
+
+
+def _check(stat: str, valid: tuple[str, ...], time: str) -> None:
+    if stat not in valid:
+        raise ValueError(f"statistic {stat!r}: valid statistics are {', '.join(valid)}")
+    if time not in TIMES:
+        raise ValueError(f"time {time!r}: valid times are {', '.join(TIMES)}")
+
+
+def _quantiles(values: np.ndarray) -> tuple[float, float]:
+    if np.isnan(values).all():
+        return float("nan"), float("nan")
+    lo, hi = np.nanquantile(values, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return float(lo), float(hi)
+
+
+def interval(p: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
+    """The 95% bootstrap interval of one run's statistic `stat` (ONE_RUN); NaN, NaN where it is undefined."""
+    _check(stat, ONE_RUN, time)
+    names, f = _one(stat, time)
+    rng = np.random.default_rng(SEED)
+    idx = rng.integers(0, len(p.ids), (RESAMPLES, len(p.ids)))
+    return _quantiles(f(_draw(p, idx, names, rng)))
+
+
+def _aligned(a: Prompts, b: Prompts) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in a and in b of the prompts both hold (by id)."""
+    common = sorted(set(a.ids) & set(b.ids))
+    if not common:
+        raise ValueError("the two runs share no prompt: a paired interval needs the same prompts")
+    at_a, at_b = {k: i for i, k in enumerate(a.ids)}, {k: i for i, k in enumerate(b.ids)}
+    return np.array([at_a[k] for k in common]), np.array([at_b[k] for k in common])
+
+
+def paired_value(a: Prompts, b: Prompts, stat: str, time: str = "decode") -> float:
+    """The statistic `stat` (PAIRED) of run a against run b on their common prompts, every repeat pooled."""
+    _check(stat, PAIRED, time)
+    names, f = _two(stat, time)
+    ia, ib = _aligned(a, b)
+
+    def pooled(p: Prompts, at: np.ndarray) -> Draw:  # one 'draw': each prompt with its repeats summed (or averaged)
+        return {n: (_mean if n == "score" else lambda x: np.nansum(x, axis=-1))(p.fields[n][at])[None, :]
+                for n in names}
+
+    return float(f(pooled(a, ia), pooled(b, ib))[0])
+
+
+def paired_interval(a: Prompts, b: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
+    """The 95% bootstrap interval of `stat` (PAIRED) of run a against run b: the same prompts drawn for both."""
+    _check(stat, PAIRED, time)
+    names, f = _two(stat, time)
+    ia, ib = _aligned(a, b)
+    rng = np.random.default_rng(SEED)
+    idx = rng.integers(0, len(ia), (RESAMPLES, len(ia)))
+    return _quantiles(f(_draw(a, ia[idx], names, rng), _draw(b, ib[idx], names, rng)))
+
+
+def text(value: float, lo: float, hi: float, spec: str) -> str:
+    """'1.23 [1.10–1.35]' ('' without a value; the value alone without an interval)."""
+    if np.isnan(value):
+        return ""
+    out = format(value, spec)
+    return out if np.isnan(lo) or np.isnan(hi) else f"{out} [{lo:{spec}}–{hi:{spec}}]"
+
+
+def of_run(run: pd.Series, stat: str) -> tuple[float, float]:
+    """The interval of a loaded run's (specbench.analysis.load) statistic `stat`, at the run's `time`."""
+    return interval(run["prompts"], stat, run["time"])
+
+
+def of_pair(run: pd.Series, base: pd.Series | None, stat: str) -> tuple[float, float, float]:
+    """(value, lo, hi) of `stat` (PAIRED) of a loaded run against its baseline run (NaN without one; the baseline
+    against itself: the value, no interval)."""
+    if base is None:
+        return float("nan"), float("nan"), float("nan")
+    if base["run_dir"] == run["run_dir"]:
+        return paired_value(run["prompts"], base["prompts"], stat, run["time"]), float("nan"), float("nan")
+    return (paired_value(run["prompts"], base["prompts"], stat, run["time"]),
+            *paired_interval(run["prompts"], base["prompts"], stat, run["time"]))
+
+
+def excludes_zero(lo: float, hi: float) -> bool:
+    """Does the interval [lo, hi] leave out 0 (a difference the prompts support at the 95% level)?"""
+    return bool(lo > 0 or hi < 0)
