@@ -197,6 +197,14 @@ def summary_numbers(summary: dict, rows: list[dict], source: str) -> dict[str, f
     return {**out, "tokens_per_s_min": _num(spread.get("min")), "tokens_per_s_max": _num(spread.get("max"))}
 
 
+def outputs(rows: list[dict]) -> dict[str, dict[str, list]]:
+    """Per prompt id, its first repeat's token_ids, top2_margins and off_top1 (None where a row lacks them)."""
+    out: dict[str, dict[str, list]] = {}
+    for r in sorted(rows, key=lambda r: int(r.get("repeat") or 0)):
+        out.setdefault(str(r["id"]), {k: r.get(k) for k in ("token_ids", "top2_margins", "off_top1")})
+    return out
+
+
 def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> dict[str, Any]:
     """One finished run folder (its config.json record, summary.json and the rows of its newest set of
     repeats) as a flat record: identity, setting, provenance and `summary_numbers`."""
@@ -226,6 +234,7 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         "shapes": (record.get("runtime") or {}).get("shapes"), "dtype": (record.get("runtime") or {}).get("dtype"),
         "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
         "counts": counts(rows),  # N, C, I, A, D, k pooled: acceptance in other engines' conventions
+        "outputs": outputs(rows),  # per prompt: token ids, top-2 margins (analysis.divergence)
         "prompts": prompt_arrays(rows),  # per prompt and repeat: the bootstrap intervals' input (analysis.intervals)
         "time": "decode",  # what tokens_per_s_median divides by (analysis.intervals.TIMES; `timed` changes it)
     }

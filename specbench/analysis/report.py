@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import catalog, figures, intervals, load
+from specbench.analysis import catalog, divergence, figures, intervals, load
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
@@ -86,7 +86,7 @@ def _fraction_cell(n: float, frac: float, missing: bool) -> str:
 
 
 OVERVIEW = ["tok/s", "speedup vs ar", "mean ratio", "predicted", "AccRate", "exact", "relaxed", "τ", "nodes/call",
-            "score", "Δscore vs ar", "truncated"]
+            "score", "Δscore vs ar", "diverged from ar", "truncated"]
 DIFFERS = " ≠0"  # marks a Δscore whose 95% interval leaves out 0
 VS_MEASURED = "projected / measured - 1"  # with a profile: the projection's relative difference from the measured
 AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generations after their first blocks
@@ -103,6 +103,7 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
     left empty. A group of several batch sizes has a block of rows per batch size. ProfileError when the profile
     has no entry for a drafting run's pair."""
     runs, notes = group.runs.copy(), []
+    found = {r["run_dir"]: divergence.divergences(r, group.runs) for _, r in group.runs.iterrows()}
     by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading
     if by_batch:
         runs = runs.sort_values(["pair", "dataset", "batch_size"], kind="stable")
@@ -112,7 +113,8 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
         where += " · batch_size=" + runs["batch_size"].astype(str)
     index = pd.MultiIndex.from_arrays([where, runs["label"]])
     cols = [c for c in OVERVIEW if (c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any())
-            and (c != "Δscore vs ar" or runs["score"].notna().any())]
+            and (c != "Δscore vs ar" or runs["score"].notna().any())
+            and (c != "diverged from ar" or any(found[d] is not None for d in runs["run_dir"]))]
     if projection is not None:
         at = cols.index("predicted") + 1
         cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST]
@@ -133,6 +135,7 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
                 "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],
                 "τ": r["block_efficiency"], "nodes/call": r["nodes_per_call"], "score": r["score"],
                 "Δscore vs ar": dscore, "truncated": r["truncated_frac"]}
+        nums["diverged from ar"], diverged = divergence.summary_cell(found[r["run_dir"]], r["n_examples"])
         ci = {c: intervals.of_run(r, s) for c, s in (("tok/s", "tok/s"), ("AccRate", "AccRate"), ("τ", "τ"),
                                                      ("score", "score"))}
         text = {"tok/s": intervals.text(nums["tok/s"], *ci["tok/s"], ".1f"),
@@ -146,6 +149,7 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
                 "score": intervals.text(nums["score"], *ci["score"], ".3f"),
                 "Δscore vs ar": intervals.text(dscore, *dscore_ci, "+.3f")
                 + (DIFFERS if intervals.excludes_zero(*dscore_ci) else ""),
+                "diverged from ar": diverged,
                 "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
         if projection is not None:
             drafting = r["call_stats"] is not None and r["drafted_total"] > 0  # ar, draft_only: nothing to project
@@ -172,7 +176,8 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
                 "generation's first block (prompt and first iteration left out, as in the predictions), "
                 if projection is not None else "")
              + "acceptance (exact / JS-relaxed), τ, score and its difference from ar's (≠0: the interval leaves out "
-             "0), rows truncated at max_new_tokens; [95% bootstrap interval over prompts and repeats, paired by "
+             "0), the rows of a lossless greedy run that differ from ar's (near-tie or suspect: the divergences table), "
+             "rows truncated at max_new_tokens; [95% bootstrap interval over prompts and repeats, paired by "
              f"prompt against ar; seed {intervals.SEED}]; time: {intervals.TIMES[runs['time'].iloc[0]]}")
     t = Table("overview", title, v, cells,
               index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"))
@@ -260,6 +265,9 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         if projection is not None:
             out.tables.append(_in_group(costs_table(g, projection), g, many))
         out.tables += [_in_group(t, g, many) for t in position_tables(g)]
+        parted = divergence.divergence_table(g)
+        if parted is not None:
+            out.tables.append(_in_group(parted, g, many))
         if convention != "specbench":
             out.tables.append(_in_group(convention_table(g, convention), g, many))
         out.notes += notes

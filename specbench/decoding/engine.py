@@ -55,6 +55,7 @@ import torch
 from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
+from specbench.decoding.margins import committed, committed_columns, top2
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
@@ -81,6 +82,8 @@ class Generation:
     batch_rows: int = 1  # rows of the batch this generation was decoded in, when the batch started
     extra: dict = field(default_factory=dict)
     turn_stops: list[str] | None = None  # a multi-turn example's: why each turn ended (concat_generations)
+    margins: list[float] = field(default_factory=list)  # the target's top-2 logit margin per token (decoding.margins)
+    off_top1: list[int] = field(default_factory=list)  # positions whose token is not the target's top-1 there
 
     @property
     def stop_reasons(self) -> list[str]:
@@ -104,6 +107,8 @@ def concat_generations(gens: list[Generation], text: str) -> Generation:
         latency_s=sum(g.latency_s for g in gens),
         batch_rows=gens[0].batch_rows,
         turn_stops=[g.stop_reason for g in gens],
+        margins=[m for g in gens for m in g.margins],
+        off_top1=[sum(len(x.token_ids) for x in gens[:i]) + j for i, g in enumerate(gens) for j in g.off_top1],
     )
 
 
@@ -124,6 +129,8 @@ class Row:
     latency_s: float = 0.0
     seconds: dict = field(default_factory=dict)  # role -> forward seconds (share)
     calls: dict = field(default_factory=dict)  # role -> forward calls taken part in
+    margins: list[float] = field(default_factory=list)  # per token of out: the target's top-2 margin there
+    off_top1: list[int] = field(default_factory=list)  # offsets in out of tokens not the target's top-1 there
 
 
 class Engine:
@@ -184,7 +191,9 @@ class Engine:
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
             tree = not all(prop.is_chain for prop in props)
             fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
-            p_all = self.sampler.probs(self.verify(target, buf, rows, props, layers, tree))  # [B, keep, V]
+            logits = self.verify(target, buf, rows, props, layers, tree)  # [B, keep, V_model]
+            p_all = self.sampler.probs(logits)  # [B, keep, V]
+            margin, top1 = top2(logits, self.sampler.vocab_size)  # [B][keep] each
             keep = p_all.shape[1]
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
@@ -198,6 +207,9 @@ class Engine:
             draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
             for b, (r, prop, v, block) in enumerate(zip(rows, props, verdicts, blocks)):
                 n = v.accepted
+                m, off = committed(margin[b], top1[b], committed_columns(keep, prop, v), block)
+                r.margins += m
+                r.off_top1 += [len(r.out) + i for i in off]
                 r.out += block
                 r.L += n + 1
                 rec = IterationRecord(drafted=len(prop), accepted=n, stop=prop.why, draft_s=draft_s,
@@ -214,7 +226,8 @@ class Engine:
                 r.records.append(rec)
                 # 6. stop where an autoregressive decoder would: the first of the block's tokens that ends it
                 r.stop_reason, k = self.stop.first_stop(r.out, len(r.out) - n - 1, max_new_tokens, r.ctx - r.P)
-                del r.out[k:]  # the block's tokens after the stop
+                del r.out[k:], r.margins[k:]  # the block's tokens after the stop
+                r.off_top1 = [i for i in r.off_top1 if i < k]
             sync(self.device)
             now = time.perf_counter()
             for s in states.values():
@@ -341,6 +354,8 @@ class Engine:
             text=self.stop.text(r.out, r.stop_reason),
             latency_s=r.latency_s,
             batch_rows=B,
+            margins=r.margins,
+            off_top1=r.off_top1,
         )
 
     @staticmethod

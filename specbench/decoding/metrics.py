@@ -54,6 +54,10 @@ def example_metrics(gen: Generation) -> dict[str, Any]:
         "mean_t_g": _mean_state(gen, "t_g"),
         "model_s": gen.target_model_s + gen.draft_model_s,  # summed forward time of both models
         "stop_reason": gen.stop_reason,
+        # per token: the target's top-2 logit margin where it was chosen (4 decimals), and the positions whose token
+        # is not the target's top-1 there (specbench.decoding.margins; the report's divergence classes)
+        "top2_margins": [round(m, 4) for m in gen.margins],
+        "off_top1": gen.off_top1,
     }
 
 

@@ -20,7 +20,7 @@ from specbench.common import configs
 log = logging.getLogger(__name__)
 
 LOGGERS = ("none", "wandb")
-ROW_SKIP = ("token_ids", "turn_outputs")  # long lists: they stay in rows.jsonl
+ROW_SKIP = ("token_ids", "turn_outputs", "top2_margins", "off_top1")  # long lists: they stay in rows.jsonl
 PROVENANCE = ("config", "choices", "seed", "git_hash", "git_dirty", "versions", "device_info")
 
 
