@@ -162,6 +162,13 @@ def _quantiles(values: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def value(p: Prompts, stat: str, time: str = "decode") -> float:
+    """One run's statistic `stat` (ONE_RUN) pooled over every prompt and repeat (the draws' formula on all rows)."""
+    _check(stat, ONE_RUN, time)
+    names, f = _one(stat, time)
+    return float(f({n: p.fields[n].reshape(1, -1) for n in names})[0])
+
+
 def interval(p: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
     """The 95% bootstrap interval of one run's statistic `stat` (ONE_RUN); NaN, NaN where it is undefined."""
     _check(stat, ONE_RUN, time)

@@ -205,6 +205,16 @@ def outputs(rows: list[dict]) -> dict[str, dict[str, list]]:
     return out
 
 
+def categories(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per value of the rows' `category` (Spec-Bench's, SPEED-Bench's categories and tiers): its prompt ids and
+    run_stats (merged call_stats, alpha_i) of its rows; {} when no row has a category."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("category") is not None:
+            by.setdefault(str(r["category"]), []).append(r)
+    return {c: {"ids": sorted({str(r["id"]) for r in rs}), **run_stats(rs)} for c, rs in by.items()}
+
+
 def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> dict[str, Any]:
     """One finished run folder (its config.json record, summary.json and the rows of its newest set of
     repeats) as a flat record: identity, setting, provenance and `summary_numbers`."""
@@ -235,6 +245,7 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
         "counts": counts(rows),  # N, C, I, A, D, k pooled: acceptance in other engines' conventions
         "outputs": outputs(rows),  # per prompt: token ids, top-2 margins (analysis.divergence)
+        "categories": categories(rows),  # per row category: its prompts and acceptance per position
         "prompts": prompt_arrays(rows),  # per prompt and repeat: the bootstrap intervals' input (analysis.intervals)
         "time": "decode",  # what tokens_per_s_median divides by (analysis.intervals.TIMES; `timed` changes it)
     }

@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import catalog, divergence, figures, intervals, load
+from specbench.analysis import catalog, categories, divergence, figures, intervals, load
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
@@ -265,6 +265,9 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         if projection is not None:
             out.tables.append(_in_group(costs_table(g, projection), g, many))
         out.tables += [_in_group(t, g, many) for t in position_tables(g)]
+        by_category = categories.category_table(g)
+        if by_category is not None:
+            out.tables.append(_in_group(by_category, g, many))
         parted = divergence.divergence_table(g)
         if parted is not None:
             out.tables.append(_in_group(parted, g, many))

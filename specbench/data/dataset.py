@@ -33,7 +33,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from specbench.common.errors import InputError, UserError
 from specbench.common.hub import HubUnavailable, cache_names, cached_snapshot, download_command, hub_source
@@ -88,6 +88,10 @@ class Evaluator:
         """An output that `score` gives full marks (the set's own answer), or None (not scored, or no answer)."""
         return None
 
+    def stratum(self, example: Example) -> str | None:
+        """The group within which `limit` and `shard` select (None: the whole dataset is one)."""
+        return None
+
     def answer_complete(self, example: Example, output: str) -> bool:
         """Whether `output` holds the whole answer the task asks for. Default False: free text cannot tell,
         so a free-text output stopped by max_new_tokens counts as cut."""
@@ -120,18 +124,29 @@ def check_selection(limit: Any, shard: Any) -> tuple[int | None, tuple[int, int]
     return integer(limit, "limit", low=1, null=True), parse_shard(shard)
 
 
-def select(examples: list[Example], limit: int | None, shard: str | None) -> list[Example]:
-    """The first `limit` examples (in the dataset's fixed order), then every n-th from i for shard i/n."""
+def select(examples: list[Example], limit: int | None, shard: str | None,
+           stratum: Callable[[Example], str | None] | None = None) -> list[Example]:
+    """The first `limit` examples (in the dataset's fixed order), then every n-th from i for shard i/n; with a
+    `stratum` (Evaluator.stratum: SPEED-Bench's category), both within each stratum, the strata in order of first
+    appearance."""
     limit, s = check_selection(limit, shard)
     if not examples:
         raise InputError("the dataset has no examples")
-    if limit is not None:
-        examples = examples[:limit]
-    if s:
-        if s[0] >= len(examples):
-            raise OptionError(f"shard={shard} selects no examples: there are only {len(examples)} to "
-                              f"share (after limit); use at most {len(examples)} shards")
-        examples = examples[s[0] :: s[1]]
+    strata: dict[str | None, list[Example]] = {}
+    for e in examples:
+        strata.setdefault(stratum(e) if stratum else None, []).append(e)
+    picked = []
+    for name, members in strata.items():
+        of = "" if name is None else f" of stratum {name!r}"
+        if limit is not None:
+            members = members[:limit]
+        if s:
+            if s[0] >= len(members):
+                raise OptionError(f"shard={shard} selects no examples{of}: there are only {len(members)} to "
+                                  f"share (after limit); use at most {len(members)} shards")
+            members = members[s[0] :: s[1]]
+        picked += members
+    examples = picked
     ids = [e.id for e in examples]
     if len(set(ids)) != len(ids):
         raise InputError("dataset has duplicate example ids; results could not be resumed safely")

@@ -475,7 +475,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
     stop_strings(list(evaluator.stop_strings), "dataset.stop_strings")  # the top-level key's: check_run_settings
-    examples = select(evaluator.examples(), c.get("limit"), c.get("shard"))
+    examples = select(evaluator.examples(), c.get("limit"), c.get("shard"), evaluator.stratum)
     device = resolve_device(c.get("device", "auto"))
     threads = set_threads(c.get("threads", "auto"))
     torch.manual_seed(seed)

@@ -1,0 +1,56 @@
+"""Numbers per category of a benchmark's prompts (Spec-Bench's 13 categories, SPEED-Bench's 11 categories or its
+3 entropy tiers of a throughput bucket): a row per run and category with its prompts, tok/s, speedup over the `ar`
+run of the same setting on the same prompts, τ and the conditional acceptance per position α_1..α_3.
+
+    tok/s   = Σ tokens / Σ time of the category's rows        speedup = tok/s of the run / that of ar's same prompts
+    τ       = Σ new_tokens / Σ target_calls                    α_i     = acc_i / reached_i (specbench.analysis.per_position)
+
+each with its 95% bootstrap interval over the category's prompts (specbench.analysis.intervals; the speedup paired
+by prompt with ar)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.analysis import intervals
+from specbench.analysis.load import Group, ReportError, find_baseline
+from specbench.analysis.tables import Table
+
+ALPHAS = 3  # the positions shown
+COLUMNS = ["prompts", "tok/s", "speedup vs ar", "τ"] + [f"α_{i}" for i in range(1, ALPHAS + 1)]
+
+
+def category_table(group: Group) -> Table | None:
+    """A row per (run, category) of the group's runs whose rows carry a category; None when none does."""
+    recs, cells, index = [], [], []
+    for _, run in group.runs.iterrows():
+        if not run["categories"]:
+            continue
+        try:
+            base = find_baseline(run, group.runs, "ar")
+        except ReportError:
+            base = None
+        for cat, c in sorted(run["categories"].items()):
+            mine = intervals.subset(run["prompts"], set(c["ids"]))
+            tps, tau = intervals.value(mine, "tok/s", run["time"]), intervals.value(mine, "τ", run["time"])
+            sp = lo = hi = float("nan")
+            if base is not None:
+                theirs = intervals.subset(base["prompts"], set(c["ids"]))
+                sp = intervals.paired_value(mine, theirs, "speedup", run["time"])
+                if base["run_dir"] != run["run_dir"]:
+                    lo, hi = intervals.paired_interval(mine, theirs, "speedup", run["time"])
+            alpha = list(c["alphas"] or [])[:ALPHAS]
+            alpha += [float("nan")] * (ALPHAS - len(alpha))
+            index.append((f"{run['pair']} · {run['dataset']}", f"{run['label']} · {cat}"))
+            recs.append([len(c["ids"]), tps, sp, tau, *alpha])
+            cells.append([str(len(c["ids"])), intervals.text(tps, *intervals.interval(mine, "tok/s", run["time"]), ".1f"),
+                          intervals.text(sp, lo, hi, ".2f"), intervals.text(tau, *intervals.interval(mine, "τ", run["time"]), ".2f"),
+                          *("" if np.isnan(a) else f"{a:.3f}" for a in alpha)])
+    if not recs:
+        return None
+    idx, cols = pd.MultiIndex.from_tuples(index), pd.MultiIndex.from_tuples([("", c) for c in COLUMNS])
+    return Table("categories", "Per category: prompts, tok/s, speedup over ar on the same prompts, τ and the "
+                 f"conditional acceptance α_1..α_{ALPHAS}; [95% bootstrap interval over the category's prompts, the "
+                 f"speedup paired by prompt; seed {intervals.SEED}]", pd.DataFrame(recs, index=idx, columns=cols),
+                 pd.DataFrame(cells, index=idx, columns=cols), index_names=("pair · dataset", "run · category"))
