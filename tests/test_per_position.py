@@ -8,7 +8,7 @@ import pytest
 from helpers import add_fields, write_run
 from specbench.analysis import load, report
 from specbench.analysis.figures import plot_positions
-from specbench.analysis.per_position import positions
+from specbench.common.aggregate import positions
 from specbench.decoding.speedup import alphas
 
 # first iterations left out; 4 drafting iterations of w = 3 accepting 3, 1, 0, 0 and one iteration drafting nothing:
@@ -45,3 +45,44 @@ def test_the_report_tables_and_figure(tmp_path):
     path = plot_positions(runs, tmp_path / "figs", "p · gsm8k · greedy", "p__gsm8k")
     assert path.name == "fig_per_position__p__gsm8k.png" and path.stat().st_size > 1000
     assert plot_positions(runs[runs["method"] == "ar"], tmp_path / "figs", "t", "none") is None
+
+
+def test_the_summary_carries_positions_overall_and_per_category(tmp_path):
+    """A traced vanilla run on Spec-Bench-format rows (categories): summary.json's accepted_length_hist and
+    reach_by_depth equal the histogram counted from the traces' iterations (each generation's first left out), also
+    per category."""
+    import json
+    from collections import Counter
+
+    import pandas as pd
+
+    from helpers import SYNTHETIC, small
+    from specbench.runs.runner import run
+    from specbench.runs.traces import read_traces
+
+    s = run(small("dataset=spec_bench", f"dataset.data_dir={SYNTHETIC}", "method=vanilla", "method.gamma=3",
+                  "decode.max_new_tokens=12", "trace=true"), tmp_path)
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
+    t = read_traces(tmp_path)
+    t = t[t["iteration"] > 0]  # call_stats leave each generation's first iteration out (one turn per trace here)
+    multi = {i for i, r in rows.items() if r.get("turn_outputs")}
+
+    def hist(frame: pd.DataFrame) -> list[float]:
+        drafting = frame[frame["drafted"] > 0]
+        n = Counter(drafting["accepted"])
+        return [n.get(k, 0) / len(drafting) for k in range(int(drafting["drafted"].max()) + 1)]
+
+    single = t[~t["id"].isin(multi)]  # a multi-turn trace holds its turns' first iterations: left out here
+    assert multi and len(single)  # the test holds both kinds
+    cats = {}
+    for cat in sorted({rows[i]["category"] for i in single["id"]}):
+        ids = [i for i, r in rows.items() if r["category"] == cat]
+        if not set(ids) & multi:
+            cats[cat] = hist(single[single["id"].isin(ids)])
+    assert cats  # some category without multi-turn rows
+    for cat, want in cats.items():
+        got = s["positions_by_category"][cat]["hist"]
+        assert got[: len(want)] == pytest.approx(want) and sum(got) == pytest.approx(1.0)
+    assert sum(s["accepted_length_hist"]) == pytest.approx(1.0)
+    at_least = [sum(s["accepted_length_hist"][i:]) for i in range(1, len(s["accepted_length_hist"]))]
+    assert s["reach_by_depth"] == pytest.approx(at_least)

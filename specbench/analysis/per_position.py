@@ -16,22 +16,10 @@ import numpy as np
 import pandas as pd
 
 from specbench.analysis.load import Group
+from specbench.common.aggregate import positions
 from specbench.analysis.tables import Table
 
 MAX_POSITIONS = 16  # positions shown in the tables (every one is in the figure)
-
-
-def positions(stats: dict, alpha: list[float]) -> dict[str, list[float]]:
-    """{"alpha": [alpha_i], "at_least": [P(>= i)], "hist": [h(n)]} of one run's merged call_stats and its alpha_i
-    (specbench.decoding.speedup.alphas, the run's `alphas`); {} when no iteration drafted."""
-    drafting = sum(n for w, n in stats["iterations"].items() if int(w) > 0)
-    if not drafting:
-        return {}
-    acc = [float(a) for a in stats["accepted"]]
-    acc += [0.0] * (len(stats["reached"]) - len(acc))  # verified, never accepted: zeros
-    upto = [float(drafting), *acc, 0.0]
-    return {"alpha": list(alpha), "at_least": [a / drafting for a in acc],
-            "hist": [(upto[n] - upto[n + 1]) / drafting for n in range(len(acc) + 1)]}
 
 
 def position_tables(group: Group) -> list[Table]:

@@ -96,3 +96,22 @@ COUNT_FIELDS = {"N": "new_tokens", "C": "target_calls", "I": "iterations", "A": 
 def counts(rows: list[dict]) -> dict[str, float]:
     """The pooled counts N, C, I, A, D, k of `rows` (a field a row lacks counts 0)."""
     return {c: float(sum(r.get(f) or 0 for r in rows)) for c, f in COUNT_FIELDS.items()}
+
+
+def positions(stats: dict[str, Any], alpha: list[float]) -> dict[str, list[float]]:
+    """Acceptance per draft position of merged call_stats (specbench.decoding.speedup.merge_stats) and their alpha_i
+    (speedup.alphas): with reached_i / acc_i the iterations that verified / accepted position i and K those that
+    drafted,
+
+        alpha_i = acc_i / reached_i   P(i accepted | 1..i-1 accepted)     at_least_i = acc_i / K   P(>= i accepted)
+        hist_n  = (acc_n - acc_{n+1}) / K, acc_0 = K                       the accepted-length histogram, n = 0..
+
+    {"alpha", "at_least", "hist"}, every verified position listed (zeros included); {} when no iteration drafted."""
+    drafting = sum(n for w, n in stats["iterations"].items() if int(w) > 0)
+    if not drafting:
+        return {}
+    acc = [float(a) for a in stats["accepted"]]
+    acc += [0.0] * (len(stats["reached"]) - len(acc))  # verified, never accepted: zeros
+    upto = [float(drafting), *acc, 0.0]
+    return {"alpha": list(alpha), "at_least": [a / drafting for a in acc],
+            "hist": [(upto[n] - upto[n + 1]) / drafting for n in range(len(acc) + 1)]}

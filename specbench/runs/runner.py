@@ -31,7 +31,7 @@ from specbench.models.pairs import Pair, check_cross_tokenizer, load_pair, resol
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.data.prompting import encode
 from specbench.common.registry import Registry
-from specbench.common.aggregate import repeat_spread
+from specbench.common.aggregate import positions, repeat_spread
 from specbench.runs.results import (CONFIG, SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows,
                                      read_rows)
 from specbench.runs.identity import identity, with_defaults
@@ -374,13 +374,28 @@ def speedup_summary(job: Job, rows: list[dict], examples: list[Example], run_dir
     """
     stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
     if not job.method.uses_draft or not stats["iterations"]:
-        return {"call_costs": None, "predicted_speedup": None, "acceptance_by_depth": None}
+        return {"call_costs": None, "predicted_speedup": None, "acceptance_by_depth": None, "reach_by_depth": None,
+                "accepted_length_hist": None, "positions_by_category": None}
     costs = speedup.call_costs(stats, None, batch_size)
     if costs["target_1"] is None:
         costs = speedup.call_costs(stats, recorded_target_1(job, examples, run_dir, measure_from, batch_size),
                                    batch_size)
+    at = positions(stats, speedup.alphas(stats))
     return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs),
-            "acceptance_by_depth": speedup.alphas(stats)}  # alpha_i: P(depth i accepted | depth i - 1 accepted)
+            "acceptance_by_depth": at.get("alpha"),  # alpha_i: P(depth i accepted | depth i - 1 accepted)
+            "reach_by_depth": at.get("at_least"), "accepted_length_hist": at.get("hist"),  # P(>= i), h(n)
+            "positions_by_category": category_positions(rows)}
+
+
+def category_positions(rows: list[dict]) -> dict[str, dict[str, list[float]]] | None:
+    """{category: aggregate.positions of its rows} for rows with a `category` (Spec-Bench, SPEED-Bench), else None."""
+    cats = sorted({str(r["category"]) for r in rows if r.get("category") is not None})
+    out = {}
+    for cat in cats:
+        stats = speedup.merge_stats(speedup.from_row(r) for r in rows if str(r.get("category")) == cat)
+        if stats["iterations"]:
+            out[cat] = positions(stats, speedup.alphas(stats))
+    return out or None
 
 
 def recorded_processes(run_dir: Path, measure_from: int, decoded: int, device: torch.device) -> dict[str, Any]:
