@@ -23,12 +23,17 @@ import pandas as pd
 
 from specbench.analysis.load import Group
 from specbench.analysis.tables import Table
-from specbench.common.aggregate import ratio
+from specbench.common.aggregate import accept_length, ratio
+
+
+def nan(x: float | None) -> float:
+    """None (aggregate.ratio's 'no data') as NaN, a table's empty cell."""
+    return float("nan") if x is None else x
+
 
 def per(a: float, b: float) -> float:
-    """a / b, NaN for b = 0 (aggregate.ratio's None as a table's empty cell)."""
-    x = ratio(a, b)
-    return float("nan") if x is None else x
+    """a / b, NaN for b = 0."""
+    return nan(ratio(a, b))
 
 
 Formula = Callable[[dict[str, float]], float]
@@ -40,13 +45,12 @@ CONVENTIONS: dict[str, tuple[str, list[tuple[str, Formula, str]]]] = {
     "vllm": ("vLLM's", [("mean acceptance length = 1 + A / num_drafts", lambda c: 1 + per(c["A"], c["k"]), ".2f"),
                         ("draft acceptance rate = A / num_draft_tokens", lambda c: per(c["A"], c["D"]), ".3f"),
                         ("num_drafts", lambda c: c["k"], ".0f")]),
-    "sglang": ("SGLang's", [("accept len = (A + verify steps) / verify steps",
-                             lambda c: per(c["A"] + c["I"], c["I"]), ".2f"),
+    "sglang": ("SGLang's", [("accept len = (A + verify steps) / verify steps", lambda c: nan(accept_length(c)), ".2f"),
                             ("verify steps", lambda c: c["I"], ".0f")]),
     "eagle": ("EAGLE's", [("τ (average acceptance length) = (A + steps) / steps",
-                           lambda c: per(c["A"] + c["I"], c["I"]), ".2f")]),
+                           lambda c: nan(accept_length(c)), ".2f")]),
     "spec_bench": ("Spec-Bench's", [("#Mean Accepted Tokens = (A + steps) / steps",
-                                     lambda c: per(c["A"] + c["I"], c["I"]), ".2f")]),
+                                     lambda c: nan(accept_length(c)), ".2f")]),
 }
 
 

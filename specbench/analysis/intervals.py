@@ -11,6 +11,7 @@ Statistics (sums over the drawn prompts and repeats, so each is the ratio of tot
     tok/s      Σ tokens / Σ seconds                                  (specbench.common.aggregate: tokens_per_s)
     τ          Σ new_tokens / Σ target_calls                         (block_efficiency)
     AccRate    Σ accepted / Σ drafted                                (acceptance_rate)
+    accept len Σ (accepted + iterations) / Σ iterations             (Spec-Bench's #Mean Accepted Tokens)
     score      Σ score / #scored                                     (score)
     speedup    (Σ tokens_a / Σ seconds_a) / (Σ tokens_b / Σ seconds_b)          (the default speedup)
     mean ratio (1/P) Σ_i (tokens_a,i / seconds_a,i) / (tokens_b,i / seconds_b,i)  (the mean of per-prompt speedups)
@@ -74,7 +75,8 @@ def _value(row: dict, name: str) -> float:
     return float("nan") if x is None else float(x)
 
 
-FIELDS = ("new_tokens", "seconds", "later_tokens", "later_seconds", "accepted", "drafted", "target_calls", "score")
+FIELDS = ("new_tokens", "seconds", "later_tokens", "later_seconds", "accepted", "drafted", "target_calls", "iterations",
+          "score")
 
 
 def prompt_arrays(rows: list[dict]) -> Prompts:
@@ -122,6 +124,7 @@ def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.nda
         "tok/s": ((tok, sec), lambda d: _ratio(d[tok], d[sec])),
         "τ": (("new_tokens", "target_calls"), lambda d: _ratio(d["new_tokens"], d["target_calls"])),
         "AccRate": (("accepted", "drafted"), lambda d: _ratio(d["accepted"], d["drafted"])),
+        "accept length": (("accepted", "iterations"), lambda d: _ratio(d["accepted"] + d["iterations"], d["iterations"])),
         "score": (("score",), lambda d: _mean(d["score"]))}
     return table[stat]
 
@@ -144,7 +147,7 @@ def _two(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw, Draw], 
     return table[stat]
 
 
-ONE_RUN = ("tok/s", "τ", "AccRate", "score")
+ONE_RUN = ("tok/s", "τ", "AccRate", "accept length", "score")
 PAIRED = ("speedup", "mean ratio", "Δscore")
 
 

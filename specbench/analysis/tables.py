@@ -20,7 +20,8 @@ of one method) is refused with the runs' names; select runs first (`load.where`,
   as the paper's Mean column adds up). Table 3: Welch's t-test of the seeds' τ against Pretrained's.
 - Spec-Bench's leaderboard (its README's columns): per run on dataset spec_bench, the speedup over `ar` on each
   task group = Σ new tokens / Σ decode s of the group's rows over the same of `ar`'s rows (the rows' `task`; the
-  `ar` run of the same setting and examples, `load.find_baseline`); #Mean Accepted Tokens = τ (block efficiency);
+  `ar` run of the same setting and examples, `load.find_baseline`); #Mean Accepted Tokens = (A + I) / I, Spec-Bench's own
+  (accepted drafts plus one bonus token per verify step, over the steps: aggregate.accept_length);
   Overall = the run's speedup (`load.speedup_over`). Spec-Bench's own speed.py averages per-question tok/s instead.
 - SD² Figure 5 (`sd2_fig5`, module specbench.analysis.sd2_fig5): τ of EAGLE-3*, Pretrained, Distilled, SD² per pair
   at T = 0 and T = 1, mean over datasets of the mean over seeds; its runs span temperatures (SPANS).
@@ -40,6 +41,7 @@ from scipy import stats
 from specbench.analysis import intervals
 from specbench.analysis.load import (MethodSpec, ReportError, differing_keys, find_baseline, labels, load_examples,
                                      select, selectors, speedup, speedup_over, where_args)
+from specbench.common.aggregate import accept_length
 from specbench.common.configs import differences
 
 log = logging.getLogger(__name__)
@@ -460,6 +462,10 @@ def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
 
 # ---- Spec-Bench --------------------------------------------------------------------------------
 
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else x
+
+
 def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> dict[str, float]:
     """One leaderboard row: per task throughput_by of the run's rows over the baseline's (NaN where the run has
     no row of the task), τ and Overall = speedup_over the baseline run."""
@@ -469,7 +475,7 @@ def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> 
         mine, theirs = (examples[examples["run_dir"] == r["run_dir"]] for r in (run, base))
         per_task = throughput_by(mine, "task") / throughput_by(theirs, "task")
     return {**{col: per_task.get(task, np.nan) for col, task in SPEC_BENCH_TASKS.items()},
-            "#Mean Accepted Tokens": run["block_efficiency"], "Overall": speedup_over(run, base)}
+            "#Mean Accepted Tokens": _nan(accept_length(run["counts"])), "Overall": speedup_over(run, base)}
 
 
 def _spec_bench_intervals(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> dict[str, tuple[float, float]]:
@@ -477,7 +483,7 @@ def _spec_bench_intervals(run: pd.Series, base: pd.Series, examples: pd.DataFram
     baseline (the task's prompts only), τ over the run's prompts; none for the baseline itself."""
     if run["run_dir"] == base["run_dir"]:
         return {}
-    out = {"#Mean Accepted Tokens": intervals.of_run(run, "τ"), "Overall": intervals.of_pair(run, base, "speedup")[1:]}
+    out = {"#Mean Accepted Tokens": intervals.of_run(run, "accept length"), "Overall": intervals.of_pair(run, base, "speedup")[1:]}
     if "task" in examples:
         mine = examples[examples["run_dir"] == run["run_dir"]]
         for col, task in SPEC_BENCH_TASKS.items():
@@ -528,5 +534,5 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
                 cells.loc[at, col] += f" [{lo:.2f}–{hi:.2f}]"
     v.columns = cells.columns = pd.MultiIndex.from_tuples([(c, "") for c in SPEC_BENCH_COLUMNS])
     return [Table("spec_bench", f"Spec-Bench: speedup over {base} per task (Σ new tokens / Σ decode s of its rows), "
-                  "#Mean Accepted Tokens = τ (tokens per target forward), Overall = the run's speedup; [95% bootstrap interval "
+                  "#Mean Accepted Tokens = (accepted + steps) / steps (Spec-Bench's), Overall = the run's speedup; [95% bootstrap interval "
                   f"over prompts, paired by prompt with {base}; seed {intervals.SEED}]", v, cells)]

@@ -98,6 +98,12 @@ def counts(rows: list[dict]) -> dict[str, float]:
     return {c: float(sum(r.get(f) or 0 for r in rows)) for c, f in COUNT_FIELDS.items()}
 
 
+def accept_length(c: dict[str, float]) -> float | None:
+    """(A + I) / I of pooled counts (`counts`): the tokens each verify step yields, its accepted drafts plus the bonus
+    token, over every step and with no stop cut: Spec-Bench's #Mean Accepted Tokens, EAGLE's τ, SGLang's accept len."""
+    return ratio(c["A"] + c["I"], c["I"])
+
+
 def positions(stats: dict[str, Any], alpha: list[float]) -> dict[str, list[float]]:
     """Acceptance per draft position of merged call_stats (specbench.decoding.speedup.merge_stats) and their alpha_i
     (speedup.alphas): with reached_i / acc_i the iterations that verified / accepted position i and K those that
