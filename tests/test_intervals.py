@@ -149,3 +149,19 @@ def test_the_report_prints_intervals_and_marks_a_score_difference(tmp_path):
     assert "95% bootstrap interval over prompts" in ov.title and intervals.TIMES["decode"] in ov.title
     with pytest.raises(load.ReportError, match="valid times are decode, after_first_block"):
         load.timed(load.load_runs(tmp_path), "wall")
+
+
+def test_the_printed_median_over_repeats_lies_inside_its_interval():
+    """tok/s is the median over repeats of each repeat's Σ tokens / Σ seconds; one slow repeat of three does not move
+    the median, and the interval (repeats resampled as whole passes) holds it."""
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(20, 200, 30)
+    rows = []
+    for r, slow in enumerate([1.0, 1.0, 1.6]):
+        rows += rows_of(tokens, tokens / 100 * slow * rng.lognormal(0, 0.05, 30), repeat=r)
+    p = prompt_arrays(rows)
+    per_repeat = [sum(x["new_tokens"] for x in rows if x["repeat"] == r) / sum(x["decode_s"] for x in rows
+                                                                                if x["repeat"] == r) for r in range(3)]
+    assert intervals.value(p, "tok/s") == pytest.approx(float(np.median(per_repeat)))
+    lo, hi = intervals.interval(p, "tok/s")
+    assert lo <= intervals.value(p, "tok/s") <= hi

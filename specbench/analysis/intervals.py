@@ -1,20 +1,21 @@
 """95% bootstrap intervals over prompts for the report's numbers, paired by prompt where two runs are compared.
 
-A run's prompts are resampled with replacement (B = RESAMPLES draws of P prompts out of P), and where the run has
-several repeats each drawn prompt also draws one of its repeats (a two-level bootstrap: the prompts are the sample,
-the repeats the timing noise within a prompt). The interval is the percentile interval: the 2.5% and 97.5%
-quantiles of the statistic over the draws. A comparison of run a with its baseline b draws the same prompts for
+A run's prompts are resampled with replacement (B = RESAMPLES draws of P prompts out of P), and where the run has R
+repeats (whole passes over the prompts) each draw also resamples R of them with replacement (a two-level bootstrap:
+the prompts are the sample, the repeats the timing noise). The interval is the percentile interval: the 2.5% and
+97.5% quantiles of the statistic over the draws. A comparison of run a with its baseline b draws the same prompts for
 both (paired); their repeats are drawn independently (repeats are not paired). The generator is seeded (SEED), so
 one folder always gives the same report.
 
-Statistics (sums over the drawn prompts and repeats, so each is the ratio of totals the table prints):
-    tok/s      Σ tokens / Σ seconds                                  (specbench.common.aggregate: tokens_per_s)
-    τ          Σ new_tokens / Σ target_calls                         (block_efficiency)
+Statistics (over the drawn prompts and repeats, so each is the number the table prints):
+    tok/s      median over repeats of Σ tokens / Σ seconds            (tokens_per_s_median; one repeat: tokens_per_s)
+    τ          Σ new_tokens / Σ target_calls, pooled over repeats     (block_efficiency)
     AccRate    Σ accepted / Σ drafted                                (acceptance_rate)
     accept len Σ (accepted + iterations) / Σ iterations             (Spec-Bench's #Mean Accepted Tokens)
     score      Σ score / #scored                                     (score)
-    speedup    (Σ tokens_a / Σ seconds_a) / (Σ tokens_b / Σ seconds_b)          (the default speedup)
-    mean ratio (1/P) Σ_i (tokens_a,i / seconds_a,i) / (tokens_b,i / seconds_b,i)  (the mean of per-prompt speedups)
+    speedup    tok/s of run a / tok/s of run b                                    (the default speedup)
+    mean ratio (1/P) Σ_i (tokens_a,i / seconds_a,i) / (tokens_b,i / seconds_b,i)  (the mean of per-prompt speedups;
+               a prompt's tokens and seconds summed over its repeats)
     Δscore     score_a - score_b over the prompts both score
 
 Which time the throughput divides by (TIMES): `decode`, the row's decode_s, which holds the prompt's prefill and
@@ -28,6 +29,7 @@ and their coverage on data with a known answer.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -42,7 +44,7 @@ TIMES = {"decode": "decode_s, the prompt's prefill and first iteration included"
 # (tokens, seconds) fields of a time
 _TIME_FIELDS = {"decode": ("new_tokens", "seconds"), "after_first_block": ("later_tokens", "later_seconds")}
 
-Draw = dict[str, np.ndarray]  # field -> (RESAMPLES, P) values of the drawn prompts and repeats
+Draw = dict[str, np.ndarray]  # field -> (RESAMPLES, P, R) values of the drawn prompts and repeats
 
 
 @dataclass(frozen=True)
@@ -101,27 +103,40 @@ def subset(p: Prompts, ids: set[str]) -> Prompts:
 
 
 def _draw(p: Prompts, idx: np.ndarray, names: tuple[str, ...], rng: np.random.Generator) -> Draw:
-    """The fields `names` of the prompts idx (B, P), each with one of its repeats drawn uniformly."""
-    rep = (rng.random(idx.shape) * p.count[idx]).astype(int)
-    return {f: p.fields[f][idx, rep] for f in names}
+    """The fields `names` of the prompts idx (B, P) at R repeats drawn with replacement per draw: (B, P, R)."""
+    width = p.fields[names[0]].shape[1]
+    rep = rng.integers(0, width, (idx.shape[0], width))  # (B, R): a repeat is a whole pass over the prompts
+    return {f: p.fields[f][idx[:, :, None], rep[:, None, :]] for f in names}
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Σ num / Σ den along the last axis (NaN where Σ den is 0)."""
-    n, d = np.nansum(num, axis=-1), np.nansum(den, axis=-1)
+def _sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return np.nansum(x, axis=axes)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, axes: tuple[int, ...] = (-2, -1)) -> np.ndarray:
+    """Σ num / Σ den over `axes` (default prompts and repeats: pooled; NaN where Σ den is 0)."""
+    n, d = _sum(num, axes), _sum(den, axes)
     return np.divide(n, d, out=np.full(np.shape(n), np.nan), where=d != 0)
 
 
-def _mean(x: np.ndarray) -> np.ndarray:
-    """The mean of the non-NaN values along the last axis (NaN where there are none)."""
-    n = np.sum(~np.isnan(x), axis=-1)
-    return np.divide(np.nansum(x, axis=-1), n, out=np.full(np.shape(n), np.nan), where=n > 0)
+def _mean(x: np.ndarray, axes: tuple[int, ...] = (-2, -1)) -> np.ndarray:
+    """The mean of the non-NaN values over `axes` (NaN where there are none)."""
+    n = np.sum(~np.isnan(x), axis=axes)
+    return np.divide(np.nansum(x, axis=axes), n, out=np.full(np.shape(n), np.nan), where=n > 0)
+
+
+def _rate(d: Draw, tok: str, sec: str) -> np.ndarray:
+    """Throughput as the tables print it: per repeat Σ tokens / Σ seconds over the prompts, the median over repeats."""
+    per_repeat = _ratio(d[tok], d[sec], axes=(-2,))  # (B, R)
+    with warnings.catch_warnings():  # a draw whose repeats all lack the time (no first_block_s): NaN, said once here
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(per_repeat, axis=-1)
 
 
 def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.ndarray]]:
     tok, sec = _TIME_FIELDS[time]
     table: dict[str, tuple[tuple[str, ...], Callable[[Draw], np.ndarray]]] = {
-        "tok/s": ((tok, sec), lambda d: _ratio(d[tok], d[sec])),
+        "tok/s": ((tok, sec), lambda d: _rate(d, tok, sec)),
         "τ": (("new_tokens", "target_calls"), lambda d: _ratio(d["new_tokens"], d["target_calls"])),
         "AccRate": (("accepted", "drafted"), lambda d: _ratio(d["accepted"], d["drafted"])),
         "accept length": (("accepted", "iterations"), lambda d: _ratio(d["accepted"] + d["iterations"], d["iterations"])),
@@ -130,19 +145,22 @@ def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.nda
 
 
 def _per_prompt_rate(d: Draw, tok: str, sec: str) -> np.ndarray:
-    return np.divide(d[tok], d[sec], out=np.full(np.shape(d[tok]), np.nan), where=d[sec] > 0)
+    """(B, P): each prompt's Σ tokens / Σ seconds over its repeats."""
+    return _ratio(d[tok], d[sec], axes=(-1,))
 
 
 def _two(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw, Draw], np.ndarray]]:
     tok, sec = _TIME_FIELDS[time]
 
     def score_diff(a: Draw, b: Draw) -> np.ndarray:
-        both = ~np.isnan(a["score"]) & ~np.isnan(b["score"])
-        return _mean(np.where(both, a["score"], np.nan)) - _mean(np.where(both, b["score"], np.nan))
+        both = ~np.isnan(_mean(a["score"], (-1,))) & ~np.isnan(_mean(b["score"], (-1,)))  # (B, P)
+        return (_mean(np.where(both[..., None], a["score"], np.nan))
+                - _mean(np.where(both[..., None], b["score"], np.nan)))
 
     table: dict[str, tuple[tuple[str, ...], Callable[[Draw, Draw], np.ndarray]]] = {
-        "speedup": ((tok, sec), lambda a, b: _ratio(a[tok], a[sec]) / _ratio(b[tok], b[sec])),
-        "mean ratio": ((tok, sec), lambda a, b: _mean(_per_prompt_rate(a, tok, sec) / _per_prompt_rate(b, tok, sec))),
+        "speedup": ((tok, sec), lambda a, b: _rate(a, tok, sec) / _rate(b, tok, sec)),
+        "mean ratio": ((tok, sec), lambda a, b: _mean(_per_prompt_rate(a, tok, sec) / _per_prompt_rate(b, tok, sec),
+                                                      (-1,))),
         "Δscore": (("score",), score_diff)}
     return table[stat]
 
@@ -169,7 +187,7 @@ def value(p: Prompts, stat: str, time: str = "decode") -> float:
     """One run's statistic `stat` (ONE_RUN) pooled over every prompt and repeat (the draws' formula on all rows)."""
     _check(stat, ONE_RUN, time)
     names, f = _one(stat, time)
-    return float(f({n: p.fields[n].reshape(1, -1) for n in names})[0])
+    return float(f({n: p.fields[n][None] for n in names})[0])
 
 
 def interval(p: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
@@ -191,16 +209,12 @@ def _aligned(a: Prompts, b: Prompts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def paired_value(a: Prompts, b: Prompts, stat: str, time: str = "decode") -> float:
-    """The statistic `stat` (PAIRED) of run a against run b on their common prompts, every repeat pooled."""
+    """The statistic `stat` (PAIRED) of run a against run b on their common prompts and every recorded repeat."""
     _check(stat, PAIRED, time)
     names, f = _two(stat, time)
     ia, ib = _aligned(a, b)
 
-    def pooled(p: Prompts, at: np.ndarray) -> Draw:  # one 'draw': each prompt with its repeats summed (or averaged)
-        return {n: (_mean if n == "score" else lambda x: np.nansum(x, axis=-1))(p.fields[n][at])[None, :]
-                for n in names}
-
-    return float(f(pooled(a, ia), pooled(b, ib))[0])
+    return float(f({n: a.fields[n][ia][None] for n in names}, {n: b.fields[n][ib][None] for n in names})[0])
 
 
 def paired_interval(a: Prompts, b: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
