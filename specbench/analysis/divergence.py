@@ -63,7 +63,8 @@ def first_divergence(prompt: str, ar: dict, run: dict, limit: float) -> Divergen
     am, rm = _at(ar.get("top2_margins"), t), _at(run.get("top2_margins"), t)
     known = [m for m in (am, rm) if m is not None]
     margin = min(known) if known else float("nan")
-    tie = (t < min(len(a), len(r)) and margin < limit and t not in set(run.get("off_top1") or ()))
+    off = t in set(run.get("off_top1") or ()) and rm != 0  # a zero margin is a tie: either token is the top-1
+    tie = t < min(len(a), len(r)) and margin < limit and not off
     return Divergence(prompt, t, _at(a, t), _at(r, t), np.nan if am is None else am, np.nan if rm is None else rm,
                       "near-tie" if tie else "suspect")
 

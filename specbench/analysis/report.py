@@ -135,7 +135,7 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
                 "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],
                 "τ": r["block_efficiency"], "nodes/call": r["nodes_per_call"], "score": r["score"],
                 "Δscore vs ar": dscore, "truncated": r["truncated_frac"]}
-        nums["diverged from ar"], diverged = divergence.summary_cell(found[r["run_dir"]], r["n_examples"])
+        nums["diverged from ar"], diverged = divergence.summary_cell(found[r["run_dir"]], len(r["outputs"]))  # prompts
         ci = {c: intervals.of_run(r, s) for c, s in (("tok/s", "tok/s"), ("AccRate", "AccRate"), ("τ", "τ"),
                                                      ("score", "score"))}
         text = {"tok/s": intervals.text(nums["tok/s"], *ci["tok/s"], ".1f"),

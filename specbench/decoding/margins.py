@@ -5,11 +5,11 @@ At the verify column c that chose committed token t (the root's column for a blo
 the accepted node before it for the others), the target's processed logits z_c (the first vocab_size entries, in
 float32) give
     margin_c = z_c[(1)] - z_c[(2)]   (top-1 minus top-2 logit, >= 0)
-    top1_c   = argmax z_c            (the token greedy decoding commits there)
-A lossless greedy method commits top1_c at every position; a near-tie is a position whose margin is within the
+    top1_c   = max z_c               (greedy decoding commits a token with this logit there)
+A lossless greedy method commits a token whose logit is top1_c at every position (either of a tie); a near-tie is a position whose margin is within the
 float noise of the verify (different verify widths reorder the reductions), where `ar` and the method may pick
 different argmaxes and both be right. Costs one top-2 over the verify's logits [B, keep, V] and one copy of
-[B, keep, 2] numbers to the host per iteration.
+[B, keep, 2] numbers to the host per iteration, and one gather of the committed tokens' logits.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import torch
 from specbench.decoding.proposal import Proposal, Verdict
 
 
-def top2(logits: torch.Tensor, vocab_size: int) -> tuple[list[list[float]], list[list[int]]]:
-    """(margin [B][keep], top1 [B][keep]) of logits [B, keep, V_model] over the first vocab_size entries."""
-    vals, idx = logits[..., :vocab_size].float().topk(2, dim=-1)  # [B, keep, 2]
-    return (vals[..., 0] - vals[..., 1]).tolist(), idx[..., 0].tolist()
+def top2(logits: torch.Tensor, vocab_size: int) -> tuple[list[list[float]], list[list[float]]]:
+    """(margin [B][keep], top-1 logit [B][keep]) of logits [B, keep, V_model] over the first vocab_size entries."""
+    vals = logits[..., :vocab_size].float().topk(2, dim=-1).values  # [B, keep, 2]
+    return (vals[..., 0] - vals[..., 1]).tolist(), vals[..., 0].tolist()
 
 
 def committed_columns(keep: int, prop: Proposal, verdict: Verdict) -> list[int]:
@@ -32,7 +32,18 @@ def committed_columns(keep: int, prop: Proposal, verdict: Verdict) -> list[int]:
     return [root] + [root + 1 + j for j in verdict.path]
 
 
-def committed(margin: list[float], top1: list[int], cols: list[int], block: list[int]) -> tuple[list[float], list[int]]:
-    """The block's margins [len(block)] and the offsets in the block of the tokens that are not their column's
-    top-1 (empty for a lossless greedy method)."""
-    return [margin[c] for c in cols], [i for i, (c, t) in enumerate(zip(cols, block)) if top1[c] != t]
+def chosen_logits(logits: torch.Tensor, cols: list[list[int]], blocks: list[list[int]]) -> list[list[float]]:
+    """Row b's logits at (cols[b][i], blocks[b][i]): each committed token's own logit where it was chosen, one gather."""
+    b = [r for r, c in enumerate(cols) for _ in c]
+    at = logits[b, [j for c in cols for j in c], [t for block in blocks for t in block]].float().tolist()
+    out, i = [], 0
+    for c in cols:
+        out.append(at[i : i + len(c)])
+        i += len(c)
+    return out
+
+
+def committed(margin: list[float], top: list[float], cols: list[int], chosen: list[float]) -> tuple[list[float], list[int]]:
+    """The block's margins [len(cols)] and the offsets in the block of the tokens whose logit is below their column's
+    top-1 logit (a tie with the top-1 counts as top-1; empty for a lossless greedy method)."""
+    return [margin[c] for c in cols], [i for i, (c, z) in enumerate(zip(cols, chosen)) if z < top[c]]
