@@ -116,7 +116,10 @@ def test_a_job_interrupted_before_its_first_row_leaves_no_folder(tmp_path):
         p = subprocess.Popen([sys.executable, "-c", WAITING_RUN, "pair=tiny_random", "dataset=smoke", "limit=2",
                               "warmup=1", "decode.max_new_tokens=8", "threads=1", "progress=false",
                               f"paths.results={results}"], cwd=ROOT, env={**os.environ, "READY_FILE": str(ready)},
-                             stdout=subprocess.DEVNULL, stderr=f)
+                             stdout=subprocess.DEVNULL, stderr=f,
+                             # Ctrl-C as from a terminal, also where pytest runs in the background of a shell without
+                             # job control (which starts it, and so the job, with SIGINT ignored)
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.time() + 600  # only against a job that hangs before its warm-up
     while not ready.exists():
         if p.poll() is not None or time.time() > end:
