@@ -109,13 +109,9 @@ def _draw(p: Prompts, idx: np.ndarray, names: tuple[str, ...], rng: np.random.Ge
     return {f: p.fields[f][idx[:, :, None], rep[:, None, :]] for f in names}
 
 
-def _sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    return np.nansum(x, axis=axes)
-
-
 def _ratio(num: np.ndarray, den: np.ndarray, axes: tuple[int, ...] = (-2, -1)) -> np.ndarray:
     """Σ num / Σ den over `axes` (default prompts and repeats: pooled; NaN where Σ den is 0)."""
-    n, d = _sum(num, axes), _sum(den, axes)
+    n, d = np.nansum(num, axis=axes), np.nansum(den, axis=axes)
     return np.divide(n, d, out=np.full(np.shape(n), np.nan), where=d != 0)
 
 
