@@ -62,3 +62,38 @@ def test_the_cli_names_the_convention_and_refuses_unknown_ones(tmp_path, capsys)
     with pytest.raises(SystemExit):
         report.main([str(tmp_path / "res"), "--convention", "medusa"])
     assert "invalid choice: 'medusa'" in capsys.readouterr().err
+
+
+# the overview's acceptance columns per convention, by hand from ROWS (pooled: A 17, D 28, k 7, I 8, N 24, C 8)
+OVERVIEW_TRUTH = {"specbench": {"AccRate": 17 / 28, "τ": 24 / 8},
+                  "vllm": {"draft acceptance rate (vLLM)": 17 / 28,
+                           "mean acceptance length (vLLM) = 1 + A / num_drafts": 1 + 17 / 7},
+                  "sglang": {"accept len (SGLang) = (A + steps) / steps": 25 / 8},
+                  "eagle": {"τ (EAGLE) = (A + steps) / steps": 25 / 8},
+                  "spec_bench": {"#Mean Accepted Tokens (Spec-Bench) = (A + steps) / steps": 25 / 8}}
+
+
+@pytest.mark.parametrize("name", sorted(CONVENTIONS))
+def test_the_overview_speaks_the_convention(tmp_path, name):
+    """The overview's AccRate and τ become the convention's columns (values by hand, each with an interval around
+    it), named in the title; specbench's columns are gone from the others; ar's cells stay empty. The categories
+    table's τ is the convention's acceptance length."""
+    rows = [{**r, "category": "c"} for r in ROWS]
+    write_run(tmp_path, "v", "vanilla", rows, gamma=4)
+    write_run(tmp_path, "ar", "ar", [{"new": 14, "s": 2.0, "category": "c"}, {"new": 10, "s": 2.0, "category": "c"}])
+    rep = report.build_report(load.load_runs(tmp_path), convention=name)
+    ov = next(t for t in rep.tables if t.name.startswith("overview"))
+    cols = list(ov.values.columns.get_level_values(1))
+    for column, truth in OVERVIEW_TRUTH[name].items():
+        assert ov.values.loc[("p · gsm8k", "vanilla"), ("", column)] == pytest.approx(truth)
+        cell = ov.cells.loc[("p · gsm8k", "vanilla"), ("", column)]
+        lo, hi = (float(x) for x in cell.split("[")[1].rstrip("]").split("–"))
+        assert lo - 0.005 <= truth <= hi + 0.005, cell  # the printed interval (rounded) holds the value
+        if name != "specbench":  # specbench's τ is ar's too (1.00)
+            assert ov.cells.loc[("p · gsm8k", "ar"), ("", column)] == ""
+    if name != "specbench":
+        assert "AccRate" not in cols and "τ" not in cols
+        assert f"acceptance in {CONVENTIONS[name][0]} convention" in ov.title
+    cats = next(t for t in rep.tables if t.name.startswith("categories"))
+    length = list(OVERVIEW_TRUTH[name])[-1]
+    assert cats.values.loc[("p · gsm8k", "vanilla · c"), ("", length)] == pytest.approx(OVERVIEW_TRUTH[name][length])

@@ -27,7 +27,7 @@ def test_ci_runs_the_readmes_setup_and_test_commands():
     assert installs == ["pip install 'torch<=2.13' --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu",
                         "pip install -e '.[dev]'"]
     assert [c for c in ci if c.startswith(("pip install", "python -m pip install"))] == installs  # same order
-    assert tests == ['python -m pytest -q -m "not slow"'] and ci[-1] == tests[0]
+    assert tests == ['python -m pytest -q -m "not slow" -n auto'] and ci[-1] == tests[0]
 
 
 def test_ci_installs_into_a_new_virtual_environment_every_time():

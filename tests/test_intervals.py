@@ -52,7 +52,7 @@ def test_repeats_are_grouped_by_prompt_and_uneven_counts_kept():
 
 def test_unknown_statistic_or_time_is_refused_with_the_valid_names():
     p = prompt_arrays(rows_of([1], [1.0]))
-    with pytest.raises(ValueError, match="valid statistics are tok/s, τ, AccRate, accept length, score"):
+    with pytest.raises(ValueError, match="valid statistics are tok/s, τ, AccRate, accept length, vllm length, score"):
         intervals.interval(p, "speedup")
     with pytest.raises(ValueError, match="valid times are decode, after_first_block"):
         intervals.interval(p, "tok/s", "wall")

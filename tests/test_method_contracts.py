@@ -208,6 +208,22 @@ def test_a_lossless_method_decodes_the_targets_greedy_tokens(decoded, truth, nam
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_an_iterations_wall_time_splits_into_forwards_and_host_work(decoded, name):
+    """Each traced iteration's verifier forwards, drafter forwards and host work (verify_forward_s, draft_forward_s,
+    host_s) sum over a row to its decode_s, and its forwards to its model_s (batch_size 1: the engine's own
+    bookkeeping, whatever the timings); an external method (transformers' loop) records no split."""
+    d = decoded(name)
+    if d.method.external:
+        pytest.skip(f"{name} decodes in transformers' loop: its iterations are not the engine's")
+    for r in d.rows:
+        its = d.traces[d.traces["id"] == r["id"]]
+        forwards = its["verify_forward_s"].sum() + its["draft_forward_s"].sum()
+        assert (its[["verify_forward_s", "draft_forward_s"]] >= 0).all().all()
+        assert forwards + its["host_s"].sum() == pytest.approx(r["decode_s"], rel=1e-9, abs=1e-12), r["id"]
+        assert forwards == pytest.approx(r["model_s"], rel=1e-9, abs=1e-12), r["id"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_drafts_stay_inside_the_window_and_max_new_tokens(decoded, name):
     check_windows(decoded(name), MAX_NEW)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import add_fields, at_batch_size, write_run
@@ -128,17 +129,22 @@ def test_older_rows_price_their_draft_calls_per_drafted_node(tmp_path):
     assert not notes
 
 
+def tree_run(root: Path) -> Path:
+    """A dyn_tree run: two iterations of 4 nodes, depth 2, whose draft ran 4 forwards feeding 10 tokens."""
+    run = write_run(root, "tree", "dyn_tree", [{"new": 9, "s": 1.0, "calls": 3, "drafted": 12, "accepted": 3, "k": 3}])
+    return add_fields(run, {}, [{"call_stats": {"iterations": {"4": 2}, "depths": {"2": 2}, "reached": [2, 1],
+                                                "accepted": [1, 1]},
+                                 "call_seconds": {"verify_s": {"4": 2.0}, "draft_s": {"4": 0.4},
+                                                  "draft_steps": {"4": 4}, "draft_tokens": {"4": 10}},
+                                 "draft_calls": 6}])
+
+
 def test_a_tree_run_uses_the_tree_costs(tmp_path):
     """Two iterations of 4 nodes, depth 2 (first accepted path 2 nodes, then none): alpha_1 = 1/2, alpha_2 = 1/1, so
     E[T|2] = 1 + 1/2 + 1/2 = 2 per iteration. Trees measured at 2 and 8 nodes (1.3 s, 1.9 s): 4 nodes 1.3 + 0.6 * 2/6
     = 1.5 s. The draft ran 4 forwards feeding 10 tokens (the root's, then a depth's nodes in one forward): 2.5 tokens
     each, 0.16 + 0.12 / 4 = 0.19 s at the profile's draft widths, 0.76 s for 8 nodes."""
-    run = write_run(tmp_path / "res", "tree", "dyn_tree", [{"new": 9, "s": 1.0, "calls": 3, "drafted": 12,
-                                                            "accepted": 3, "k": 3}])
-    add_fields(run, {}, [{"call_stats": {"iterations": {"4": 2}, "depths": {"2": 2}, "reached": [2, 1],
-                                         "accepted": [1, 1]},
-                          "call_seconds": {"verify_s": {"4": 2.0}, "draft_s": {"4": 0.4}, "draft_steps": {"4": 4},
-                                           "draft_tokens": {"4": 10}}, "draft_calls": 6}])
+    tree_run(tmp_path / "res")
     prof = write_profile(tmp_path / "profile.json", entry(trees={"2": 1.3, "8": 1.9}, drafts=True))
     ov, _ = overview_of(tmp_path / "res", prof)
     assert ov.values.loc[("p · gsm8k", "dyn_tree"), ("", "at test box")] == pytest.approx(
@@ -312,3 +318,83 @@ def test_the_costs_table_sets_the_runs_seconds_beside_the_profiles(tmp_path):
     assert table.cells.loc[("p · gsm8k · batch_size=1", "vanilla"), ("", "verify run / profile - 1")] == "-25.0%"
     assert table.values.loc[("p · gsm8k · batch_size=1", "ar")].isna().all()  # no call_stats in its rows
     assert "projection_costs" not in [t.name for t in report.build_report(load.load_runs(tmp_path / "res")).tables]
+
+
+SPLIT = {"verify_forward_s": {"2": 1.6, "1": 0.8}, "draft_forward_s": {"2": 0.3, "1": 0.05},
+         "host_s": {"2": 0.6, "1": 0.15}}  # per width: the iterations' forwards and host work (0.3 s + 0.15 s each)
+AR_SPLIT = {"call_stats": {"iterations": {"0": 10}, "depths": {"0": 10}, "reached": [], "accepted": []},
+            "call_seconds": {"verify_s": {"0": 0.9}, "draft_s": {"0": 0.0}, "verify_forward_s": {"0": 0.8},
+                             "draft_forward_s": {"0": 0.0}, "host_s": {"0": 0.2}}}  # ar: 0.02 s of host a token
+
+
+def test_host_work_is_kept_as_measured_on_both_sides(tmp_path):
+    """A run whose rows split each iteration into forwards and host work: the profile prices the forwards, the host
+    seconds stay as measured (0.3 s for each iteration of width 2, 0.15 s for width 1), and ar's step costs the
+    profile's one-token forward plus ar's own host seconds per token (0.2 s / 10 = 0.02 s). Without an ar run that
+    recorded its host work, or with a row older than the split, it is the forwards-only projection."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    add_fields(tmp_path / "res" / "ar", {}, [AR_SPLIT])
+    run = chain_run(tmp_path / "res")
+    add_fields(run, {}, [{**CHAIN, "call_seconds": {**CHAIN["call_seconds"], **SPLIT}, "draft_calls": 7}])
+    prof = write_profile(tmp_path / "profile.json", entry())
+    tokens = 2 * 7 / 3 + 5 / 3
+    truth = tokens / (2 * (2 * 0.1 + 1.4 + 0.3) + (0.1 + 1.2 + 0.15)) * (1.0 + 0.02)
+    ov, notes = overview_of(tmp_path / "res", prof)
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == pytest.approx(truth) and not notes
+    rep = report.build_report(load.load_runs(tmp_path / "res"), projection=report.Projection(profiles.read(prof)))
+    costs = next(t for t in rep.tables if t.name == "projection_costs").values.droplevel(0, axis=1)
+    row = costs.loc[("p · gsm8k · batch_size=1", "vanilla")]
+    assert row["host ms (run)"] == pytest.approx(1e3 * 0.75 / 3)
+    assert row["verify ms (run)"] == pytest.approx(1e3 * 2.4 / 3)  # the forwards, not the phase's 3.0 s
+    assert row["draft ms (run)"] == pytest.approx(1e3 * 0.35 / 3)
+    assert costs.loc[("p · gsm8k · batch_size=1", "ar"), "host ms (run)"] == pytest.approx(20.0)
+    # at the run's own forwards: verify 1.6 / 2 = 0.8 s (width 2) and 0.8 s (width 1), draft 0.35 s / 5 nodes, the
+    # same host work; ar's forward 0.8 s / 10 and host 0.02 s a token
+    own = tokens / (2 * (2 * 0.07 + 0.8 + 0.3) + (0.07 + 0.8 + 0.15)) * (0.08 + 0.02)
+    assert row["projected at the run's own forwards"] == pytest.approx(own)
+    assert np.isnan(costs.loc[("p · gsm8k · batch_size=1", "ar"), "projected at the run's own forwards"])
+    # ar's rows without the split: forwards only, for the run too
+    add_fields(tmp_path / "res" / "ar", {}, [{"call_stats": None, "call_seconds": None}])
+    assert overview_of(tmp_path / "res", prof)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == \
+        pytest.approx(CHAIN_TRUTH)
+
+
+def test_a_run_with_some_rows_older_than_the_split_is_projected_on_forwards_only(tmp_path):
+    """One row with the host split and one without: none of the split is used (a partial sum would charge the
+    older row's iterations no host work)."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    add_fields(tmp_path / "res" / "ar", {}, [AR_SPLIT])
+    run = write_run(tmp_path / "res", "vanilla", "vanilla", [{"new": 12, "s": 0.5, "calls": 5, "drafted": 7,
+                                                             "accepted": 4, "k": 4}] * 2)
+    split = {**CHAIN, "call_seconds": {**CHAIN["call_seconds"], **SPLIT}, "draft_calls": 7}
+    add_fields(run, {}, [split, {**CHAIN, "draft_calls": 7}])
+    prof = write_profile(tmp_path / "profile.json", entry("p", shapes={}))
+    ov, _ = overview_of(tmp_path / "res", prof)
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == pytest.approx(CHAIN_TRUTH)
+
+
+def test_a_tree_grown_by_the_pairs_draft_is_priced_at_the_drafts_tree_forwards(tmp_path):
+    """The tree run of test_a_tree_run_uses_the_tree_costs with draft tree forwards in the profile (0.2 s at 1
+    token, 0.3 s at 4): its 4 forwards of 2.5 tokens cost 0.2 + 0.1 * 1.5 / 3 = 0.25 s each, 1.0 s for 8 nodes."""
+    tree_run(tmp_path / "res")
+    prof = write_profile(tmp_path / "profile.json", {**entry(trees={"2": 1.3, "8": 1.9}, drafts=True),
+                                                      "draft_tree_s": {"1": 0.2, "4": 0.3}})
+    ov, _ = overview_of(tmp_path / "res", prof)
+    assert ov.values.loc[("p · gsm8k", "dyn_tree"), ("", "at test box")] == pytest.approx((2 * 2) / (2 * 1.5 + 1.0))
+
+
+
+
+def test_at_batch_size_3_a_rows_iterations_split_the_batchs_wall_time(tiny_pair):
+    """At B > 1 a record holds the batch's seconds: over a row's iterations verify_forward_s + draft_forward_s +
+    host_s sum to the wall time from the batch's start to the row's stop (its latency_s), and every row's records
+    of one iteration are equal."""
+    from helpers import pair_engine
+
+    gens = pair_engine(tiny_pair, {"name": "vanilla"}).generate_batch([[1, 2, 3], [4, 5], [6, 7, 8, 9]], 10)
+    for g in gens:
+        total = sum(r.verify_forward_s + r.draft_forward_s + r.host_s for r in g.records)
+        assert total == pytest.approx(g.latency_s, rel=1e-9)
+        assert all(r.verify_forward_s > 0 and r.draft_forward_s >= 0 for r in g.records)
+    first = [g.records[0] for g in gens]
+    assert len({(r.verify_forward_s, r.draft_forward_s, r.host_s) for r in first}) == 1

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.analysis import intervals
+from specbench.analysis.conventions import OVERVIEW_COLUMNS
 from specbench.analysis.load import Group, ReportError, find_baseline
 from specbench.analysis.tables import Table
 
@@ -21,9 +22,13 @@ ALPHAS = 3  # the positions shown
 COLUMNS = ["prompts", "tok/s", "speedup vs ar", "τ"] + [f"α_{i}" for i in range(1, ALPHAS + 1)]
 
 
-def category_table(group: Group) -> Table | None:
-    """A row per (run, category) of the group's runs whose rows carry a category; None when none does."""
+def category_table(group: Group, convention: str = "specbench") -> Table | None:
+    """A row per (run, category) of the group's runs whose rows carry a category; None when none does. τ is the
+    acceptance length of `convention` (conventions.OVERVIEW_COLUMNS' last column: specbench's τ, vLLM's mean
+    acceptance length, the others' (accepted + steps) / steps), named so."""
     recs, cells, index = [], [], []
+    length, stat, _ = OVERVIEW_COLUMNS[convention][-1]
+    columns = [length if c == "τ" else c for c in COLUMNS]
     for _, run in group.runs.iterrows():
         if not run["categories"]:
             continue
@@ -33,7 +38,7 @@ def category_table(group: Group) -> Table | None:
             base = None
         for cat, c in sorted(run["categories"].items()):
             mine = intervals.subset(run["prompts"], set(c["ids"]))
-            tps, tau = intervals.value(mine, "tok/s", run["time"]), intervals.value(mine, "τ", run["time"])
+            tps, tau = intervals.value(mine, "tok/s", run["time"]), intervals.value(mine, stat, run["time"])
             sp = lo = hi = float("nan")
             if base is not None:
                 theirs = intervals.subset(base["prompts"], set(c["ids"]))
@@ -45,12 +50,12 @@ def category_table(group: Group) -> Table | None:
             index.append((f"{run['pair']} · {run['dataset']}", f"{run['label']} · {cat}"))
             recs.append([len(c["ids"]), tps, sp, tau, *alpha])
             cells.append([str(len(c["ids"])), intervals.text(tps, *intervals.interval(mine, "tok/s", run["time"]), ".1f"),
-                          intervals.text(sp, lo, hi, ".2f"), intervals.text(tau, *intervals.interval(mine, "τ", run["time"]), ".2f"),
+                          intervals.text(sp, lo, hi, ".2f"), intervals.text(tau, *intervals.interval(mine, stat, run["time"]), ".2f"),
                           *("" if np.isnan(a) else f"{a:.3f}" for a in alpha)])
     if not recs:
         return None
-    idx, cols = pd.MultiIndex.from_tuples(index), pd.MultiIndex.from_tuples([("", c) for c in COLUMNS])
-    return Table("categories", "Per category: prompts, tok/s, speedup over ar on the same prompts, τ and the "
+    idx, cols = pd.MultiIndex.from_tuples(index), pd.MultiIndex.from_tuples([("", c) for c in columns])
+    return Table("categories", f"Per category: prompts, tok/s, speedup over ar on the same prompts, {length} and the "
                  f"conditional acceptance α_1..α_{ALPHAS}; [95% bootstrap interval over the category's prompts, the "
                  f"speedup paired by prompt; seed {intervals.SEED}]", pd.DataFrame(recs, index=idx, columns=cols),
                  pd.DataFrame(cells, index=idx, columns=cols), index_names=("pair · dataset", "run · category"))

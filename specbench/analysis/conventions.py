@@ -54,6 +54,18 @@ CONVENTIONS: dict[str, tuple[str, list[tuple[str, Formula, str]]]] = {
 }
 
 
+# name -> the overview's acceptance columns in that convention: (column, intervals' statistic, format), in place of
+# specbench's AccRate and τ (`report --convention NAME`)
+OVERVIEW_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
+    "specbench": [("AccRate", "AccRate", ".3f"), ("τ", "τ", ".2f")],
+    "vllm": [("draft acceptance rate (vLLM)", "AccRate", ".3f"),
+             ("mean acceptance length (vLLM) = 1 + A / num_drafts", "vllm length", ".2f")],
+    "sglang": [("accept len (SGLang) = (A + steps) / steps", "accept length", ".2f")],
+    "eagle": [("τ (EAGLE) = (A + steps) / steps", "accept length", ".2f")],
+    "spec_bench": [("#Mean Accepted Tokens (Spec-Bench) = (A + steps) / steps", "accept length", ".2f")],
+}
+
+
 def convention_table(group: Group, name: str) -> Table:
     """One row per run of the group: its acceptance in convention `name` (a key of CONVENTIONS), computed from the
     run's pooled counts (load_run's `counts`)."""

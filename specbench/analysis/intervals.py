@@ -12,6 +12,7 @@ Statistics (over the drawn prompts and repeats, so each is the number the table 
     τ          Σ new_tokens / Σ target_calls, pooled over repeats     (block_efficiency)
     AccRate    Σ accepted / Σ drafted                                (acceptance_rate)
     accept len Σ (accepted + iterations) / Σ iterations             (Spec-Bench's #Mean Accepted Tokens)
+    vllm length 1 + Σ accepted / Σ draft_iterations                  (vLLM's mean acceptance length)
     score      Σ score / #scored                                     (score)
     speedup    tok/s of run a / tok/s of run b                                    (the default speedup)
     mean ratio (1/P) Σ_i (tokens_a,i / seconds_a,i) / (tokens_b,i / seconds_b,i)  (the mean of per-prompt speedups;
@@ -78,7 +79,7 @@ def _value(row: dict, name: str) -> float:
 
 
 FIELDS = ("new_tokens", "seconds", "later_tokens", "later_seconds", "accepted", "drafted", "target_calls", "iterations",
-          "score")
+          "draft_iterations", "score")
 
 
 def prompt_arrays(rows: list[dict]) -> Prompts:
@@ -136,6 +137,7 @@ def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.nda
         "τ": (("new_tokens", "target_calls"), lambda d: _ratio(d["new_tokens"], d["target_calls"])),
         "AccRate": (("accepted", "drafted"), lambda d: _ratio(d["accepted"], d["drafted"])),
         "accept length": (("accepted", "iterations"), lambda d: _ratio(d["accepted"] + d["iterations"], d["iterations"])),
+        "vllm length": (("accepted", "draft_iterations"), lambda d: 1 + _ratio(d["accepted"], d["draft_iterations"])),
         "score": (("score",), lambda d: _mean(d["score"]))}
     return table[stat]
 
@@ -161,7 +163,7 @@ def _two(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw, Draw], 
     return table[stat]
 
 
-ONE_RUN = ("tok/s", "τ", "AccRate", "accept length", "score")
+ONE_RUN = ("tok/s", "τ", "AccRate", "accept length", "vllm length", "score")
 PAIRED = ("speedup", "mean ratio", "Δscore")
 
 

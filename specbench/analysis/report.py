@@ -32,10 +32,10 @@ from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
 from specbench.analysis.tables import Table
 from specbench.common.files import write_text_atomic
-from specbench.analysis.conventions import CONVENTIONS, convention_table
+from specbench.analysis.conventions import CONVENTIONS, OVERVIEW_COLUMNS, convention_table
 from specbench.analysis.per_position import position_tables
 from specbench.analysis.projection_costs import Projection, costs_table
-from specbench.runs.projection import ProfileError, project, read as read_profile
+from specbench.runs.projection import ProfileError, host_per_iteration, project, read as read_profile
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generati
 VS_AFTER_FIRST = "projected / after 1st block - 1"
 
 
-def overview(group: Group, many: bool = False, projection: Projection | None = None) -> tuple[Table, list[str]]:
+def overview(group: Group, many: bool = False, projection: Projection | None = None,
+             convention: str = "specbench") -> tuple[Table, list[str]]:
     """One row per run of the group: median tok/s [min–max], measured speedup over the same setting's `ar`
     run (same batch_size) beside predicted_speedup and, with a `projection`, the speedup of the run's own iterations
     at the profile's costs (specbench.runs.projection) and its relative difference from the measured one and from
@@ -118,6 +119,11 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
     if projection is not None:
         at = cols.index("predicted") + 1
         cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST]
+    accept = [] if convention == "specbench" else OVERVIEW_COLUMNS[convention]  # in place of AccRate and τ
+    if accept:
+        at = cols.index("AccRate")
+        cols = [c for c in cols if c not in ("AccRate", "τ")]
+        cols[at:at] = [c for c, _, _ in accept]
     v = pd.DataFrame(np.nan, index=index, columns=pd.MultiIndex.from_product([[""], cols]))
     cells = pd.DataFrame("", index=index, columns=v.columns)
     for at, (_, r) in zip(index, runs.iterrows()):
@@ -151,10 +157,14 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
                 + (DIFFERS if intervals.excludes_zero(*dscore_ci) else ""),
                 "diverged from ar": diverged,
                 "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
+        for c, stat, spec in accept:  # the convention's acceptance, from the same pooled counts (NaN: ar, draft_only)
+            nums[c] = intervals.value(r["prompts"], stat, r["time"]) if r["drafted_total"] else np.nan
+            text[c] = intervals.text(nums[c], *intervals.of_run(r, stat), spec) if r["drafted_total"] else ""
         if projection is not None:
             drafting = r["call_stats"] is not None and r["drafted_total"] > 0  # ar, draft_only: nothing to project
             try:
-                value, why = project(r, projection.profile, projection.pair) if drafting else (None, "")
+                host = None if base is None else host_per_iteration(base["call_stats"])  # ar's, per token
+                value, why = project(r, projection.profile, projection.pair, host) if drafting else (None, "")
             except ProfileError as e:
                 raise ProfileError(f"{e} [run {r['run_dir']}]") from None
             if value is None and drafting:
@@ -175,7 +185,10 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
                 + " and its difference from the measured speedup and from the measured speedup after each "
                 "generation's first block (prompt and first iteration left out, as in the predictions), "
                 if projection is not None else "")
-             + "acceptance (exact / JS-relaxed), τ, score and its difference from ar's (≠0: the interval leaves out "
+             + ("acceptance (exact / JS-relaxed), τ, " if not accept else
+                f"acceptance in {CONVENTIONS[convention][0]} convention ({'; '.join(c for c, _, _ in accept)}; "
+                "A accepted drafts, steps the verify steps, num_drafts the steps that drafted), ")
+             + "score and its difference from ar's (≠0: the interval leaves out "
              "0), the rows of a lossless greedy run that differ from ar's (near-tie or suspect: the divergences table), "
              "rows truncated at max_new_tokens; [95% bootstrap interval over prompts and repeats, paired by "
              f"prompt against ar; seed {intervals.SEED}]; time: {intervals.TIMES[runs['time'].iloc[0]]}")
@@ -260,12 +273,12 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             missing = _baseline_elsewhere(g, groups, spec)
             out.notes += missing
             out.left_out += len(missing)
-        table, notes = overview(g, many, projection)
+        table, notes = overview(g, many, projection, convention)
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
         if projection is not None:
             out.tables.append(_in_group(costs_table(g, projection), g, many))
         out.tables += [_in_group(t, g, many) for t in position_tables(g)]
-        by_category = categories.category_table(g)
+        by_category = categories.category_table(g, convention)
         if by_category is not None:
             out.tables.append(_in_group(by_category, g, many))
         parted = divergence.divergence_table(g)
@@ -322,9 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                     "from the entry of the run's pair (by the shapes it recorded, else by name), dtype, path and "
                     "batch size; a profile without the run's pair is an error")
     ap.add_argument("--convention", choices=list(CONVENTIONS), default="specbench",
-                    help="add a table of each run's acceptance in this engine's convention (vllm: mean acceptance "
-                         "length 1 + accepted / drafting steps; sglang, eagle, spec_bench: (accepted + steps) / "
-                         "steps, the bonus token included; docs/design.md, Acceptance conventions)")
+                    help="acceptance in this engine's convention: the overview's AccRate and τ columns become its "
+                         "numbers, named so in the header, with their intervals, and a table of its counts is added "
+                         "(vllm: mean acceptance length 1 + accepted / drafting steps, draft acceptance rate; sglang, "
+                         "eagle, spec_bench: (accepted + steps) / steps, the bonus token included; docs/design.md, "
+                         "Acceptance conventions)")
     ap.add_argument("--time", choices=list(intervals.TIMES), default="decode",
                     help="the time every tok/s and speedup divides by: decode (decode_s, the prompt's prefill and "
                          "first iteration included; the default) or after_first_block (the tokens and seconds after "

@@ -73,16 +73,19 @@ def chain_widths(path: str, widest: int = max(CHAIN_WIDTHS)) -> list[int]:
 def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int, steps: int,
                   trees: tuple[int, ...] = TREE_NODES) -> Entry:
     """One profile entry of `pair` (named `name`) on its device: chains at each width, trees (eager, B = 1) and
-    the draft's forwards (eager: at each of DRAFT_WIDTHS; compiled: of one token, no further graphs built)."""
+    the draft's forwards (eager: at each of DRAFT_WIDTHS, and as trees where the target's are measured; compiled:
+    of one token, no further graphs built)."""
     compile = path == "compiled"
     t, d = pair.target, pair.draft
     chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
     tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
     drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps) for w in ((1,) if compile else DRAFT_WIDTHS)}
+    draft_trees = {str(w): tree_seconds(d, prompt, w - 1, steps) for w in DRAFT_WIDTHS} if tree else {}
     return Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)}, dtype=str(t.dtype).removeprefix("torch."),
                  device=device_name(t.device), path=path, batch_size=rows, prompt_tokens=len(prompt),
                  target_chain_s=chains, target_tree_s=tree, draft_token_s=drafts["1"],
-                 **({"draft_chain_s": drafts} if not compile else {}))
+                 **({"draft_chain_s": drafts} if not compile else {}),
+                 **({"draft_tree_s": draft_trees} if draft_trees else {}))
 
 
 def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:

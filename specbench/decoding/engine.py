@@ -133,6 +133,17 @@ class Row:
     off_top1: list[int] = field(default_factory=list)  # offsets in out of tokens not the target's top-1 there
 
 
+def split_time(rows: list[Row], wall: float, forwards: dict[str, float], verifier: str) -> None:
+    """Split an iteration's wall seconds (the batch's) in each row's record: the verifier's forwards, the other
+    roles' (the drafter's) and the rest, host work outside every forward (sampling, acceptance, bookkeeping), which
+    a cost profile of forwards does not hold (specbench.runs.projection keeps it as measured)."""
+    verify = forwards.get(verifier, 0.0)
+    draft = sum(s for role, s in forwards.items() if role != verifier)
+    for r in rows:
+        rec = r.records[-1]
+        rec.verify_forward_s, rec.draft_forward_s, rec.host_s = verify, draft, wall - verify - draft
+
+
 class Engine:
     """Runs one bound method (Method.bind) on the models of its binding, on one example or a batch of them."""
 
@@ -182,6 +193,7 @@ class Engine:
         clock = Clock(self.device, events=self.compile)  # phase marks: CUDA events on the compiled path
         while rows:
             t_iter = clock.mark()
+            forward_before = {role: s.seconds for role, s in states.items()}  # settled at the previous iteration's end
             drafts_fed = list(drafter.row_tokens) if drafter is not None else [0] * len(rows)
             # 1. draft: row b proposes at most min(window, tokens left - 1, context left - 1) nodes
             props = self.propose(source, buf, rows, max_new_tokens)
@@ -234,6 +246,8 @@ class Engine:
             now = time.perf_counter()
             for s in states.values():
                 s.settle()
+            split_time(rows, now - t_prev, {role: s.seconds - forward_before[role] for role, s in states.items()},
+                       method.verifier)
             if not first_block_s:
                 first_block_s = now - t_start
             for r in rows:  # the shares of all iterations sum to the batch's wall time

@@ -9,8 +9,10 @@ one (pair, dtype, device, path, batch size):
      "target_chain_s": {"k": s},   # one target forward of k new tokens per row (a chain: 1 + drafts), B rows
      "target_tree_s": {"n": s},    # one tree-attention forward of the root's token and n nodes (B = 1, eager)
      "draft_token_s": s,           # one draft forward of 1 token per row, B rows
-     "draft_chain_s": {"k": s}}    # one draft forward of k tokens per row, B rows (eager entries; older profiles
+     "draft_chain_s": {"k": s},    # one draft forward of k tokens per row, B rows (eager entries; older profiles
                                    # lack it: draft_token_s stands for every width)
+     "draft_tree_s": {"k": s}}     # one draft tree-attention forward of k tokens (the root's and k - 1 nodes: a
+                                   # depth of a tree the draft grows; B = 1, eager; older profiles lack it)
 
 every s the median wall seconds of a number of forwards after a cached prompt of P tokens (rolled back after each).
 Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), so a compiled entry
@@ -48,6 +50,7 @@ class OptionalKeys(TypedDict, total=False):
     """Entry keys older profiles lack."""
 
     draft_chain_s: dict[str, float]
+    draft_tree_s: dict[str, float]
 
 
 class Entry(OptionalKeys):
@@ -122,10 +125,12 @@ def tree_seconds(entry: Entry, nodes: int) -> float:
     return interpolate(trees, nodes)
 
 
-def draft_seconds(entry: Entry, tokens: float) -> float:
-    """Seconds of one draft forward of `tokens` tokens per row at the entry's B (interpolated; an entry without
-    draft widths, an older profile or a compiled one: its one-token forward)."""
-    return interpolate(entry["draft_chain_s"], tokens) if entry.get("draft_chain_s") else entry["draft_token_s"]
+def draft_seconds(entry: Entry, tokens: float, tree: bool = False) -> float:
+    """Seconds of one draft forward of `tokens` tokens per row at the entry's B (interpolated; with `tree` a
+    tree-attention forward, from draft_tree_s; an entry without those widths, an older profile or a compiled one:
+    its one-token forward)."""
+    widths = entry.get("draft_tree_s") if tree else entry.get("draft_chain_s")
+    return interpolate(widths, tokens) if widths else entry["draft_token_s"]
 
 
 def iteration_costs(entry: Entry, widths: list[int], tree: bool = False,

@@ -6,13 +6,15 @@ resumed run keeps them) as `call_stats` (for each draft length w the iterations;
 how often it was verified, `reached`: drafts 1..i-1 accepted, and accepted) and `call_seconds` (for each w
 the summed verify and draft seconds, and what the draft phase ran: `draft_steps`, the draft forwards, and
 `draft_tokens`, the tokens they fed per row: both the batch's at B > 1, as the seconds are; a projection onto a cost
-profile prices them, specbench.runs.projection). The first
+profile prices them, specbench.runs.projection; and the iterations' wall seconds split into the verifier's forwards
+`verify_forward_s`, the drafter's `draft_forward_s` and the host work outside every forward `host_s`, which a
+projection keeps as measured). The first
 iteration of a generation is left out: its forwards include the prompt. Then
 
     alpha_i = accepted_i / reached_i                    (P(draft i accepted | drafts 1..i-1 accepted))
     E[T | D] = 1 + sum_{k=1..D} prod_{i=1..k} alpha_i   (tokens per iteration: accepted drafts + 1)
-    cost(w) = w * c_draft + c_target(w + 1)             (seconds per iteration)
-    predicted_speedup = sum_iter E[T | D] / sum_iter cost(w) * c_target(1)
+    cost(w) = w * c_draft + c_target(w + 1) [+ h(w)]    (seconds per iteration)
+    predicted_speedup = sum_iter E[T | D] / sum_iter cost(w) * (c_target(1) [+ h_ar])
 
 where w is the number of drafted nodes the iteration verified (the verify width actually used, w + 1 tokens
 with the root's) and D its depth: a chain's D = w; a tree's D is its deepest node, "position i" is depth i and
@@ -22,7 +24,8 @@ per depth as `depths` (iterations by D).
 over the run's iterations (a ratio of sums: tokens per second against ar's 1 / c_target(1)). With one
 w and c_target(w+1) = c_target(1) = 1 / c this is Leviathan's (1 - alpha^{w+1}) / ((1 - alpha)(w c + 1)).
 c_target(k) is the mean verify time of the iterations that verified k tokens; c_draft the draft seconds
-per drafted token. At batch_size B > 1 a row's seconds are those of the batch's calls (a row that verified
+per drafted token; h(w) and h_ar, the host work outside the forwards, only in a projection onto a cost profile
+(whose forwards hold none of it; the run's own phases' seconds hold most of it). At batch_size B > 1 a row's seconds are those of the batch's calls (a row that verified
 k tokens shared a call as wide as the batch's widest), so c_target(1), ar's cost per token of each row,
 must be a call over B rows verifying one token each: it is always taken from a calibration at B, never from
 the rows. At B = 1 c_target(1) comes from the rows' one-token verifies where there are any; a run that never
@@ -41,7 +44,8 @@ from specbench.decoding.method import IterationRecord
 
 
 COUNTS = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun
-SECONDS = ("verify_s", "draft_s", "draft_steps", "draft_tokens")  # the row field call_seconds: what the calls cost
+SECONDS = ("verify_s", "draft_s", "draft_steps", "draft_tokens",  # the row field call_seconds: what the calls cost
+           "verify_forward_s", "draft_forward_s", "host_s")  # and the iterations' wall split: forwards and host work
 
 
 def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
@@ -52,6 +56,8 @@ def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
                         "verify_s": {str(r.drafted): r.verify_s}, "draft_s": {str(r.drafted): r.draft_s},
                         "draft_steps": {str(r.drafted): r.draft_steps},
                         "draft_tokens": {str(r.drafted): r.draft_tokens},
+                        "verify_forward_s": {str(r.drafted): r.verify_forward_s},
+                        "draft_forward_s": {str(r.drafted): r.draft_forward_s}, "host_s": {str(r.drafted): r.host_s},
                         "reached": [1] * min(depth(r), r.accepted + 1), "accepted": [1] * r.accepted}
                        for r in records[1:])
 
@@ -130,11 +136,16 @@ def by_key(counts: dict[str, Any]) -> list[str]:
 
 
 def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | None:
-    """sum_iter E[T | D] / sum_iter (w c_draft + c_target(w+1)) * c_target(1); None without drafts or costs."""
+    """sum_iter E[T | D] / sum_iter (w c_draft + c_target(w+1) + h(w)) * (c_target(1) + h_ar); None without drafts
+    or costs. h(w) (costs' `host_by_drafted`, the mean host seconds of an iteration of w drafted nodes) and h_ar
+    (`host_1`, ar's per token) are the host work outside the forwards; absent (a prediction from the run's own call
+    costs, whose phases' seconds hold most of it) they are 0."""
     n, c1, cd = stats["iterations"], costs["target_1"], costs["draft_per_token"]
     if not n or c1 is None or cd is None:
         return None
     alpha, depths = alphas(stats), stats.get("depths") or n  # rows of an older version: chains, D = w
     tokens = sum(depths[d] * expected_tokens(alpha, int(d)) for d in by_key(depths))
-    seconds = sum(n[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)]) for w in by_key(n))
-    return tokens / seconds * c1 if seconds else None
+    host = costs.get("host_by_drafted") or {}
+    seconds = sum(n[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)] + host.get(w, 0.0))
+                  for w in by_key(n))
+    return tokens / seconds * (c1 + (costs.get("host_1") or 0.0)) if seconds else None

@@ -13,11 +13,21 @@ iterations' depths differ from their widths), its one-token forward (ar's step) 
 many tokens as the run's fed on average per forward at that width, all at the run's batch size, dtype and path
 (eager / compiled).
 
+What a profile of forwards does not hold, the host work of each iteration outside every forward (sampling, the
+policy, acceptance, a tree's expansion, the bookkeeping: call_stats' host_s), is kept as measured on both sides:
+each iteration of the run costs its own mean host seconds at its draft length beside the profile's forwards, and
+ar's step costs the profile's one-token forward plus the host seconds per token of the group's `ar` run
+(`baseline_host`). Rows older than that split (no host_s), or no `ar` run to take it from, give the forwards-only
+projection (an upper bound where host work is a large part of an iteration), said in its description. The host
+seconds are the run machine's: on a GPU host work partly overlaps the device's, so this is its cost at most.
+
 The profile entry is chosen by `specbench.decoding.profiles.pair_entries` (the run's pair by the shapes it
 recorded in config.json runtime.shapes, else by name; or a pair the user names) and `pick` (dtype, path, batch
 size). A drafter that is neither the pair's draft model nor free (an EAGLE-3 or Medusa head, layer_skip's early exit)
 has no forward of its own in a profile: its measured seconds per drafted node are scaled by the ratio of the
-profile's target verify seconds to the run's own for the same iterations (draft_cost).
+profile's target verify seconds to the run's own for the same iterations (draft_cost). A tree grown by the pair's
+draft (dyn_tree, spec_tree) feeds each depth's nodes with tree attention: its forwards are priced at the entry's
+draft tree forwards (`draft_tree_s`) where the profile has them.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from typing import Any, Mapping, TypedDict
 from specbench.decoding.profiles import ProfileError, draft_seconds, iteration_costs, pair_entries, pick, read
 from specbench.decoding.speedup import alphas, from_row, merge_stats, predicted_speedup
 
-__all__ = ["ProfileError", "draft_cost", "price", "project", "read", "run_stats"]  # read: a profile.json, for the report
+__all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "read", "run_stats"]  # read: a profile.json, for the report
 
 
 def run_stats(rows: list[dict]) -> dict[str, Any]:
@@ -37,6 +47,9 @@ def run_stats(rows: list[dict]) -> dict[str, Any]:
     prediction models (after_first_block)."""
     stats = [from_row(r) for r in rows]
     merged = merge_stats(stats) if any(stats) else None
+    if merged and not all(s and s.get("host_s") for s in stats):  # some rows older than the split: none of it
+        for key in ("verify_forward_s", "draft_forward_s", "host_s"):
+            merged[key] = {}
     return {"call_stats": merged, "alphas": alphas(merged) if merged else None,  # alpha_i, zeros included
             "draft_forwards": sum(int(r.get("draft_calls") or 0) for r in rows),
             "drafted_total": sum(int(r.get("drafted") or 0) for r in rows),
@@ -73,7 +86,33 @@ def pair_drafter(method: str) -> bool | None:
         return None
 
 
-def draft_cost(run: Mapping[str, Any], entry: dict, target_s: float | None) -> tuple[float | None, str]:
+def host_per_iteration(stats: dict[str, Any] | None) -> float | None:
+    """The mean host seconds of an iteration (call_stats' host_s over its iterations; ar's: per token), None for
+    rows older than the split."""
+    if not stats or not stats.get("host_s") or not stats["iterations"]:
+        return None
+    return sum(stats["host_s"].values()) / sum(stats["iterations"].values())
+
+
+def at_own_forwards(stats: dict[str, Any] | None, baseline: dict[str, Any] | None) -> float | None:
+    """predicted_speedup's formula over the run's iterations at the run's own in-loop costs: each width's mean
+    verifier forward seconds, the drafter's forward seconds per drafted node and the host work, against ar's
+    (`baseline`, its call_stats) forward and host seconds per token. It tells the formula's error (its E[T | D]) from
+    a profile's (its forwards against the loop's); None without the host split on both sides."""
+    if host_per_iteration(stats) is None or host_per_iteration(baseline) is None:
+        return None
+    n, ar_its = stats["iterations"], sum(baseline["iterations"].values())
+    nodes = sum(int(w) * k for w, k in n.items())
+    costs = {"target_1": sum(baseline["verify_forward_s"].values()) / ar_its,
+             "host_1": sum(baseline["host_s"].values()) / ar_its,
+             "target_by_width": {str(int(w) + 1): stats["verify_forward_s"][w] / k for w, k in n.items() if k},
+             "host_by_drafted": {w: stats["host_s"][w] / k for w, k in n.items() if k},
+             "draft_per_token": sum(stats["draft_forward_s"].values()) / nodes if nodes else 0.0}
+    return predicted_speedup(stats, costs)
+
+
+def draft_cost(run: Mapping[str, Any], entry: dict, target_s: float | None, tree: bool = False
+               ) -> tuple[float | None, str]:
     """(the draft seconds per drafted node of the run's iterations at the entry's costs, in words), or (None, why).
 
     Drafts from no model (`pld`) cost 0. The pair's draft model: each iteration's draft forwards are priced at the
@@ -95,30 +134,37 @@ def draft_cost(run: Mapping[str, Any], entry: dict, target_s: float | None) -> t
         return None, f"method {run['method']} is not registered here: its drafter's cost is unknown"
     if not forwards:
         return 0.0, "drafts from no model (no draft cost)"
-    if not pair_draft:
-        draft_s, verify_s = sum((stats.get("draft_s") or {}).values()), sum((stats.get("verify_s") or {}).values())
+    if not pair_draft:  # its forwards' seconds where recorded (the host work between them is kept apart)
+        split = bool(stats.get("draft_forward_s"))
+        draft_s = sum((stats.get("draft_forward_s" if split else "draft_s") or {}).values())
+        verify_s = sum((stats.get("verify_forward_s" if split else "verify_s") or {}).values())
         if not verify_s or target_s is None:
             return None, f"{run['method']}'s drafter is not the pair's draft and the run recorded no verify seconds"
         scale = target_s / verify_s
-        return draft_s / nodes * scale, (f"{run['method']}'s drafter (not the pair's draft) at its measured seconds "
-                                         f"x {scale:.3g}, the profile's over the run's verify seconds")
+        return draft_s / nodes * scale, (f"{run['method']}'s drafter (not the pair's draft) at its measured "
+                                         f"{'forward ' if split else ''}seconds x {scale:.3g}, the profile's over "
+                                         f"the run's verify {'forward ' if split else ''}seconds")
     steps, tokens = stats.get("draft_steps") or {}, stats.get("draft_tokens") or {}
     if sum(steps.values()) and sum(tokens.values()):
-        seconds = sum(k * draft_seconds(entry, tokens.get(w, k) / k) for w, k in steps.items() if k)
+        trees = tree and bool(entry.get("draft_tree_s"))
+        seconds = sum(k * draft_seconds(entry, tokens.get(w, k) / k, trees) for w, k in steps.items() if k)
         per_forward = sum(steps.values()) / nodes
         width = sum(tokens.values()) / sum(steps.values())
-        exact = "" if entry.get("draft_chain_s") else " (the entry has no draft widths: one-token forwards)"
+        exact = ("" if entry.get("draft_chain_s") else " (the entry has no draft widths: one-token forwards)"
+                 ) if not trees else ", tree forwards"
         return seconds / nodes, f"{per_forward:.3g} draft forwards per drafted node of {width:.3g} tokens{exact}"
     ratio = forwards / drafted  # rows older than draft_steps: every draft forward a one-token one
     return ratio * entry["draft_token_s"], f"{ratio:.3g} draft forwards per drafted node, of one token each (older rows)"
 
 
-def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> tuple[float | None, str]:
+def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
+            baseline_host: float | None = None) -> tuple[float | None, str]:
     """(the speedup over ar of the run's iterations at the profile's costs, which entry and draft cost it used) or
     (None, why not). `run` holds method, pair, shapes, dtype, path, batch_size, call_stats, draft_forwards and
-    drafted_total (specbench.analysis.load). ProfileError when the profile has no entry of the run's pair (or of
+    drafted_total (specbench.analysis.load); `baseline_host` ar's host seconds per token (host_per_iteration of
+    its run; None: forwards only). ProfileError when the profile has no entry of the run's pair (or of
     `by_name`)."""
-    priced = price(run, profile, by_name)
+    priced = price(run, profile, by_name, baseline_host)
     if isinstance(priced, str):
         return None, priced
     if priced["draft_per_node"] is None:
@@ -138,18 +184,23 @@ class Priced(TypedDict):
     verify_profile: float
     draft_run: float
     draft_profile: float | None
+    host_run: float | None
 
 
-def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> Priced | str:
+def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
+          baseline_host: float | None = None) -> Priced | str:
     """The profile's costs of the run's iterations, or why there are none: `costs` (call_costs' format, for
-    predicted_speedup), `draft_per_node` (None: see `draft_said`), `said` (which entry, chain or tree verifies and
-    the draft's cost in words), and per iteration the seconds the run measured and the profile's for the same calls:
-    `iterations`, `verify_run`, `verify_profile`, `draft_run`, `draft_profile` (None without a draft cost)."""
+    predicted_speedup, with the host terms where the run and `baseline_host` have them), `draft_per_node` (None:
+    see `draft_said`), `said` (which entry, chain or tree verifies, the draft's cost and the host work in words),
+    and per iteration the seconds the run measured and the profile's for the same calls: `iterations`,
+    `verify_run`, `verify_profile`, `draft_run`, `draft_profile` (None without a draft cost) and `host_run` (None:
+    rows older than the split). The run's seconds are its forwards' where recorded, else its phases'."""
     stats = run["call_stats"]
     if not stats or not stats["iterations"]:
         return "no recorded iterations (call_stats)"
     entries = pair_entries(profile, run["pair"], run["shapes"], by_name)
-    entry, which = pick(entries, run["pair"], run["dtype"], run["path"], int(run["batch_size"]),
+    dtype = run["dtype"] if isinstance(run["dtype"], str) else None  # a table's missing value (NaN): not recorded
+    entry, which = pick(entries, run["pair"], dtype, run["path"], int(run["batch_size"]),
                         any_dtype=by_name is not None)
     if entry is None:
         return which
@@ -158,10 +209,19 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None) -> 
     widths = [int(w) for w in n]
     costs = iteration_costs(entry, widths, tree)  # the profile's verify of each width (its draft cost set below)
     target_s = sum(k * costs["target_by_width"][str(int(w) + 1)] for w, k in n.items())
-    per_node, said = draft_cost(run, entry, target_s) if run["drafted_total"] else (0.0, "no drafts")
+    per_node, said = draft_cost(run, entry, target_s, tree) if run["drafted_total"] else (0.0, "no drafts")
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
+    host = host_per_iteration(stats)
+    if host is not None and baseline_host is not None:
+        costs["host_by_drafted"] = {w: stats["host_s"][w] / k for w, k in n.items() if k}
+        costs["host_1"] = baseline_host
+        host_said = f"host work as measured ({1e3 * host:.3g} ms an iteration, ar's {1e3 * baseline_host:.3g} ms)"
+    else:
+        host_said = "forwards only (" + ("rows older than the host split" if host is None else "no ar run's host work") + ")"
+    split = host is not None
     return {"costs": {**costs, "draft_per_token": per_node}, "draft_per_node": per_node, "draft_said": said,
-            "said": f"{which}, {'tree' if tree else 'chain'} verifies, {said}", "iterations": its,
-            "verify_run": sum(stats["verify_s"].values()) / its, "verify_profile": target_s / its,
-            "draft_run": sum(stats["draft_s"].values()) / its,
-            "draft_profile": None if per_node is None else per_node * nodes / its}
+            "said": f"{which}, {'tree' if tree else 'chain'} verifies, {said}, {host_said}", "iterations": its,
+            "verify_run": sum(stats["verify_forward_s" if split else "verify_s"].values()) / its,
+            "verify_profile": target_s / its,
+            "draft_run": sum(stats["draft_forward_s" if split else "draft_s"].values()) / its,
+            "draft_profile": None if per_node is None else per_node * nodes / its, "host_run": host}
