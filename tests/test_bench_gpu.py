@@ -66,6 +66,8 @@ def test_the_quick_run_writes_every_section(quick):
             assert sorted(map(int, e["target_chain_s"])) == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64]
             assert all(v > 0 for v in e["target_chain_s"].values()) and e["draft_token_s"] > 0
             assert sorted(map(int, e["target_tree_s"])) == ([16, 32, 64] if b == 1 else [])
+            assert sorted(map(int, e.get("target_hidden_s", {}))) == ([1, 2, 4, 8, 16] if b == 1 else [])
+            assert sorted(map(int, e.get("draft_tree_s", {}))) == ([1, 2, 3, 4, 6, 8, 16] if b == 1 else [])
             assert e["shapes"]["target"]["hidden_size"] == 64 and e["shapes"]["target"]["model_type"]
 
 

@@ -268,7 +268,7 @@ def test_a_run_records_its_pairs_shapes_as_a_profile_measures_them(tmp_path, cap
                   "--threads", "1"]) == 0
     entry_shapes = json.loads(prof.read_text())["entries"][0]["shapes"]
     s = run(small("method=vanilla", "limit=1", "decode.max_new_tokens=8", "threads=1"), tmp_path / "res" / "v")
-    assert s["runtime"]["shapes"] == entry_shapes
+    assert s["runtime"]["shapes"] == entry_shapes and s["runtime"]["verify_hidden_layers"] == []
     runs = load.load_runs(tmp_path / "res")
     ov, notes = overview_of(tmp_path / "res", prof)
     value = ov.values.iloc[0][("", f"at {json.loads(prof.read_text())['name']}")]
@@ -398,3 +398,21 @@ def test_at_batch_size_3_a_rows_iterations_split_the_batchs_wall_time(tiny_pair)
         assert all(r.verify_forward_s > 0 and r.draft_forward_s >= 0 for r in g.records)
     first = [g.records[0] for g in gens]
     assert len({(r.verify_forward_s, r.draft_forward_s, r.host_s) for r in first}) == 1
+
+
+def test_a_verify_that_returns_hidden_states_is_priced_at_the_profiles_such_forwards(tmp_path):
+    """A run whose verifies returned hidden states (config.json runtime.verify_hidden_layers, as EAGLE-3's do) is
+    priced at the entry's target_hidden_s (1.5 s at 1 token, 2.1 s at 4: 3 tokens 1.9 s, 2 tokens 1.7 s) where the
+    entry has them, else at its plain forwards; its ar step stays the plain one-token forward."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    run = chain_run(tmp_path / "res")
+    record = json.loads((run / "config.json").read_text())
+    record["runtime"]["verify_hidden_layers"] = [2, 4, 5]
+    write_json_atomic(run / "config.json", record)
+    tokens = 2 * 7 / 3 + 5 / 3
+    prof = write_profile(tmp_path / "h.json", {**entry(), "target_hidden_s": {"1": 1.5, "4": 2.1}})
+    at = overview_of(tmp_path / "res", prof)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")]
+    assert at == pytest.approx(tokens / (2 * (2 * 0.1 + 1.9) + (0.1 + 1.7)) * 1.0)
+    plain = write_profile(tmp_path / "plain.json", entry())
+    at = overview_of(tmp_path / "res", plain)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")]
+    assert at == pytest.approx(CHAIN_TRUTH)

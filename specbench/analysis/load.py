@@ -243,6 +243,7 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         # that ran (None in runs older than them), the path, the rows' iterations and draft forwards
         "shapes": (record.get("runtime") or {}).get("shapes"), "dtype": (record.get("runtime") or {}).get("dtype"),
         "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
+        "hidden_verify": bool((record.get("runtime") or {}).get("verify_hidden_layers")),  # verifies returned states
         "counts": counts(rows),  # N, C, I, A, D, k pooled: acceptance in other engines' conventions
         "outputs": outputs(rows),  # per prompt: token ids, top-2 margins (analysis.divergence)
         "categories": categories(rows),  # per row category: its prompts and acceptance per position

@@ -22,6 +22,13 @@ CHAIN_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)  # tokens pe
 TREE_NODES = (16, 32, 64)
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 16)  # tokens per row of the draft's forwards (eager entries): chains feed 1-2, trees more
 BATCH_SIZES = (1, 4, 16, 64)
+HIDDEN_WIDTHS = (1, 2, 4, 8, 16)  # verifies that return hidden states (EAGLE-3's chains: up to γ + 1 tokens)
+
+
+def hidden_layers(n_layers: int) -> tuple[int, ...]:
+    """Three hidden-state indices spread over a target of n_layers decoder layers (low, middle, high: the states an
+    EAGLE-3 head reads); what they are does not change the forward's cost, only that three are returned."""
+    return tuple(sorted({min(2, n_layers), max(1, n_layers // 2), max(1, n_layers - 3)}))
 def device_name(device: torch.device) -> str:
     """The GPU's name, or 'cpu (N threads)'."""
     if device.type == "cuda":
@@ -30,16 +37,17 @@ def device_name(device: torch.device) -> str:
 
 
 def forward_seconds(model: PreTrainedModel, prompt: list[int], width: int, rows: int = 1, compile: bool = False,
-                    steps: int = 15) -> float:
+                    steps: int = 15, layers: tuple[int, ...] = ()) -> float:
     """Median seconds of one forward of `width` new tokens in each of `rows` rows on top of a cached prompt
-    (rolled back each time), on the eager state or the compiled one (static cache, one row, the padded width)."""
+    (rolled back each time), on the eager state or the compiled one (static cache, one row, the padded width);
+    with `layers`, a forward that also returns those layers' hidden states (an EAGLE-3 or SD² verify)."""
     buf = torch.tensor([prompt + [65] * width] * rows, dtype=torch.long, device=model.device)  # [B, P + width]
     state = StaticState(model, 1, len(prompt) + width + 1, "bench") if compile else ModelState(model, rows)
     state.forward(buf, len(prompt), 1)
     times = []
     for _ in range(steps + 2):  # the first two: warm-up (a compiled width's graph is built here)
         t0 = state.seconds
-        state.forward(buf, len(prompt) + width, 1)
+        state.forward(buf, len(prompt) + width, 1, layers)
         sync(model.device)
         state.settle()
         times.append(state.seconds - t0)
@@ -74,18 +82,22 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
                   trees: tuple[int, ...] = TREE_NODES) -> Entry:
     """One profile entry of `pair` (named `name`) on its device: chains at each width, trees (eager, B = 1) and
     the draft's forwards (eager: at each of DRAFT_WIDTHS, and as trees where the target's are measured; compiled:
-    of one token, no further graphs built)."""
+    of one token, no further graphs built), and where trees are measured the target's chains that return hidden
+    states (HIDDEN_WIDTHS)."""
     compile = path == "compiled"
     t, d = pair.target, pair.draft
     chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
     tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
     drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps) for w in ((1,) if compile else DRAFT_WIDTHS)}
     draft_trees = {str(w): tree_seconds(d, prompt, w - 1, steps) for w in DRAFT_WIDTHS} if tree else {}
+    layers = hidden_layers(t.config.get_text_config().num_hidden_layers)
+    hidden = {str(w): forward_seconds(t, prompt, w, rows, compile, steps, layers) for w in HIDDEN_WIDTHS} if tree else {}
     return Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)}, dtype=str(t.dtype).removeprefix("torch."),
                  device=device_name(t.device), path=path, batch_size=rows, prompt_tokens=len(prompt),
                  target_chain_s=chains, target_tree_s=tree, draft_token_s=drafts["1"],
                  **({"draft_chain_s": drafts} if not compile else {}),
-                 **({"draft_tree_s": draft_trees} if draft_trees else {}))
+                 **({"draft_tree_s": draft_trees} if draft_trees else {}),
+                 **({"target_hidden_s": hidden} if hidden else {}))
 
 
 def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:

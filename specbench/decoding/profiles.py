@@ -11,8 +11,10 @@ one (pair, dtype, device, path, batch size):
      "draft_token_s": s,           # one draft forward of 1 token per row, B rows
      "draft_chain_s": {"k": s},    # one draft forward of k tokens per row, B rows (eager entries; older profiles
                                    # lack it: draft_token_s stands for every width)
-     "draft_tree_s": {"k": s}}     # one draft tree-attention forward of k tokens (the root's and k - 1 nodes: a
+     "draft_tree_s": {"k": s},     # one draft tree-attention forward of k tokens (the root's and k - 1 nodes: a
                                    # depth of a tree the draft grows; B = 1, eager; older profiles lack it)
+     "target_hidden_s": {"k": s}}  # one target forward of k tokens that also returns three layers' hidden states
+                                   # (EAGLE-3's and SD²'s verifies; B = 1, eager; older profiles lack it)
 
 every s the median wall seconds of a number of forwards after a cached prompt of P tokens (rolled back after each).
 Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), so a compiled entry
@@ -51,6 +53,7 @@ class OptionalKeys(TypedDict, total=False):
 
     draft_chain_s: dict[str, float]
     draft_tree_s: dict[str, float]
+    target_hidden_s: dict[str, float]
 
 
 class Entry(OptionalKeys):
@@ -134,13 +137,16 @@ def draft_seconds(entry: Entry, tokens: float, tree: bool = False) -> float:
 
 
 def iteration_costs(entry: Entry, widths: list[int], tree: bool = False,
-                    draft_per_node: float | None = None) -> dict[str, object]:
+                    draft_per_node: float | None = None, hidden: bool = False) -> dict[str, object]:
     """The call costs (specbench.decoding.speedup.call_costs' format) of iterations that verified w drafted nodes
     for each w in `widths`, read off a profile entry: target_by_width["w+1"] the forward of the root's token and
-    w nodes (a chain, or with `tree` a tree), target_1 one token (ar's step at the entry's B), draft_per_token
+    w nodes (a chain, or with `tree` a tree; with `hidden` a chain verify that also returns hidden states, from
+    target_hidden_s where the entry has it), target_1 one token (ar's step at the entry's B), draft_per_token
     `draft_per_node` (the draft seconds a drafted node costs, specbench.runs.projection) or, without it, the draft's
     one-token forward (a chain drafted token by token)."""
-    by_width = {str(w + 1): tree_seconds(entry, w) if tree and w else chain_seconds(entry, w + 1) for w in widths}
+    states = entry.get("target_hidden_s") if hidden and not tree else None  # chains that return hidden states
+    by_width = {str(w + 1): tree_seconds(entry, w) if tree and w else
+                interpolate(states, w + 1) if states else chain_seconds(entry, w + 1) for w in widths}
     return {"batch_size": entry["batch_size"], "target_1": chain_seconds(entry, 1), "target_1_from": "profile",
             "target_by_width": by_width,
             "draft_per_token": entry["draft_token_s"] if draft_per_node is None else draft_per_node}

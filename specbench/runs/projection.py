@@ -207,7 +207,8 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
     n = stats["iterations"]
     tree = stats.get("depths", n) != n
     widths = [int(w) for w in n]
-    costs = iteration_costs(entry, widths, tree)  # the profile's verify of each width (its draft cost set below)
+    hidden = bool(run.get("hidden_verify"))  # its verifies returned hidden states (EAGLE-3, SD²)
+    costs = iteration_costs(entry, widths, tree, hidden=hidden)  # the profile's verify of each width (draft below)
     target_s = sum(k * costs["target_by_width"][str(int(w) + 1)] for w, k in n.items())
     per_node, said = draft_cost(run, entry, target_s, tree) if run["drafted_total"] else (0.0, "no drafts")
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
@@ -220,7 +221,10 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
         host_said = "forwards only (" + ("rows older than the host split" if host is None else "no ar run's host work") + ")"
     split = host is not None
     return {"costs": {**costs, "draft_per_token": per_node}, "draft_per_node": per_node, "draft_said": said,
-            "said": f"{which}, {'tree' if tree else 'chain'} verifies, {said}, {host_said}", "iterations": its,
+            "said": f"{which}, {'tree' if tree else 'chain'} verifies"
+                    + (" returning hidden states" + ("" if entry.get("target_hidden_s") else " (priced as plain "
+                       "forwards: the entry has no target_hidden_s)") if hidden and not tree else "")
+                    + f", {said}, {host_said}", "iterations": its,
             "verify_run": sum(stats["verify_forward_s" if split else "verify_s"].values()) / its,
             "verify_profile": target_s / its,
             "draft_run": sum(stats["draft_forward_s" if split else "draft_s"].values()) / its,

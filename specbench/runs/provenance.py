@@ -115,15 +115,18 @@ def model_record(model: Any) -> dict[str, Any]:
             **({"weights_sha256": cfg.weights_sha256} if getattr(cfg, "weights_sha256", None) else {})}
 
 
-def runtime(models: dict[str, Any], threads: int, pair: Any = None) -> dict[str, Any]:
+def runtime(models: dict[str, Any], threads: int, pair: Any = None, hidden_layers: tuple[int, ...] = ()
+            ) -> dict[str, Any]:
     """What actually ran, read from the loaded models {role: model}: device and dtype (the verifier's, the
     first role), the torch CPU threads and each role's model_record; with the loaded `pair` also its models'
     `shapes` ({"target": ..., "draft": ... or None}, specbench.decoding.profiles.shapes: what a cost profile's
-    entries are matched by)."""
+    entries are matched by); `verify_hidden_layers`, the verifier's hidden states each verify returned (EAGLE-3's
+    and SD²'s layers; a projection prices such verifies apart)."""
     first = next(iter(models.values()))
     return {"device": str(first.device), "dtype": str(first.dtype).removeprefix("torch."), "threads": threads,
             "models": {role: model_record(m) for role, m in models.items()},
-            **({"shapes": pair_shapes(pair)} if pair is not None else {})}
+            **({"shapes": pair_shapes(pair)} if pair is not None else {}),
+            "verify_hidden_layers": list(hidden_layers)}
 
 
 def pair_shapes(pair: Any) -> dict[str, dict[str, object] | None]:

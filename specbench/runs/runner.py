@@ -503,7 +503,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     # everything is validated: only now write to the output folder (folder_lock removes it again if left empty)
     record = {"config": c, "choices": choices, "seed": seed, **provenance.git_info(),
               "versions": provenance.package_versions(), "device_info": provenance.device_info(device),
-              "runtime": provenance.runtime(method.bound.models, threads, pair)}
+              "runtime": provenance.runtime(method.bound.models, threads, pair, tuple(method.hidden_layers))}
     saved = check_resume(run_dir, record)
     writer = RowWriter(run_dir)
     if c.get("remeasure", False):  # the version check first: a refused run leaves config.json as it was
