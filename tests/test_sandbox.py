@@ -34,7 +34,9 @@ VALUES = [None, True, False, 0, -7, 2**70, 1.5, -0.0, 1e300, math.inf, -math.inf
           [{"k": (1, {2})}]]
 
 
-@pytest.mark.parametrize("value", VALUES, ids=repr)
+# ids by position: a set's repr depends on the process's string hash seed, and every xdist worker must collect the
+# same ids
+@pytest.mark.parametrize("value", VALUES, ids=[f"{i}-{type(v).__name__}" for i, v in enumerate(VALUES)])
 def test_values_round_trip_with_their_exact_types(value):
     back = decode_value(json.loads(json.dumps(encode_value(value))))
     assert back == value and type(back) is type(value)
