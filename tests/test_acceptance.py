@@ -103,7 +103,7 @@ def test_greedy_is_fixed_when_the_rule_is_built():
 def test_unknown_rule_lists_valid_names():
     with pytest.raises(UnknownNameError, match="rejection.*sample_match"):
         make_rule("nope")
-    assert set(RULES.names()) == {"greedy", "rejection", "sample_match"}
+    assert set(RULES.names()) == {"greedy", "rejection", "sample_match", "block"}
 
 
 def test_js_relaxed_counts_the_drafts_only_the_relaxation_accepted():

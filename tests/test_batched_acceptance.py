@@ -19,7 +19,7 @@ from specbench.decoding.proposal import TOP_K, Proposal, chain
 from specbench.decoding.sampling import js_distance
 from table_lm import TableLM
 
-NAMES = ["greedy", "rejection", "sample_match", "js_relaxed(rejection)", "js_relaxed(sample_match)"]
+NAMES = ["greedy", "rejection", "sample_match", "block", "js_relaxed(rejection)", "js_relaxed(sample_match)"]
 
 
 def reference(name: str, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, g: torch.Generator, t: float
@@ -35,6 +35,20 @@ def reference(name: str, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, g: t
         u = torch.rand(w, generator=g, device=dev)
         exact = torch.tensor([bool(u[i] < p[i, x[i]] / q[i, x[i]]) for i in range(w)], dtype=torch.bool, device=dev)
         dists = [(p[i] - q[i]).clamp_min(0) if (p[i] - q[i]).clamp_min(0).sum() > 0 else p[i] for i in range(w)]
+        fallback = torch.multinomial(torch.stack(dists + [p[w]]), 1, generator=g)[:, 0]
+    elif base == "block":  # Sun et al.'s Algorithm 2, one position at a time
+        u = torch.rand(w, generator=g, device=dev)
+        weight = [1.0]
+        for i in range(w):
+            weight.append(min(1.0, weight[-1] * float(p[i, x[i]] / q[i, x[i]])))
+        resid = [(weight[i] * p[i] - q[i]).clamp_min(0) for i in range(w)]  # R_i: max(w_i P_i - Q_i, 0)
+        h = []
+        for j in range(1, w + 1):
+            m = float(resid[j].sum()) if j < w else 0.0
+            h.append(weight[w] if j == w else (m / (m + 1 - weight[j]) if m + 1 - weight[j] > 0 else 1.0))
+        tau = max([j for j in range(1, w + 1) if float(u[j - 1]) < h[j - 1]], default=0)
+        exact = torch.tensor([i < tau for i in range(w)], dtype=torch.bool, device=dev)
+        dists = [r if r.sum() > 0 else p[i] for i, r in enumerate(resid)]
         fallback = torch.multinomial(torch.stack(dists + [p[w]]), 1, generator=g)[:, 0]
     else:
         y = torch.multinomial(p, 1, generator=g)[:, 0]
@@ -100,7 +114,7 @@ def test_rows_without_generators_are_drawn_at_once():
             assert p[b, W - len(prop) + v.accepted, v.token] > 0 or name.startswith("js")
 
 
-@pytest.mark.parametrize("rule", ["rejection", "sample_match"])
+@pytest.mark.parametrize("rule", ["rejection", "sample_match", "block"])
 def test_seeded_rows_get_their_own_tokens_in_a_batch(rule):
     """Sampling at T = 1: each of five rows (prompts of different lengths, so ragged drafts and finishes) decoded
     in one batch, each with its own seeded generator, gives the tokens it gives alone with the same seed."""

@@ -51,17 +51,23 @@ from specbench.runs.traces import read_traces
 MAX_NEW, EXAMPLES = 24, 8  # a window of 20 meets the length cap inside a generation
 SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"limit={EXAMPLES}", "threads=1",
             "trace=true")
-NAMES = METHODS.names()
+# a part that is not a method of its own (a rule) joins the contracts on a method that takes it: name -> (the
+# registered method, its overrides)
+VARIANTS = {"vanilla[rule=block]": ("vanilla", ("method.rule=block",)),
+            "gammatune[rule=block]": ("gammatune", ("method.rule=block",))}
+NAMES = METHODS.names() + list(VARIANTS)
 
 
 def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) -> DictConfig:
-    """The composed run config of method `name`; with `trained_drafter`, a `drafter` or `head` it names is replaced by
-    a trained folder of the method's kind (without, the configured path stays: enough to build, not to decode)."""
-    cfg = small(*SETTINGS, f"method={name}")
+    """The composed run config of method `name` (or of a VARIANTS entry); with `trained_drafter`, a `drafter` or `head`
+    it names is replaced by a trained folder of the method's kind (without, the configured path stays: enough to build,
+    not to decode)."""
+    base, overrides = VARIANTS.get(name, (name, ()))
+    cfg = small(*SETTINGS, f"method={base}", *overrides)
     for key in ("drafter", "head"):
         if key in cfg.method and trained_drafter is not None:
-            folder = trained_drafter(METHODS.get(name).kind, *SAME_VOCAB)
-            cfg = small(*SETTINGS, f"method={name}", f"method.{key}={folder}")
+            folder = trained_drafter(METHODS.get(base).kind, *SAME_VOCAB)
+            cfg = small(*SETTINGS, f"method={base}", *overrides, f"method.{key}={folder}")
     return cfg
 
 
@@ -196,7 +202,7 @@ def test_every_registered_method_is_checked():
             "uag"} <= set(NAMES)
     lossless = lossless_names()
     assert {"ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "distilled",
-            "sd2", "hf_assisted", "pld", "layer_skip", "uag"} <= set(lossless)
+            "sd2", "hf_assisted", "pld", "layer_skip", "uag", "vanilla[rule=block]", "gammatune[rule=block]"} <= set(lossless)
     assert "draft_only" not in lossless and "adasd" not in lossless
 
 

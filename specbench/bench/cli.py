@@ -6,14 +6,14 @@ import argparse
 import shlex
 import sys
 
-from specbench.bench import batch, engine, gpu, kit, methods, overhead
+from specbench.bench import batch, engine, gpu, kit, methods, overhead, rules
 from specbench.bench.common import batch_sizes
 
 DESCRIPTION = "Benchmarks of the engine and the methods (a CLI, so it prints); one subcommand each."
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line: subcommands engine, verify, methods, batch, overhead and gpu with their options."""
+    """The command line: subcommands engine, verify, methods, batch, overhead, gpu, kit and rules with their options."""
     ap = argparse.ArgumentParser(prog="python -m specbench.bench", description=DESCRIPTION)
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("engine", help="engine overhead and throughput against transformers' assisted generation")
@@ -81,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kit", help="the wheels a GPU node with its own torch lacks for `gpu` and the CUDA test lane, "
                                    "and the one line that installs them there offline")
     kit.add_arguments(k)
+    r = sub.add_parser("rules", help="acceptance rules on the same drafts: each rule's exact expected acceptance at "
+                                     "every iteration of one sampled decode (block against rejection)")
+    rules.add_arguments(r)
     return ap
 
 
@@ -95,5 +98,5 @@ def main(argv: list[str] | None = None) -> int:
     run = {"batch": lambda: batch.cmd_batch(args, command), "verify": lambda: engine.cmd_verify(args, command),
            "engine": lambda: engine.cmd_engine(args), "methods": lambda: methods.cmd_methods(args),
            "overhead": lambda: overhead.run(args), "gpu": lambda: gpu.cmd_gpu(args, command),
-           "kit": lambda: kit.cmd_kit(args)}
+           "kit": lambda: kit.cmd_kit(args), "rules": lambda: rules.run(args)}
     return run[args.cmd]()

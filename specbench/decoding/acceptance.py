@@ -24,135 +24,12 @@ A tree (batch_size 1) is walked down from the root (specbench.decoding.trees).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
-
 import torch
 
-from specbench.common.registry import Registry
-from specbench.decoding import trees
-from specbench.decoding.proposal import Proposal, Verdict
-from specbench.decoding.sampling import categorical, exponentials, js_distance
+from specbench.decoding import block  # noqa: F401 - registers the rule `block` (Sun et al.'s block verification)
+from specbench.decoding.rule import RULES, Chains, Rule, leading_product, leading_true  # noqa: F401 - re-exported
+from specbench.decoding.sampling import categorical, js_distance
 from specbench.decoding.state import to_device
-
-RULES: Registry = Registry("acceptance rule")
-
-
-def leading_true(ok: torch.Tensor) -> int:
-    """n = number of leading True values of ok [w] (one host sync)."""
-    return int(ok.to(torch.int32).cumprod(0).sum().item()) if ok.numel() else 0
-
-
-@dataclass
-class Chains:
-    """The batch's chains in the verify's right-aligned layout: row b's n_b drafts in the last n_b of W columns."""
-
-    x: torch.Tensor  # [B, W] long: the drafts, -1 in the pad columns before them (never equal to a token)
-    counts: list[int]  # [B] n_b, host ints (known from the proposals: no synchronisation)
-    props: list[Proposal] = field(default_factory=list)  # [B] where the q come from (empty: given)
-    given_q: torch.Tensor | None = None  # [B, W, V] when the caller has it (the per-row call)
-
-    @classmethod
-    def of(cls, props: list[Proposal], W: int, device: torch.device) -> "Chains":
-        """The chains of props [B] right-aligned in W columns (W >= max n_b): one host-to-device copy."""
-        x = to_device([[-1] * (W - len(prop)) + prop.tokens for prop in props], torch.long, device)
-        return cls(x, [len(prop) for prop in props], props)
-
-    @property
-    def W(self) -> int:
-        """Columns of the layout: p has W + 1."""
-        return self.x.shape[1]
-
-    @cached_property
-    def index(self) -> torch.Tensor:
-        """x [B, W] with the pad columns at 0, to gather by."""
-        return self.x.clamp_min(0)
-
-    def q(self, vocab: int, dtype: torch.dtype) -> torch.Tensor:
-        """q [B, W, V] as the rule must see it (Proposal.verify_q, right-aligned; pad rows 0)."""
-        if self.given_q is not None:
-            return self.given_q
-        B, W = self.x.shape
-        if all(k == W for k in self.counts):  # no row is shorter: one stack
-            q = torch.stack([prop.verify_q(vocab, self.x.device) for prop in self.props]).to(dtype)
-        else:
-            q = torch.zeros((B, W, vocab), dtype=dtype, device=self.x.device)
-            for b, prop in enumerate(self.props):
-                if len(prop):
-                    q[b, W - len(prop) :] = prop.verify_q(vocab, q.device)
-        self.given_q = q
-        return q
-
-    def uniforms(self, generators: list[torch.Generator | None]) -> torch.Tensor:
-        """u [B, W] ~ U[0, 1): row b's n_b draws with its own generator in its last n_b columns (pad 0); one draw
-        for the batch when no row has a generator."""
-        if all(g is None for g in generators):
-            return torch.rand(self.x.shape, device=self.x.device)
-        u = torch.zeros(self.x.shape, device=self.x.device)
-        for b, (k, g) in enumerate(zip(self.counts, generators)):
-            u[b, self.W - k :].uniform_(generator=g)  # torch.rand(k, generator=g)'s draws, in place
-        return u
-
-    def exponentials(self, generators: list[torch.Generator | None], vocab: int, dtype: torch.dtype) -> torch.Tensor:
-        """e [B, W+1, V] ~ Exp(1): row b's n_b + 1 rows drawn with its own generator in its last rows (pad 1)."""
-        return exponentials([k + 1 for k in self.counts], self.W + 1, vocab, generators, self.x.device, dtype)
-
-    def verdicts(self, ok: torch.Tensor, fallback: torch.Tensor, exact: torch.Tensor | None = None,
-                 js: torch.Tensor | None = None) -> list[Verdict]:
-        """Row b's verdict from ok [B, W], fallback [B, W+1] (and a relaxed rule's exact [B, W], js [B, W]), read
-        from one host copy of [ok | fallback (| exact)]: its drafts start at column s_b = W - n_b, it accepts the
-        n leading True of ok[b, s_b:], its next token is fallback[b, s_b + n], and relaxed_b = #{accepted drafts
-        the exact rule rejected}. (Counting on the host costs less than the device ops that would count.)"""
-        W = self.W
-        rows = torch.cat([ok, fallback] if exact is None else [ok, fallback, exact], 1).tolist()  # [B][2W+1 (+W)]
-        out = []
-        for b, (row, k) in enumerate(zip(rows, self.counts)):
-            start = W - k
-            end = next((i for i in range(start, W) if not row[i]), W)  # the first rejected column, else W
-            relaxed = 0 if exact is None else row[2 * W + 1 + start : 2 * W + 1 + end].count(0)
-            out.append(Verdict(list(range(end - start)), row[W + end], relaxed, None if js is None else js[b, start:]))
-        return out
-
-
-class Rule:
-    """Base class; `lossless` says whether the rule preserves the target distribution."""
-
-    name = "base"
-    lossless = True
-
-    def decide(self, c: Chains, p: torch.Tensor, generators: list[torch.Generator | None],
-               thresholds: list[float] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(ok [B, W], fallback [B, W+1]) for the chains c against p [B, W+1, V]; a relaxed rule reads
-        thresholds [B] (T_V per row; None: its own)."""
-        raise NotImplementedError  # pragma: no cover - abstract
-
-    def __call__(self, x: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One row: (ok [w], fallback [w+1]) for drafts x [w] ~ q [w, V] against p [w+1, V]."""
-        c = Chains(x[None], [x.shape[0]], given_q=q[None].to(p.dtype))
-        ok, fallback = self.decide(c, p[None], [generator], None)
-        return ok[0], fallback[0]
-
-    def accept(self, props: list[Proposal], p: torch.Tensor, generators: list[torch.Generator | None],
-               thresholds: list[float] | None = None) -> list[Verdict]:
-        """One verdict per row b of a batch: props [B] with n_b nodes, p [B, W+1, V] whose last n_b + 1 columns are
-        row b's target distributions (root first), a generator per row; `thresholds` [B] are the rows' relaxation
-        thresholds (T_V), which exact rules ignore. Chains are decided by one batched call; a tree (a batch of one
-        row) by its walk from the root."""
-        if not all(prop.is_chain for prop in props):
-            return [Verdict(*self.walk(prop, p[b, p.shape[1] - len(prop) - 1 :], generators[b]))
-                    for b, prop in enumerate(props)]
-        c = Chains.of(props, p.shape[1] - 1, p.device)
-        ok, fallback = self.decide(c, p, generators, thresholds)
-        return c.verdicts(ok, fallback, *self.relaxation())
-
-    def walk(self, prop: Proposal, p: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
-        """(path, next token) of the rule on one tree against p [n+1, V] (specbench.decoding.trees)."""
-        return trees.tree_path(self.name, prop, p, generator)
-
-    def relaxation(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(exact [B, W], js [B, W]) of the last decision of a relaxed rule; (None, None) for an exact one."""
-        return None, None
 
 
 @RULES.register("greedy")
@@ -164,6 +41,10 @@ class Greedy(Rule):
     def decide(self, c, p, generators, thresholds):
         top = p.argmax(-1)  # [B, W+1]
         return c.x == top[:, : c.W], top
+
+    def expected(self, c, p):
+        """The leading matches: deterministic."""
+        return leading_product(c, (c.x == p[:, : c.W].argmax(-1)).double())
 
 
 @RULES.register("rejection")
@@ -185,6 +66,13 @@ class Rejection(Rule):
         resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, p[:, :W])  # p == q: no rejection, avoid 0/0
         return ok, categorical(torch.cat([resid, p[:, W:]], 1), e)  # draws from the unnormalised [B, W+1, V]
 
+    def expected(self, c, p):
+        """sum_j prod_{i <= j} min(1, p_i(x_i) / q_i(x_i))."""
+        q = c.q(p.shape[-1], p.dtype)
+        px = p[:, : c.W].gather(-1, c.index[..., None])[..., 0]
+        qx = q.gather(-1, c.index[..., None])[..., 0].clamp_min(torch.finfo(p.dtype).tiny)
+        return leading_product(c, (px / qx).clamp_max(1.0))
+
 
 @RULES.register("sample_match")
 class SampleMatch(Rule):
@@ -196,6 +84,10 @@ class SampleMatch(Rule):
     def decide(self, c, p, generators, thresholds):
         y = categorical(p, c.exponentials(generators, p.shape[-1], p.dtype))  # [B, W+1]
         return c.x == y[:, : c.W], y
+
+    def expected(self, c, p):
+        """sum_j prod_{i <= j} p_i(x_i): each draft is kept when the target's draw there is it."""
+        return leading_product(c, p[:, : c.W].gather(-1, c.index[..., None])[..., 0])
 
 
 class JSRelaxed(Rule):
