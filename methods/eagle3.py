@@ -33,7 +33,7 @@ class Dependent:
         """Fail now (before any model loads) when `head` is a hub id that is neither cached nor downloadable."""
         from specbench.models.heads import check_head_source
 
-        check_head_source(self.name, head)
+        check_head_source(self.name, head, self.kind)
         return head
 
     def bind_head(self, binding: Binding, head: Any) -> Binding:

@@ -14,6 +14,7 @@ from typing import Any
 from specbench.decoding.head_drafts import Eagle3Draft
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.methods.dyn_tree import DynTree
+from specbench.methods.spec_tree import refuse_tree_models
 from specbench.methods.eagle3 import Dependent
 
 
@@ -33,6 +34,7 @@ class Eagle3Tree(Dependent, DynTree):
     def bind(self, binding: Binding) -> None:
         self.steered = None
         Method.bind(self, self.bind_head(binding, self.head))
+        refuse_tree_models(self.name, self.bound, ("target",))
 
     def draft_source(self, states: dict[str, Any]) -> Eagle3Draft:
         self.source = Eagle3Draft(states["draft"], self.grower())

@@ -16,7 +16,7 @@ from typing import Any
 from specbench.decoding.head_drafts import MedusaDraft
 from specbench.decoding.method import METHODS, Binding, Method, option_error
 from specbench.methods.eagle3 import Dependent
-from specbench.methods.spec_tree import SpecTree
+from specbench.methods.spec_tree import SpecTree, refuse_tree_models
 
 
 @METHODS.register("medusa")
@@ -40,6 +40,7 @@ class Medusa(Dependent, SpecTree):
             raise option_error(self.name, f"method.paths / method.branching: the tree is {self.shape.depth} deep but "
                                           f"the head {self.head!r} has {heads} heads (one per depth)")
         Method.bind(self, binding)
+        refuse_tree_models(self.name, binding, ("target",))
 
     def draft_source(self, states: dict[str, Any]) -> MedusaDraft:
         self.source = MedusaDraft(states["draft"], self.grower())

@@ -29,6 +29,19 @@ from specbench.methods.sd2 import SD2
 KINDS = ("distilled", "sd2")
 
 
+def refuse_tree_models(name: str, binding: Binding, roles: tuple[str, ...]) -> None:
+    """Before decoding: the models that verify (target) or grow (draft) a tree must take a tree attention mask."""
+    from specbench.decoding.tree_state import tree_mask_refusal
+
+    for role in roles:
+        model = binding.models.get(role)
+        why = tree_mask_refusal(model) if model is not None else None
+        if why is not None:
+            label = getattr(model, "name_or_path", "") or role
+            raise OptionError(f"method {name!r} verifies trees with tree attention over the {role} model {label!r}, "
+                              f"but {why}; use a chain method (vanilla, eagle3) with this pair")
+
+
 def branching_paths(branching: list[int]) -> list[tuple[int, ...]]:
     """The root paths of the tree whose every node at depth d - 1 has branching[d-1] children, by depth."""
     level: list[tuple[int, ...]] = [()]
@@ -126,10 +139,11 @@ class SpecTree(SD2):
         self.hidden_layers = ()
         if self.folder in (None, ""):
             Method.bind(self, binding)
-            return
-        Distilled.bind(self, binding)
-        if self.steered is not None:
-            self.hidden_layers = self.steered.steering.layers
+        else:
+            Distilled.bind(self, binding)
+            if self.steered is not None:
+                self.hidden_layers = self.steered.steering.layers
+        refuse_tree_models(self.name, self.bound, ("target", "draft"))
 
     def draft_source(self, states: dict[str, Any]) -> TreeDraft:
         return TreeDraft(states["draft"], self.grower())

@@ -16,6 +16,28 @@ import torch
 from specbench.decoding.state import ModelState, sync
 
 
+def tree_mask_refusal(model: torch.nn.Module) -> str | None:
+    """Why `model` cannot verify or grow a tree with an arbitrary attention mask, from its config (None: it can):
+    flash attention takes no 4-D mask; sliding-window and linear-attention (or state-space) layers keep no full
+    cache to mask."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    impl = str(getattr(config, "_attn_implementation", "") or "")
+    if "flash" in impl:
+        return (f"its attention implementation {impl!r} takes no arbitrary 4-D attention mask; load it with "
+                "attn_implementation: sdpa or eager (the pair's model config)")
+    kinds = sorted(set(getattr(text, "layer_types", None) or []) - {"full_attention"})
+    if kinds:
+        return f"it has {', '.join(kinds)} layers (layer_types), which keep no full cache for a tree mask"
+    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        return f"it attends within a sliding window of {text.sliding_window} tokens, which a tree mask cannot span"
+    if any(k in str(getattr(text, "model_type", "")) for k in ("mamba", "rwkv", "jamba")):
+        return f"its {text.model_type} layers are recurrent, with no attention to mask"
+    return None
+
+
 def _check(s: ModelState) -> None:
     """Refuse what tree attention cannot serve: several rows, flash attention, sliding-window or linear layers."""
     if s.mask is not None or len(s.fed) != 1:

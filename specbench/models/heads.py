@@ -30,74 +30,35 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from specbench.common.errors import UserError
 from specbench.common.files import atomic_folder
 from specbench.common.options import OptionError
 from specbench.models.drafters import INFO, trained_folder
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
+from specbench.models.head_check import (EAGLE3_WEIGHTS, MEDUSA_WEIGHTS, HeadFormatError,  # noqa: F401 - re-exported
+                                         check_head_folder, eagle3_config, eagle3_layers, head_format, local_head_folder,
+                                         read_config, speculators_fields, weight_file)
 from specbench.models.medusa import MedusaConfig, MedusaHeads
 
 KINDS = ("eagle3", "medusa")
 FORMATS = {"eagle3": ("eagle3", "speculators"), "medusa": ("medusa",)}  # the formats each kind saves in
-LLAMA_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-              "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings", "hidden_act", "vocab_size")
-UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")  # speculators options the head does not implement
 
 
-class HeadFormatError(UserError, ValueError):
-    """A folder that holds no head this project reads, or a head of another kind or target."""
-
-
-def eagle3_layers(num_layers: int) -> tuple[int, ...]:
-    """EAGLE-3's target states: hidden_states indices (2, L // 2, L - 3), clamped to 1..L for tiny targets."""
-    return tuple(min(max(k, 1), num_layers) for k in (2, num_layers // 2, num_layers - 3))
-
-
-def eagle3_config(cfg: dict, layers: tuple[int, ...]) -> Eagle3Config:
-    """The head's config from Llama fields `cfg` (a release config, or speculators' transformer_layer_config)."""
-    fields = {k: cfg[k] for k in LLAMA_KEYS if cfg.get(k) is not None}
-    fields.pop("rope_scaling", None)
-    return Eagle3Config(**fields, draft_vocab_size=int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
-                        layers=tuple(layers), target_hidden_size=cfg.get("target_hidden_size"),
-                        norm_before_residual=bool(cfg.get("norm_before_residual", False)),
-                        rope_scaling=cfg.get("rope_scaling"))
-
-
-def read_weights(folder: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """The first of the weight files `names` in the folder (safetensors, or a torch state dict read weights-only)."""
-    for name in names:
-        if (folder / name).is_file():
-            if name.endswith(".safetensors"):
-                return load_file(folder / name)
-            return torch.load(folder / name, map_location="cpu", weights_only=True)
-    raise HeadFormatError(f"{folder} has none of the weight files {', '.join(names)}")
-
-
-def head_format(cfg: dict) -> str:
-    """eagle3 | speculators | medusa, from a config.json's fields."""
-    if cfg.get("speculators_model_type") == "eagle3":
-        return "speculators"
-    if "medusa_num_heads" in cfg:
-        return "medusa"
-    if "draft_vocab_size" in cfg or any("eagle3" in a.lower() for a in cfg.get("architectures") or []):
-        return "eagle3"
-    raise HeadFormatError("its config.json is none of: the EAGLE-3 release layout (draft_vocab_size), the "
-                          "speculators format (speculators_model_type: eagle3), Medusa's (medusa_num_heads)")
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A weight file's tensors (safetensors, or a torch state dict read weights-only)."""
+    if path.suffix == ".safetensors":
+        return load_file(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def read_head(folder: str | Path, target_layers: int) -> tuple[str, nn.Module, nn.Embedding | None]:
-    """(format, head module in float32, the head's own token embedding or None) of a head folder; target_layers:
-    the target's decoder layers (EAGLE-3's default states when the folder names none)."""
+    """(format, head module in float32, the head's own token embedding or None) of a head folder, after
+    head_check.check_head_folder; target_layers: the target's decoder layers (EAGLE-3's default states when the
+    folder names none)."""
     folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise HeadFormatError(f"{folder} has no config.json: not a head folder")
-    cfg = json.loads((folder / "config.json").read_text())
-    try:
-        fmt = head_format(cfg)
-    except HeadFormatError as err:
-        raise HeadFormatError(f"{folder / 'config.json'}: {err}") from None
+    fmt = check_head_folder(folder, None, target_layers)
+    cfg = read_config(folder)
     if fmt == "medusa":
-        w = read_weights(folder, ("medusa_lm_head.safetensors", "medusa_lm_head.pt", "model.safetensors"))
+        w = read_weights(weight_file(folder, MEDUSA_WEIGHTS))
         layers = int(cfg.get("medusa_num_layers", 1))
         n = len({k.split(".")[0] for k in w})  # from the weights: a release's medusa_num_heads may understate them
         vocab, hidden = w[f"0.{layers}.weight"].shape
@@ -105,23 +66,19 @@ def read_head(folder: str | Path, target_layers: int) -> tuple[str, nn.Module, n
         heads.load_state_dict(w)
         return fmt, heads.float(), None
     layer_ids = cfg.get("eagle_aux_hidden_state_layer_ids") or eagle3_layers(target_layers)
+    w = read_weights(weight_file(folder, EAGLE3_WEIGHTS))
     if fmt == "speculators":
-        bad = [k for k in UNSUPPORTED if cfg.get(k)]
-        if bad:
-            raise HeadFormatError(f"{folder / 'config.json'}: {', '.join(bad)} set; this EAGLE-3 head implements "
-                                  "none of them")
-        c = eagle3_config({**cfg["transformer_layer_config"], **{k: cfg.get(k) for k in (
-            "draft_vocab_size", "target_hidden_size")}, "norm_before_residual": cfg.get("norm_before_residual", True)},
-                          layer_ids)  # vLLM reads a speculators config without norm_before_residual as true
-        w = read_weights(folder, ("model.safetensors", "pytorch_model.bin"))
+        c = eagle3_config(speculators_fields(cfg), layer_ids)
         w = {k.replace("layers.0.", "midlayer.", 1): v for k, v in w.items() if not k.startswith("verifier_")}
     else:
         c = eagle3_config(cfg, layer_ids)
-        w = read_weights(folder, ("model.safetensors", "pytorch_model.bin"))
     embed = w.pop("embed_tokens.weight", None)
     head = Eagle3Head(c)
-    if "d2t" not in w:  # a head over the whole vocabulary
+    if "d2t" not in w:  # a head over the whole vocabulary (check_head_folder refused a smaller one without d2t)
         w["d2t"], w["t2d"] = head.d2t, head.t2d
+    elif "t2d" not in w:
+        w["t2d"] = torch.zeros(c.vocab_size, dtype=torch.bool).index_fill_(0, torch.arange(len(w["d2t"])) + w["d2t"],
+                                                                            True)
     head.load_state_dict(w)
     return fmt, head.float(), (nn.Embedding.from_pretrained(embed.float()) if embed is not None else None)
 
@@ -175,14 +132,18 @@ def save_head(head: nn.Module, folder: str | Path, fmt: str, target: Any, embed:
     return Path(folder)
 
 
-def check_head_source(method: str, spec: Any) -> None:
-    """Fail at once when method.head is a hub id neither cached nor downloadable (with the download command);
-    folders, and no head at all, are checked when the head loads."""
+def check_head_source(method: str, spec: Any, kind: str) -> None:
+    """Before any model loads: a head folder on this machine passes head_check.check_head_folder (config, weights,
+    vocabulary map); a hub id must be cached or downloadable (else the error gives the download command). What
+    needs the target, and no head at all, are checked when the head loads."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
     from specbench.common.hub import source_of
 
+    folder = local_head_folder(spec)
+    if folder is not None and folder.is_dir():
+        check_head_folder(folder, kind)
     if not isinstance(spec, str) or not spec or Path(spec).exists():
         return
     try:
@@ -241,16 +202,17 @@ def load_head(spec: Any, binding: Any, kind: str) -> tuple[nn.Module, tuple[int,
         name = str(spec)
     if (fmt == "medusa") != (kind == "medusa"):
         raise OptionError(f"method.head: {name} holds a {fmt} head; this method needs a {kind} head")
+    where = f"{folder / 'config.json'}" if folder is not None else name  # the file the head's shape came from
     if kind == "medusa":
         c = head.config
         if (c.hidden_size, c.vocab_size) != (H, V):
-            raise HeadFormatError(f"method.head: {name} reads hidden size {c.hidden_size} and predicts {c.vocab_size} "
+            raise HeadFormatError(f"method.head: {where} reads hidden size {c.hidden_size} and predicts {c.vocab_size} "
                                   f"tokens; the target has {H} and {V}")
         layers = (L,)  # the last hidden state, after the target's final norm
     else:
         c = head.config
         if (c.features, c.vocab_size) != (H, V) or not all(1 <= k <= L for k in c.layers):
-            raise HeadFormatError(f"method.head: {name} reads target states of size {c.features} at hidden_states "
+            raise HeadFormatError(f"method.head: {where} reads target states of size {c.features} at hidden_states "
                                   f"{list(c.layers)} over {c.vocab_size} tokens; the target has size {H}, indices "
                                   f"1..{L} and {V} tokens")
         layers = tuple(c.layers)
