@@ -55,7 +55,7 @@ import torch
 from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
-from specbench.decoding.margins import chosen_logits, committed, committed_columns, top2
+from specbench.decoding.margins import chosen_values, committed, committed_columns, to_host, top2_values
 from specbench.decoding.method import IterationRecord, Method
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
@@ -205,7 +205,7 @@ class Engine:
             fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
             logits = self.verify(target, buf, rows, props, layers, tree)  # [B, keep, V_model]
             p_all = self.sampler.probs(logits)  # [B, keep, V]
-            margin, top = top2(logits, self.sampler.vocab_size)  # [B][keep] each
+            vals = top2_values(logits, self.sampler.vocab_size)  # [B, keep, 2] on the device; host copy after commit
             keep = p_all.shape[1]
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
@@ -216,7 +216,7 @@ class Engine:
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
             blocks = self.commit(buf, rows, props, verdicts, target, source, tree)
             cols = [committed_columns(keep, prop, v) for prop, v in zip(props, verdicts)]
-            chosen = chosen_logits(logits, cols, blocks)  # [B][n_b + 1]: each committed token's logit
+            margin, top, chosen = to_host(vals, chosen_values(logits, cols, blocks), cols)  # one copy: [B][keep] x2, [B][n_b + 1]
             # 5. record the iteration and update each row's policy
             draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
             for b, (r, prop, v, block) in enumerate(zip(rows, props, verdicts, blocks)):

@@ -94,6 +94,11 @@ def host_per_iteration(stats: dict[str, Any] | None) -> float | None:
     return sum(stats["host_s"].values()) / sum(stats["iterations"].values())
 
 
+def host_by_drafted(stats: dict[str, Any]) -> dict[str, float]:
+    """h(w): the mean host seconds of an iteration of w drafted nodes, per width the run's call_stats recorded."""
+    return {w: stats["host_s"][w] / k for w, k in stats["iterations"].items() if k}
+
+
 def at_own_forwards(stats: dict[str, Any] | None, baseline: dict[str, Any] | None) -> float | None:
     """predicted_speedup's formula over the run's iterations at the run's own in-loop costs: each width's mean
     verifier forward seconds, the drafter's forward seconds per drafted node and the host work, against ar's
@@ -106,7 +111,7 @@ def at_own_forwards(stats: dict[str, Any] | None, baseline: dict[str, Any] | Non
     costs = {"target_1": sum(baseline["verify_forward_s"].values()) / ar_its,
              "host_1": sum(baseline["host_s"].values()) / ar_its,
              "target_by_width": {str(int(w) + 1): stats["verify_forward_s"][w] / k for w, k in n.items() if k},
-             "host_by_drafted": {w: stats["host_s"][w] / k for w, k in n.items() if k},
+             "host_by_drafted": host_by_drafted(stats),
              "draft_per_token": sum(stats["draft_forward_s"].values()) / nodes if nodes else 0.0}
     return predicted_speedup(stats, costs)
 
@@ -214,7 +219,7 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
     host = host_per_iteration(stats)
     if host is not None and baseline_host is not None:
-        costs["host_by_drafted"] = {w: stats["host_s"][w] / k for w, k in n.items() if k}
+        costs["host_by_drafted"] = host_by_drafted(stats)
         costs["host_1"] = baseline_host
         host_said = f"host work as measured ({1e3 * host:.3g} ms an iteration, ar's {1e3 * baseline_host:.3g} ms)"
     else:
