@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from specbench.common.options import real
-from specbench.decoding.method import (METHODS, Binding, IterationRecord, Method, check_gamma, check_option,
+from specbench.decoding.method import (METHODS, IterationRecord, Method, check_gamma, check_option,
                                        option_error, state_values)
 from specbench.decoding.sampling import entropy_bits
 
@@ -99,21 +99,10 @@ class AdaSD(Method):
         self.c_a = 0  # iterations with at least one accepted draft (variant C)
         self.c_r = 0  # iterations with a rejected draft (variant C)
         self.t_g = 0.0
-        self.set_t_v(0.0 if self.fixed_t_v is None else self.fixed_t_v)
-
-    def set_t_v(self, t_v: float) -> None:
-        """T_V, also handed to the js_relaxed rule that reads it."""
-        self.t_v = t_v
-        if self.relaxed:
-            self.rule.threshold = t_v
-
-    def bind(self, binding: Binding) -> None:
-        """Bind as any method; the rule built for the decode settings starts from the current T_V."""
-        super().bind(binding)
-        self.set_t_v(self.t_v)
+        self.t_v = 0.0 if self.fixed_t_v is None else self.fixed_t_v
 
     def relaxation(self) -> float:
-        """T_V, which the js_relaxed rule accepts mismatches by."""
+        """T_V, which the js_relaxed rule accepts mismatches by (the engine hands each row's to the rule)."""
         return self.t_v
 
     def reset(self) -> None:
@@ -143,7 +132,7 @@ class AdaSD(Method):
             self.t_g = self.rej_entropy.mean  # line 18: T_G = average(L_E^R)
         t_v = self.verify_threshold()
         if self.relaxed and self.fixed_t_v is None and t_v is not None:
-            self.set_t_v(t_v)
+            self.t_v = t_v
 
     def verify_threshold(self) -> float | None:
         """Line 19: T_V = (average(L_D^A) + average(L_D^R)) / 2; None if a list is empty."""
@@ -159,7 +148,7 @@ class AdaSD(Method):
     def restore_state(self, state: dict[str, Any]) -> None:
         t_g, t_v, c_a, c_r, *lists = state_values(self.name, state, CARRIED)
         self.t_g, self.c_a, self.c_r = float(t_g), int(c_a), int(c_r)
-        self.set_t_v(float(t_v))
+        self.t_v = float(t_v)
         for k, (total, n) in zip(CARRIED[4:], lists):
             setattr(self, k, RunningMean(float(total), int(n)))
 

@@ -11,7 +11,8 @@ import torch
 from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import is_sklearn_available
 
-from specbench.decoding.engine import Generation, sync
+from specbench.decoding.engine import sync
+from specbench.decoding.records import Generation
 from specbench.common.options import OptionError, choice, real
 from specbench.decoding.method import (METHODS, IterationRecord, Method, check_gamma, check_option, option_error,
                                        state_values)

@@ -69,12 +69,12 @@ T_V = {
 @pytest.mark.parametrize("name", sorted(T_V))
 def test_threshold_updates_by_hand(name):
     m = method(name)
-    assert (m.t_g, m.t_v, m.rule.threshold) == (0.0, 0.0, 0.0)
+    assert (m.t_g, m.t_v, m.relaxation()) == (0.0, 0.0, 0.0)
     for r, t_g, t_v in zip(SEQ, T_G, T_V[name]):
         m.update(r)
         assert m.t_g == pytest.approx(t_g, abs=1e-12)
         assert m.t_v == pytest.approx(t_v, abs=1e-12)
-        assert m.rule.threshold == m.t_v  # the js_relaxed rule reads the new T_V
+        assert m.relaxation() == m.t_v  # the engine hands the new T_V to the js_relaxed rule
         assert m.state() == {"t_g": m.t_g, "t_v": m.t_v}
 
 
@@ -150,15 +150,15 @@ def test_reset_clears_state_unless_persisted():
             m.update(r)
         m.reset()
         expected = (0.0, 0.0, 0) if not persist else (2.5, T_V["adasd"][-1], 6)
-        assert (m.t_g, m.rule.threshold, m.acc_js.n) == pytest.approx(expected)
+        assert (m.t_g, m.relaxation(), m.acc_js.n) == pytest.approx(expected)
 
 
 def test_fixed_t_v_is_never_updated():
     m = method("adasd", fixed_t_v=0.25)
-    assert m.rule.threshold == 0.25
+    assert m.relaxation() == 0.25
     for r in SEQ:
         m.update(r)
-    assert (m.t_v, m.rule.threshold, m.t_g) == (0.25, 0.25, 2.5)  # T_G still adapts
+    assert (m.t_v, m.relaxation(), m.t_g) == (0.25, 0.25, 2.5)  # T_G still adapts
 
 
 def test_bad_options_fail():

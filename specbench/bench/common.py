@@ -15,7 +15,8 @@ from transformers import PreTrainedModel
 from specbench.common.configs import compose_config
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
-from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.engine import Engine
+from specbench.decoding.records import Generation
 from specbench.bench.profile import forward_seconds, tree_seconds
 from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair

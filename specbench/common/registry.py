@@ -11,7 +11,7 @@ import importlib.util
 import pkgutil
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
 
 from specbench.common.errors import UserError
 
@@ -58,17 +58,20 @@ def import_package(package: str) -> list[str]:
     return names
 
 
-class Registry:
-    """Maps a config name to a class or factory; `plugins` names the package whose modules register."""
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps a config name to a T (a class or factory); `plugins` names the package whose modules register."""
 
     def __init__(self, kind: str, plugins: str | None = None) -> None:
         self.kind = kind
         self.plugins = plugins
-        self._items: dict[str, Any] = {}
+        self._items: dict[str, T] = {}
         self._discovered = plugins is None
 
-    def register(self, name: str) -> Callable[[Any], Any]:
-        def deco(obj: Any) -> Any:
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
             if name in self._items and self._items[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = obj
@@ -86,7 +89,7 @@ class Registry:
                 self._discovered = False
                 raise
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> T:
         self.discover()
         if name not in self._items:
             raise UnknownNameError(

@@ -92,8 +92,8 @@ class SampleMatch(Rule):
 
 class JSRelaxed(Rule):
     """`js_relaxed(base)`: the base rule, but a mismatch at position i is also accepted when
-    d_JS(p_i, q_i) <= T_V. Lossy. The owning method sets `threshold` (T_V) between iterations; the engine passes
-    each row's.
+    d_JS(p_i, q_i) <= T_V. Lossy. The engine passes each row's T_V (its method's relaxation()); `threshold` serves a
+    call without them (the one-row `rule(x, q, p, generator)`).
 
     The distances d_JS(p_i, q_i) [B, W] of the last call stay in `js`, so the engine logs them without
     computing them again, and the base rule's verdicts [B, W] in `exact`, so that the drafts accepted

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from specbench.decoding.engine import Engine, Generation
+from specbench.decoding.engine import Engine
+from specbench.decoding.records import Generation
 from specbench.decoding.method import Method
 from specbench.decoding.sampling import Sampler
 from specbench.decoding.stopping import StopCriteria

@@ -18,13 +18,14 @@ proposal it verifies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import torch
 
 from specbench.decoding.proposal import Proposal, chain
+from specbench.decoding.records import IterationRecord
 from specbench.decoding.sampling import Sampler
-from specbench.decoding.state import to_device, write
+from specbench.decoding.state import ModelState, to_device, write
 
 
 class Policy(Protocol):
@@ -35,7 +36,7 @@ class Policy(Protocol):
 
     def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool: ...
 
-    def update(self, record: Any) -> None: ...
+    def update(self, record: IterationRecord) -> None: ...
 
     def state(self) -> dict[str, float]: ...
 
@@ -97,8 +98,8 @@ class Chain:
 class ModelDraft(DraftSource):
     """A draft model with its KV cache over the batch's rows (the pair's draft, or a model the method built)."""
 
-    def __init__(self, state: Any, fixed_window: bool = False) -> None:
-        self.state = state  # a specbench.decoding.state.ModelState
+    def __init__(self, state: ModelState, fixed_window: bool = False) -> None:
+        self.state = state
         self.fixed_window = fixed_window  # the policy drafts its whole window whatever the tokens
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:

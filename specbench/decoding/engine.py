@@ -56,60 +56,13 @@ from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.margins import chosen_values, committed, committed_columns, to_host, top2_values
-from specbench.decoding.method import IterationRecord, Method
+from specbench.decoding.method import Method
+from specbench.decoding.records import Generation, IterationRecord, concat_generations  # noqa: F401 - re-exported
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding.state import Clock, ModelState, sync, write
 from specbench.decoding.stopping import StopCriteria
 from specbench.decoding.tree_state import feed_tree, keep_path
-
-
-@dataclass
-class Generation:
-    """The outcome of one generation call."""
-
-    token_ids: list[int]
-    stop_reason: str  # eos / stop_string / length / context
-    records: list[IterationRecord]
-    decode_s: float  # this row's share of the decode wall time (B = 1: the wall time)
-    first_block_s: float  # wall time from the first model call to the first committed block (1st iteration)
-    target_model_s: float  # summed forward time of the pair's target model (this row's share)
-    draft_model_s: float  # summed forward time of the model in the draft role (draft_only's generator included)
-    target_calls: int  # forward calls of the target model (that this row took part in)
-    draft_calls: int  # forward calls of the draft-role model (that this row took part in)
-    text: str = ""
-    latency_s: float = 0.0  # wall seconds from the batch's first model call to this row's stop (B = 1: decode_s)
-    batch_rows: int = 1  # rows of the batch this generation was decoded in, when the batch started
-    extra: dict = field(default_factory=dict)
-    turn_stops: list[str] | None = None  # a multi-turn example's: why each turn ended (concat_generations)
-    margins: list[float] = field(default_factory=list)  # the target's top-2 logit margin per token (decoding.margins)
-    off_top1: list[int] = field(default_factory=list)  # positions whose token is not the target's top-1 there
-
-    @property
-    def stop_reasons(self) -> list[str]:
-        """Why each turn ended [turns]: one entry for a single-turn generation."""
-        return self.turn_stops or [self.stop_reason]
-
-
-def concat_generations(gens: list[Generation], text: str) -> Generation:
-    """One Generation for a multi-turn example: counts and times summed, records concatenated."""
-    return Generation(
-        token_ids=[t for g in gens for t in g.token_ids],
-        stop_reason=gens[-1].stop_reason,
-        records=[r for g in gens for r in g.records],
-        decode_s=sum(g.decode_s for g in gens),
-        first_block_s=gens[0].first_block_s,
-        target_model_s=sum(g.target_model_s for g in gens),
-        draft_model_s=sum(g.draft_model_s for g in gens),
-        target_calls=sum(g.target_calls for g in gens),
-        draft_calls=sum(g.draft_calls for g in gens),
-        text=text,
-        latency_s=sum(g.latency_s for g in gens),
-        batch_rows=gens[0].batch_rows,
-        turn_stops=[g.stop_reason for g in gens],
-        margins=[m for g in gens for m in g.margins],
-        off_top1=[sum(len(x.token_ids) for x in gens[:i]) + j for i, g in enumerate(gens) for j in g.off_top1],
-    )
 
 
 @dataclass

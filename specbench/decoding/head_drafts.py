@@ -37,7 +37,7 @@ from specbench.decoding.tree_drafts import Grower, Grown, TreeDraft
 class DraftHead:
     """A head in the pair's draft role (Binding.models["draft"]): the engine asks it for its state."""
 
-    def __init__(self, head: Any, name: str, folder: Path | None = None) -> None:
+    def __init__(self, head: torch.nn.Module, name: str, folder: Path | None = None) -> None:
         """head: a specbench.models.eagle3.Eagle3Head or specbench.models.medusa.MedusaHeads."""
         self.head, self.name_or_path, self.head_folder = head, name, folder  # method.head, the folder read
         self.device = next(head.parameters()).device

@@ -9,39 +9,19 @@ decode settings); everything a method knows about the pair comes from there.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from specbench.decoding.acceptance import Rule, make_rule
+from specbench.decoding.records import Generation, IterationRecord  # noqa: F401 - IterationRecord re-exported
 from specbench.decoding.drafts import DraftSource, ModelDraft
 from specbench.decoding.sampling import SamplingParams
+from specbench.decoding.stopping import StopCriteria
 from specbench.common.registry import Registry
 
-METHODS: Registry = Registry("method", plugins="specbench.methods")
-
-
-@dataclass
-class IterationRecord:
-    """One draft-verify iteration (docs/design.md section 3)."""
-
-    drafted: int  # w: the nodes verified (a chain's drafts; a tree's nodes)
-    accepted: int  # n: the accepted path's length, exact and relaxed acceptances together
-    stop: str  # why drafting ended: policy / window / eos / length / source (the draft source ran out) / none
-    draft_s: float  # wall seconds of the draft phase
-    verify_s: float  # wall seconds of the target forward
-    draft_steps: int = 0  # draft forwards the row's batch ran this iteration (B = 1: drafted; B > 1: the longest window)
-    draft_tokens: int = 0  # the tokens those forwards fed per row (their blocks' widths summed; a tree's nodes)
-    verify_forward_s: float = 0.0  # seconds of the verifier's forwards in the iteration (the batch's)
-    draft_forward_s: float = 0.0  # seconds of the other roles' (the drafter's) forwards in it
-    host_s: float = 0.0  # the iteration's wall seconds outside every forward (sampling, acceptance, bookkeeping)
-    accepted_relaxed: int = 0  # of the n, accepted only by a relaxation (AdaSD's d_JS <= T_V); 0 for exact rules
-    entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
-    js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)
-    state: dict[str, float] = field(default_factory=dict)  # policy state after the update
-    tree: dict[str, list[int]] | None = None  # a tree's tokens, parents and accepted path (when tracing)
-    depth: int | None = None  # the proposal's deepest node (None: a chain, whose depth is `drafted`)
+METHODS: Registry[type[Method]] = Registry("method", plugins="specbench.methods")
 
 
 @dataclass(frozen=True)
@@ -125,11 +105,10 @@ class Method:
         return self.verifier == "target" and self.rule.lossless
 
     def fork(self) -> "Method":
-        """An instance for one row of a batch: the same binding and models, its own rule and policy state (reset()
-        gives the state its start values; a method that carries state across examples cannot be forked)."""
-        twin = copy.copy(self)
-        twin.rule = copy.deepcopy(self.rule)
-        return twin
+        """An instance for one row of a batch: the same binding, models and rule (the engine calls the rule of its own
+        method for the whole batch), its own policy state (reset() gives it its start values; a method that carries
+        state across examples cannot be forked)."""
+        return copy.copy(self)
 
     def draft_source(self, states: dict[str, Any]) -> DraftSource | None:
         """The proposer of this method's drafts, given its models' states by role (specbench.decoding.state): the
@@ -208,8 +187,8 @@ class Method:
         """After a verify: the verifier's states [len(hidden_layers), m, H] at the m positions it committed, in order
         (the uncached committed tokens, then the accepted path); the last gave the next token's distribution."""
 
-    def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: Any,
-                          generator: torch.Generator | None, trace: bool) -> Any:
+    def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
+                          generator: torch.Generator | None, trace: bool) -> Generation:
         """For `external` methods: decode prompt_ids [P] with another loop, stopping by `stop` (the engine's
         specbench.decoding.stopping.StopCriteria), and return a specbench.decoding.engine.Generation."""
         raise NotImplementedError(f"method {self.name!r} is not external")

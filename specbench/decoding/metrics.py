@@ -12,7 +12,7 @@ from statistics import fmean
 from typing import Any
 
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC, ratio, run_metrics, total
-from specbench.decoding.engine import Generation
+from specbench.decoding.records import Generation
 
 log = logging.getLogger(__name__)
 

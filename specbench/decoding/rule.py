@@ -17,7 +17,7 @@ from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.sampling import exponentials
 from specbench.decoding.state import to_device
 
-RULES: Registry = Registry("acceptance rule")
+RULES: Registry[type[Rule]] = Registry("acceptance rule")
 
 
 def leading_true(ok: torch.Tensor) -> int:

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 
 
 COUNTS = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun

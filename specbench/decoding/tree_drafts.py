@@ -17,12 +17,13 @@ A node's score is its cumulative draft log-probability, sum of log q(x) along it
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.proposal import TOP_K, Proposal, chain
+from specbench.decoding.state import ModelState
 from specbench.decoding.tree_state import feed_tree, keep_path
 
 MAX_NODES = 1024  # nodes verified per call: beyond any published tree (EAGLE ~60, Sequoia <= 768)
@@ -93,8 +94,8 @@ def closed(t: Grown, chosen: list[int]) -> list[int]:
 class TreeDraft(DraftSource):
     """A draft model's tree for one row, grown by `grower` (batch_size 1: the methods refuse more rows)."""
 
-    def __init__(self, state: Any, grower: Grower) -> None:
-        self.state = state  # a one-row specbench.decoding.state.ModelState
+    def __init__(self, state: ModelState, grower: Grower | None) -> None:
+        self.state = state  # one row
         self.grower = grower
         self.index: list[int] | None = None  # proposal node -> grown node, of the last proposal
         self.steps = 0  # draft forwards of the last proposal

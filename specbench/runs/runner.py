@@ -20,7 +20,7 @@ from specbench.runs import measurements, provenance
 from specbench.runs import wandb_log
 from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
 from specbench.decoding.decoders import Decoder, make_decoder
-from specbench.decoding.engine import Generation, concat_generations
+from specbench.decoding.records import Generation, concat_generations
 from specbench.decoding.method import METHODS, Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 from specbench.common.files import atomic_path
 
 
