@@ -24,6 +24,7 @@ PERSISTING = {
     "adasd": ("method=adasd", "method.persist=true"),
     "adasd_variant_c": ("method=adasd_variant_c", "method.persist=true", "decode=t1"),
     "adasd_verify_only": ("method=adasd_verify_only", "method.persist=true"),
+    "suffix": ("method=suffix", "decode=t1"),  # the run's tree of earlier outputs (on by default)
     "hf_assisted": ("method=hf_assisted", "method.persist=true", "method.gamma=3",
                     "method.num_assistant_tokens_schedule=heuristic", *HF_SAME_VOCAB),
 }

@@ -54,7 +54,8 @@ SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"
 # a part that is not a method of its own (a rule) joins the contracts on a method that takes it: name -> (the
 # registered method, its overrides)
 VARIANTS = {"vanilla[rule=block]": ("vanilla", ("method.rule=block",)),
-            "gammatune[rule=block]": ("gammatune", ("method.rule=block",))}
+            "gammatune[rule=block]": ("gammatune", ("method.rule=block",)),
+            "suffix[tree=true]": ("suffix", ("method.tree=true",))}
 NAMES = METHODS.names() + list(VARIANTS)
 
 
@@ -202,7 +203,7 @@ def test_every_registered_method_is_checked():
             "uag"} <= set(NAMES)
     lossless = lossless_names()
     assert {"ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "distilled",
-            "sd2", "hf_assisted", "pld", "layer_skip", "uag", "vanilla[rule=block]", "gammatune[rule=block]"} <= set(lossless)
+            "sd2", "hf_assisted", "pld", "layer_skip", "uag", "vanilla[rule=block]", "gammatune[rule=block]", "suffix", "suffix[tree=true]"} <= set(lossless)
     assert "draft_only" not in lossless and "adasd" not in lossless
 
 
@@ -325,7 +326,7 @@ P_PASS = 1e-4
 REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
            ("hf_assisted", 4): "batch size 1 only", ("spec_tree", 4): "one row at a time",
            ("dyn_tree", 4): "one row at a time", ("eagle3", 4): "one row's states", ("eagle3_tree", 4): "one row's states",
-           ("medusa", 4): "one row's states"}
+           ("medusa", 4): "one row's states", ("suffix[tree=true]", 4): "one row at a time"}
 
 
 @pytest.fixture(scope="module")

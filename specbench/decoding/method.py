@@ -150,6 +150,12 @@ class Method:
         """
         return None
 
+    def observe_output(self, token_ids: list[int]) -> None:
+        """After each recorded example, in the order its row is written and before its carried_state() is taken: its
+        new tokens (a method that learns from the run's outputs: suffix decoding's run-wide tree). A warm-up's
+        examples are not recorded, so not observed. A carried state {"outputs": k} names the first k observed
+        outputs: on resume the runner hands their token ids back, {"outputs": [[ids], ...]}."""
+
     def restore_state(self, state: dict[str, Any]) -> None:
         """Continue from a state that carried_state() returned."""
         raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")

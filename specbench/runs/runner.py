@@ -167,7 +167,15 @@ def restore_carried(method: Method, rows: list[dict], run_dir: Path) -> None:
                          f"row of {last['id']!r} has no 'carried_state' (an older version wrote it), so resuming "
                          "would not continue as an uninterrupted run. Rerun it in another folder "
                          "(hydra.run.dir=...) or delete this one.")
-    method.restore_state(last["carried_state"])
+    state = last["carried_state"]
+    if isinstance(state, dict) and isinstance(state.get("outputs"), int):  # the first k observed outputs, by count
+        outputs = [list(r["token_ids"]) for r in rows]
+        if len(outputs) < state["outputs"]:
+            raise InputError(f"{run_dir}: the row of {last['id']!r} names {state['outputs']} earlier outputs of method "
+                             f"{method.name!r} but the folder holds {len(outputs)} rows before it; rerun in another "
+                             "folder (hydra.run.dir=...)")
+        state = {**state, "outputs": outputs[: state["outputs"]]}
+    method.restore_state(state)
 
 
 def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
@@ -436,6 +444,7 @@ def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path,
             continue
         if job.trace:
             write_trace(run_dir, ex.id, g.records, batch.repeat)
+        job.method.observe_output(g.token_ids)  # before make_row takes the carried state after this example
         rows.append({**make_row(job, ex, g, info, c), "repeat": batch.repeat, "batch": batch.index,
                      "batch_size": len(batch.examples)})
     return rows

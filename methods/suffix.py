@@ -1,0 +1,152 @@
+"""`suffix`: SuffixDecoding (Oliaro et al., NeurIPS 2025): drafts from suffix trees, no draft model.
+
+Two trees are read (specbench.decoding.suffix, the reference's speculation): the row's own, over its prompt and its
+output so far, and the run's, over the outputs of the examples decoded before it in this run (`global_cache`). Each
+iteration both speculate from the row's last `max_depth` tokens and the draft with the higher score is proposed
+(the row's own on ties, as arctic-inference's SuffixDecodingCache.speculate). Its size adapts to the match: at most
+min(gamma, max_spec_factor * match length + max_spec_offset) tokens, each with an estimated probability (counts
+along the tree) of at least min_token_prob. `tree: false` proposes the path of most frequent continuations (what
+arctic-inference's vLLM integration runs); `tree: true` the best-first speculation tree of the paper (batch_size 1,
+eager). Drafts are deterministic (q one-hot), so `rejection` keeps the target's distribution.
+
+The run's tree holds the outputs of the examples recorded so far, in the order they were decoded (a warm-up adds
+nothing; each repeat starts empty); the rows record how many it held, and a resumed run rebuilds it from the rows
+already in the folder. Unlike the reference, the row being decoded enters the run's tree when it is finished (its
+own tree has its output as it grows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specbench.common.options import OptionError, integer, real
+from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
+from specbench.decoding.method import METHODS, Binding, Method, check_gamma, check_option, state_values
+from specbench.decoding.proposal import TOP_K, Proposal, chain
+from specbench.decoding.state import ModelState
+from specbench.decoding.suffix import SuffixIndex
+from specbench.methods.spec_tree import refuse_tree_models
+
+
+class SuffixDraft(DraftSource):
+    """Each row's speculation from its own tree and the run's (SuffixIndex), as a chain or a tree of one-hot drafts."""
+
+    def __init__(self, method: "Suffix", rows: int) -> None:
+        self.m = method
+        self.own = [SuffixIndex(method.max_depth) for _ in range(rows)]  # prompt + output of each row
+        self.seen = [0] * rows  # tokens of buf[b] already in row b's own tree
+
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        m, drafts = self.m, []
+        for b, (L, cap) in enumerate(zip(d.L, d.w_max)):
+            own = self.own[b]
+            if self.seen[b] < L:
+                own.extend(buf[b, self.seen[b] : L].tolist())
+                self.seen[b] = L
+            if cap <= 0:
+                drafts.append(None)
+                continue
+            context = own.data[max(0, len(own.data) - m.max_depth) :]
+            best = own.speculate(context, min(m.gamma, cap), m.max_spec_factor, m.max_spec_offset,
+                                 m.min_token_prob, m.tree)
+            if m.global_cache:
+                other = m.run_index.speculate(context, min(m.gamma, cap), m.max_spec_factor, m.max_spec_offset,
+                                              m.min_token_prob, m.tree)
+                best = best if best.score >= other.score else other
+            drafts.append(best)
+        if not m.tree:
+            return fixed_proposals([dr.tokens if dr is not None else [] for dr in drafts], d)
+        return [self.tree_proposal(dr, d) for dr in drafts]
+
+    @staticmethod
+    def tree_proposal(draft: Any, d: Drafting) -> Proposal:
+        """The speculation tree without the descendants of an EOS node (nothing follows an EOS)."""
+        if draft is None:
+            return chain([], why="length")
+        keep, new_id = [], {}
+        for j, (x, a) in enumerate(zip(draft.tokens, draft.parents)):
+            if a >= 0 and (a not in new_id or draft.tokens[a] in d.eos_ids):
+                continue
+            new_id[j] = len(keep)
+            keep.append(j)
+        if not keep:
+            return chain([], why="source")
+        tokens = [draft.tokens[j] for j in keep]
+        parents = [new_id[draft.parents[j]] if draft.parents[j] >= 0 else -1 for j in keep]
+        return Proposal(tokens, parents, None, "window", TOP_K, 0)
+
+
+@METHODS.register("suffix")
+class Suffix(Method):
+    """SuffixDecoding: chains (or trees) of one-hot drafts from the row's and the run's suffix trees."""
+
+    name = "suffix"
+    pair_draft = False
+
+    def __init__(self, gamma: int = 16, max_depth: int = 64, max_spec_factor: float = 1.0,
+                 max_spec_offset: float = 0.0, min_token_prob: float = 0.1, tree: bool = False,
+                 global_cache: bool = True, rule: str = "rejection", **options: Any) -> None:
+        super().__init__(rule=rule, **options)
+        self.gamma = check_gamma(self.name, gamma)
+        self.max_depth = check_option(self.name, integer, max_depth, "max_depth", low=2)
+        self.max_spec_factor = check_option(self.name, real, max_spec_factor, "max_spec_factor", low=0)
+        self.max_spec_offset = check_option(self.name, real, max_spec_offset, "max_spec_offset")
+        self.min_token_prob = check_option(self.name, real, min_token_prob, "min_token_prob", low=0, high=1)
+        for key, value in (("tree", tree), ("global_cache", global_cache)):
+            if not isinstance(value, bool):
+                raise OptionError(f"method.{key} must be true or false, got {value!r} (method {self.name!r})")
+        self.tree, self.global_cache = tree, global_cache
+        self.run_index = SuffixIndex(self.max_depth)  # the outputs recorded so far
+        self.outputs: list[list[int]] = []  # the same outputs, to rebuild the index at a smaller count
+
+    def bind(self, binding: Binding) -> None:
+        super().bind(binding)
+        if self.tree:
+            refuse_tree_models(self.name, binding, ("target",))
+
+    def draft_source(self, states: dict[str, ModelState]) -> DraftSource:
+        return SuffixDraft(self, len(next(iter(states.values())).fed))
+
+    def window(self) -> int:
+        return self.gamma
+
+    def state(self) -> dict[str, float]:
+        return {"gamma": self.gamma, "run_outputs": len(self.outputs)}
+
+    def observe_output(self, token_ids: list[int]) -> None:
+        """A recorded example's new tokens enter the run's tree."""
+        if self.global_cache:
+            self.outputs.append(list(token_ids))
+            self.run_index.new_sequence(token_ids)
+
+    def carried_state(self) -> dict[str, Any] | None:
+        """How many outputs the run's tree holds (the runner hands their tokens back on resume)."""
+        return {"outputs": len(self.outputs)} if self.global_cache else None
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """{"outputs": k}: keep the first k outputs; {"outputs": [[ids], ..]}: the run's tree over exactly those."""
+        [outputs] = state_values(self.name, state, ("outputs",))
+        if isinstance(outputs, int):
+            if outputs > len(self.outputs):
+                raise ValueError(f"method 'suffix': the run's tree holds {len(self.outputs)} outputs; a state of "
+                                 f"{outputs} needs their tokens (the rows')")
+            self.outputs = self.outputs[:outputs]
+            self.run_index.truncate(outputs)
+            return
+        self.outputs, self.run_index = [], SuffixIndex(self.max_depth)
+        for ids in outputs:
+            self.observe_output(ids)
+
+    def check_batch(self, batch_size: int) -> None:
+        """Chains decode in batches (the run's tree is shared, outputs enter it in row order); trees one row."""
+        if self.tree and batch_size > 1:
+            raise OptionError(f"method 'suffix' with method.tree=true verifies a tree of drafts one row at a time; got "
+                              f"batch_size={batch_size}: set batch_size=1 or method.tree=false")
+
+    def check_compile(self) -> None:
+        super().check_compile()
+        if self.tree:
+            raise OptionError("method 'suffix' with method.tree=true: the compiled decode path verifies chains only: "
+                              "set engine.compile=false or method.tree=false")
