@@ -98,8 +98,7 @@ class Suffix(Method):
             if not isinstance(value, bool):
                 raise OptionError(f"method.{key} must be true or false, got {value!r} (method {self.name!r})")
         self.tree, self.global_cache = tree, global_cache
-        self.run_index = SuffixIndex(self.max_depth)  # the outputs recorded so far
-        self.outputs: list[list[int]] = []  # the same outputs, to rebuild the index at a smaller count
+        self.run_index = SuffixIndex(self.max_depth)  # the outputs recorded so far, one sequence each
 
     def bind(self, binding: Binding) -> None:
         super().bind(binding)
@@ -113,29 +112,27 @@ class Suffix(Method):
         return self.gamma
 
     def state(self) -> dict[str, float]:
-        return {"gamma": self.gamma, "run_outputs": len(self.outputs)}
+        return {"gamma": self.gamma, "run_outputs": len(self.run_index.starts)}
 
     def observe_output(self, token_ids: list[int]) -> None:
         """A recorded example's new tokens enter the run's tree."""
         if self.global_cache:
-            self.outputs.append(list(token_ids))
             self.run_index.new_sequence(token_ids)
 
     def carried_state(self) -> dict[str, Any] | None:
         """How many outputs the run's tree holds (the runner hands their tokens back on resume)."""
-        return {"outputs": len(self.outputs)} if self.global_cache else None
+        return {"outputs": len(self.run_index.starts)} if self.global_cache else None
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """{"outputs": k}: keep the first k outputs; {"outputs": [[ids], ..]}: the run's tree over exactly those."""
         [outputs] = state_values(self.name, state, ("outputs",))
         if isinstance(outputs, int):
-            if outputs > len(self.outputs):
-                raise ValueError(f"method 'suffix': the run's tree holds {len(self.outputs)} outputs; a state of "
-                                 f"{outputs} needs their tokens (the rows')")
-            self.outputs = self.outputs[:outputs]
+            if outputs > len(self.run_index.starts):
+                raise ValueError(f"method 'suffix': the run's tree holds {len(self.run_index.starts)} outputs; a state "
+                                 f"of {outputs} needs their tokens (the rows')")
             self.run_index.truncate(outputs)
             return
-        self.outputs, self.run_index = [], SuffixIndex(self.max_depth)
+        self.run_index = SuffixIndex(self.max_depth)
         for ids in outputs:
             self.observe_output(ids)
 
