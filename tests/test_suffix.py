@@ -57,6 +57,11 @@ def test_truncate_keeps_the_first_sequences():
     assert index.data == [1, 2, 3, -1, 4, 5] and index.starts == [0, 4]
     index.truncate(0)
     assert index.data == [] and index.starts == []
+    index.new_sequence([7, 8, 9])
+    index.array  # cached at this length
+    index.truncate(0)
+    index.new_sequence([4, 5, 6])  # the same length again: the index reads the new tokens
+    assert index.array.tolist() == [4, 5, 6] and index.speculate([9, 4, 5], 4).tokens == [6]
 
 
 def test_the_run_tree_grows_with_each_recorded_example(tmp_path):

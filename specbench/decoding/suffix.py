@@ -143,6 +143,7 @@ class SuffixIndex:
         if sequences < len(self.starts):
             self.data = self.data[: max(0, self.starts[sequences] - 1)] if sequences else []
             self.starts = self.starts[:sequences]
+            self._array = None  # regrowing to the same length must not reuse the old array
 
     def children(self, ends: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
         """(occurrence ends that continue, the token after each) of the string of `length` tokens ending at `ends`;
