@@ -152,7 +152,7 @@ class AdaSD(Method):
         for k, (total, n) in zip(CARRIED[4:], lists):
             setattr(self, k, RunningMean(float(total), int(n)))
 
-    def state(self) -> dict[str, float]:
+    def policy_state(self) -> dict[str, float]:
         out = {"t_g": self.t_g} if self.entropy_stop else {"gamma": self.max_window}
         if self.relaxed:
             out["t_v"] = self.t_v

@@ -103,5 +103,5 @@ class Confidence(Method):
         if best is not None:
             self.threshold = best
 
-    def state(self) -> dict[str, float]:
+    def policy_state(self) -> dict[str, float]:
         return {"threshold": self.threshold, "samples": len(self.labels)}

@@ -1,5 +1,6 @@
-"""`dyn_tree`: EAGLE-2's dynamic tree of drafts (Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with
-Dynamic Draft Trees"), grown from the draft model and verified in one target forward.
+"""Shape `dynamic_tree`: EAGLE-2's dynamic tree of drafts (Li et al. 2024, "EAGLE-2: Faster Inference of Language
+Models with Dynamic Draft Trees"), verified in one target forward (conf/method/dyn_tree.yaml grows it from the draft
+model, conf/method/eagle3_tree.yaml from an EAGLE-3 head).
 
 A node's score is its cumulative draft log-probability, sum over its root path of log q(x) (q at each parent).
 Expansion: the root's `top_k` most likely children form depth 1; at each depth d = 2..`depth` the `top_k` nodes of
@@ -7,19 +8,16 @@ depth d - 1 with the highest scores are fed to the draft in one forward and each
 children. Reranking: of all the nodes grown, the `total_nodes` with the highest scores are verified (a child
 never scores above its parent, since log q <= 0, so the best nodes form a tree). Children are distinct and chosen
 deterministically from q, so the `rejection` rule verifies them by recursive rejection with one-hot q (lossless);
-greedy decoding follows the target's argmax. Drafter options, batch size and compile as `spec_tree`.
+greedy decoding follows the target's argmax. One row, eager path, as every tree (specbench.decoding.parts).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from specbench.common.options import integer
-from specbench.decoding.method import METHODS, check_option
+from specbench.decoding.parts import SHAPES, Shape
 from specbench.decoding.tree_drafts import MAX_NODES, Grown, closed, ranked
-from specbench.methods.spec_tree import SpecTree
 
 
 MAX_DEPTH, MAX_TOP_K = 64, 32  # a tree grows top_k + (depth - 1) top_k^2 nodes before the best are kept
@@ -42,22 +40,24 @@ class DynamicShape:
         return closed(t, best)
 
 
-@METHODS.register("dyn_tree")
-class DynTree(SpecTree):
-    """EAGLE-2's dynamic tree from the draft model (or a trained drafter): depth, top_k, total_nodes."""
+@SHAPES.register("dynamic_tree")
+class DynamicTree(Shape):
+    """EAGLE-2's dynamic tree: `depth`, `top_k`, `total_nodes`."""
 
-    name = "dyn_tree"
+    name = "dynamic_tree"
+    trees = True
 
-    def __init__(self, depth: int = 5, top_k: int = 4, total_nodes: int = 16, rule: str = "rejection",
-                 drafter: str | None = None, drafter_kind: str = "distilled", **options: Any) -> None:
-        super().__init__(branching=[1], rule=rule, drafter=drafter, drafter_kind=drafter_kind, **options)
-        self.dynamic = DynamicShape(check_option(self.name, integer, depth, "depth", low=1, high=MAX_DEPTH),
-                                    check_option(self.name, integer, top_k, "top_k", low=1, high=MAX_TOP_K),
-                                    check_option(self.name, integer, total_nodes, "total_nodes", low=1,
-                                                 high=MAX_NODES))
+    def __init__(self, depth: int = 5, top_k: int = 4, total_nodes: int = 16) -> None:
+        self.dynamic = DynamicShape(integer(depth, "method.depth", low=1, high=MAX_DEPTH),
+                                    integer(top_k, "method.top_k", low=1, high=MAX_TOP_K),
+                                    integer(total_nodes, "method.total_nodes", low=1, high=MAX_NODES))
 
     def grower(self) -> DynamicShape:
         return self.dynamic
 
-    def window(self) -> int:
+    def budget(self, window: int) -> int:
+        """Nodes verified per target call: total_nodes."""
         return self.dynamic.total
+
+    def state(self) -> dict[str, float]:
+        return {"nodes": self.dynamic.total, "depth": self.dynamic.depth}

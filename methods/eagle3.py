@@ -1,10 +1,11 @@
-"""`eagle3`: EAGLE-3's head drafting a chain (the SD² paper's EAGLE-3*: EAGLE-3 restricted to chain drafting),
-γ = 8 tokens per iteration, verified by the `rejection` rule (lossless).
+"""Drafter `eagle3`: EAGLE-3's head (specbench.models.eagle3) drafting a chain (the SD² paper's EAGLE-3*: EAGLE-3
+restricted to chain drafting; conf/method/eagle3.yaml, γ = 8) or growing the shape's tree (EAGLE-3 as published:
+its head with EAGLE-2's dynamic tree, conf/method/eagle3_tree.yaml), verified by the method's rule.
 
-The head (specbench.models.eagle3) reads the target's states at three layers through the engine's verify forward
-(no extra target call) and its own outputs while drafting (specbench.decoding.head_drafts). `head` is a finished
-`task=distill task.kind=eagle3` folder, a folder in the EAGLE-3 release or `speculators` layout, or a hub id
-(specbench.models.heads). The pair's draft model is not loaded. One row at a time, eager path.
+The head reads the target's states at three layers, handed over with each drafting request from the last verify
+forward (no extra target call; specbench.decoding.head_drafts), and its own outputs while drafting. `head` is a
+finished `task=distill task.kind=eagle3` folder, a folder in the EAGLE-3 release or `speculators` layout, or a hub
+id (specbench.models.heads). The pair's draft model is not loaded. One row at a time, eager path.
 """
 
 from __future__ import annotations
@@ -12,65 +13,52 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import torch
-
-from specbench.common.options import OptionError
+from specbench.decoding.drafts import DraftSource
 from specbench.decoding.head_drafts import DraftHead, Eagle3Draft
-from specbench.decoding.method import METHODS, Binding
-from specbench.methods.vanilla import Vanilla
+from specbench.decoding.method import Binding
+from specbench.decoding.parts import DRAFTERS, Drafter
+from specbench.decoding.tree_drafts import Grower
 
 
-class Dependent:
-    """A method drafting with a head on the target's states (eagle3, eagle3_tree, medusa): binds the head in the
-    draft role, asks for the states it reads and hands them to its proposer."""
+class Head(Drafter):
+    """A head drafting on the target's states (eagle3, medusa): checks `head` before any model loads, binds the
+    loaded head in the draft role and reads the states of the layers it was trained on."""
 
-    name: str
-    kind: str  # the head's kind: eagle3 | medusa
     pair_draft = False  # the head replaces the pair's draft model
-    source: Any = None  # the proposer of the current generation
+    reads_states = True
+    one_row = "drafts with a head that keeps one row's states and cache"
+    tree_role = ""  # the head grows its tree over its own cache; the target's mask is checked
 
-    def check_head(self, head: Any) -> Any:
-        """Fail now (before any model loads) when `head` is a hub id that is neither cached nor downloadable."""
+    def __init__(self, head: Any = None) -> None:
         from specbench.models.heads import check_head_source
 
-        check_head_source(self.name, head, self.kind)
-        return head
+        check_head_source(self.name, head, self.distill_kind)  # a hub id neither cached nor downloadable fails now
+        self.head = head
+        self.head_layers: tuple[int, ...] = ()
 
-    def bind_head(self, binding: Binding, head: Any) -> Binding:
-        """The binding with the loaded head in the draft role; hidden_layers = the target states it reads."""
+    @property
+    def distill_kind(self) -> str:
+        """The task=distill task.kind (and head format) this drafter loads."""
+        return self.name
+
+    def bind(self, binding: Binding) -> Binding:
+        """The binding with the loaded head in the draft role."""
         from specbench.models.heads import load_head
 
-        module, self.hidden_layers, name, folder = load_head(head, binding, self.kind)
+        module, self.head_layers, name, folder = load_head(self.head, binding, self.distill_kind)
         return replace(binding, models={**binding.models, "draft": DraftHead(module, name, folder)})
 
-    def observe_hidden(self, states: torch.Tensor) -> None:
-        """The target's states [len(layers), m, H] at the positions the last verify committed."""
-        self.source.observe(states)
-
-    def check_batch(self, batch_size: int) -> None:
-        if batch_size > 1:
-            raise OptionError(f"method {self.name!r} drafts with a head that keeps one row's states and cache; got "
-                              f"batch_size={batch_size}: set batch_size=1")
-
-    def check_compile(self) -> None:
-        raise OptionError(f"method {self.name!r} reads the target's hidden states, which the compiled decode path does "
-                          "not return: set engine.compile=false")
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return self.head_layers
 
 
-@METHODS.register("eagle3")
-class Eagle3(Dependent, Vanilla):
-    """γ drafts per iteration from an EAGLE-3 head (`head`), `rejection` by default."""
+@DRAFTERS.register("eagle3")
+class Eagle3(Head):
+    """EAGLE-3's head: chains x_i ~ q_i, or trees grown by the shape."""
 
     name = "eagle3"
-    kind = "eagle3"
 
-    def __init__(self, gamma: int = 8, rule: str = "rejection", head: Any = None, **options: Any) -> None:
-        super().__init__(gamma=gamma, rule=rule, **options)
-        self.head = self.check_head(head)
-
-    def bind(self, binding: Binding) -> None:
-        super().bind(self.bind_head(binding, self.head))
-
-    def draft_source(self, states: dict[str, Any]) -> Eagle3Draft:
-        self.source = Eagle3Draft(states["draft"])
-        return self.source
+    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+               fixed_window: bool) -> DraftSource:
+        return Eagle3Draft(states["draft"], grower)

@@ -69,7 +69,7 @@ class GammaTune(Method):
         self.gamma, self.gamma_bar = gammatune_step(self.gamma, self.gamma_bar, record.accepted, self.eta,
                                                     self.delta, self.gamma_min, self.gamma_max)
 
-    def state(self) -> dict[str, float]:
+    def policy_state(self) -> dict[str, float]:
         return {"gamma": self.gamma, "gamma_bar": self.gamma_bar}
 
     def carried_state(self) -> dict[str, Any] | None:

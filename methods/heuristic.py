@@ -62,7 +62,7 @@ class Heuristic(Method):
     def update(self, record: IterationRecord) -> None:
         self.gamma = next_gamma(self.gamma, record.drafted, transformers_matches(record))
 
-    def state(self) -> dict[str, float]:
+    def policy_state(self) -> dict[str, float]:
         return {"gamma": self.gamma}
 
     def carried_state(self) -> dict[str, Any] | None:

@@ -204,7 +204,7 @@ class HFAssisted(Method):
             "max_matching_ngram_size": check_gamma(self.name, max_matching_ngram_size or 2, "max_matching_ngram_size")}
         self.early_exit = None if assistant_early_exit is None else check_gamma(self.name, assistant_early_exit,
                                                                                 "assistant_early_exit")
-        self.pair_draft = not self.lookup and self.early_exit is None  # else: no draft model
+        self.with_draft_model = not self.lookup and self.early_exit is None  # else: no draft model
         check_option(self.name, choice, num_assistant_tokens_schedule, "num_assistant_tokens_schedule",
                      choices=SCHEDULES)
         self.settings = {"num_assistant_tokens": check_gamma(self.name, gamma),
@@ -224,6 +224,11 @@ class HFAssisted(Method):
 
     def carried_state(self) -> dict[str, Any] | None:
         return dict(self.carried or self.settings) if self.persist else None
+
+    @property
+    def pair_draft(self) -> bool:
+        """transformers' assistant is the pair's draft model (not prompt lookup, not an early exit)."""
+        return self.with_draft_model
 
     def check_batch(self, batch_size: int) -> None:
         """transformers' assisted generation decodes one sequence at a time: batch_size must be 1."""
@@ -284,7 +289,7 @@ class HFAssisted(Method):
         (prompt lookup)."""
         if self.lookup:
             return None
-        return self.verifier_model if self.early_exit is not None else self.drafter
+        return self.verifier_model if self.early_exit is not None else self.draft_model
 
     def source_kwargs(self, draft: PreTrainedModel | None, cross: bool) -> dict[str, Any]:
         """generate() keyword arguments that choose transformers' draft source: prompt lookup, early exit, an

@@ -1,4 +1,4 @@
-"""`layer_skip`: self-speculation by layer skipping: the target's first `exit_layer` layers, its final norm and its
+"""Drafter `early_exit` (conf/method/layer_skip.yaml): self-speculation by layer skipping: the target's first `exit_layer` layers, its final norm and its
 head draft (transformers' `assistant_early_exit`, LayerSkip's self-speculative decoding); the full target verifies.
 
 The draft model is an early-exit view of the target (specbench.models.early_exit: shared weights, its own KV
@@ -14,25 +14,30 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from specbench.decoding.method import METHODS, Binding
-from specbench.methods.vanilla import Vanilla
+from specbench.decoding.drafts import DraftSource
+from specbench.decoding.method import Binding
+from specbench.decoding.parts import DRAFTERS, Drafter, model_source
+from specbench.decoding.tree_drafts import Grower
 
 
-@METHODS.register("layer_skip")
-class LayerSkip(Vanilla):
-    """Vanilla γ / `rejection` with the target's first exit_layer layers (default: half of them) as the drafter."""
+@DRAFTERS.register("early_exit")
+class EarlyExit(Drafter):
+    """The target's first exit_layer layers (default: half of them) as the draft model."""
 
-    name = "layer_skip"
+    name = "early_exit"
     pair_draft = False
 
-    def __init__(self, gamma: int = 5, exit_layer: int | None = None, rule: str = "rejection", **options: Any) -> None:
-        super().__init__(gamma=gamma, rule=rule, **options)
-        self.exit_layer = exit_layer
+    def __init__(self, exit_layer: int | None = None) -> None:
+        self.exit_layer = exit_layer  # checked against the target's layers at bind (early_exit)
 
-    def bind(self, binding: Binding) -> None:
-        """Bind with the early-exit view of the target in the draft role."""
+    def bind(self, binding: Binding) -> Binding:
+        """The early-exit view of the target in the draft role."""
         from specbench.models.early_exit import early_exit, exit_layers
 
         target = binding.models["target"]
         draft = early_exit(target, exit_layers(target) // 2 if self.exit_layer is None else self.exit_layer)
-        super().bind(replace(binding, models={**binding.models, "draft": draft}))
+        return replace(binding, models={**binding.models, "draft": draft})
+
+    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+               fixed_window: bool) -> DraftSource:
+        return model_source(states["draft"], grower, fixed_window)

@@ -1,4 +1,4 @@
-"""`pld`: prompt lookup decoding (Saxena, 2023): drafts copied from the prompt and the output so far, no draft model.
+"""Drafter `lookup`: prompt lookup decoding (Saxena, 2023): drafts copied from the prompt and the output so far, no draft model.
 
 Lookup (transformers' PromptLookupCandidateGenerator, the same search): for n = min(max_ngram, L - 1) down to 1,
 the last n committed tokens s = buf[L-n:L] are searched among all windows buf[j:j+n], left to right; the
@@ -7,6 +7,7 @@ cut proposes nothing and ends the search, as there). No match: no drafts, one ta
 Every draft has q = one-hot (specbench.decoding.drafts), so `rejection` is lossless at any temperature.
 Defaults are transformers' (max_matching_ngram_size 2, prompt_lookup_num_tokens 10); equal to hf_assisted's prompt
 lookup token for token and candidates for candidates on transformers 5.24.0 (tests/test_draft_sources.py);
+conf/method/pld.yaml is this drafter with vanilla's fixed window (gamma, transformers' prompt_lookup_num_tokens);
 conf/method/pld_spec_bench.yaml is Spec-Bench's PLD row (max_ngram 3, 10 tokens).
 """
 
@@ -16,10 +17,12 @@ from typing import Any
 
 import torch
 
+from specbench.common.options import integer
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
+from specbench.decoding.method import Binding
+from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import Proposal
-from specbench.decoding.method import METHODS, check_gamma
-from specbench.methods.vanilla import Vanilla
+from specbench.decoding.tree_drafts import Grower
 
 
 def lookup(ids: torch.Tensor | list[int], max_ngram: int, num_tokens: int, eos_ids: frozenset[int]) -> list[int]:
@@ -38,37 +41,32 @@ def lookup(ids: torch.Tensor | list[int], max_ngram: int, num_tokens: int, eos_i
 
 
 class Lookup(DraftSource):
-    """Prompt lookup over each row's committed tokens buf[b, :L_b]."""
+    """Prompt lookup over each row's committed tokens buf[b, :L_b], at most the row's cap of tokens (the policy's
+    window, fewer near the length limit)."""
 
-    def __init__(self, max_ngram: int, num_tokens: int, vocab: int, eos_ids: frozenset[int]) -> None:
-        self.max_ngram, self.num_tokens, self.vocab, self.eos_ids = max_ngram, num_tokens, vocab, eos_ids
+    def __init__(self, max_ngram: int, vocab: int, eos_ids: frozenset[int]) -> None:
+        self.max_ngram, self.vocab, self.eos_ids = max_ngram, vocab, eos_ids
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
-        found = [lookup(buf[b, :L], self.max_ngram, self.num_tokens, self.eos_ids) if m > 0 else []
+        found = [lookup(buf[b, :L], self.max_ngram, m, self.eos_ids) if m > 0 else []
                  for b, (L, m) in enumerate(zip(d.L, d.w_max))]
         return fixed_proposals(found, d)  # no draft forwards
 
 
-@METHODS.register("pld")
-class PromptLookup(Vanilla):
-    """Vanilla's loop with the lookup as draft source: at most gamma drafts per iteration (num_tokens)."""
+@DRAFTERS.register("lookup")
+class PromptLookup(Drafter):
+    """Prompt lookup: the continuation of the longest matching n-gram (at most `max_ngram` tokens), at most the
+    policy's window of drafts per iteration (gamma, transformers' prompt_lookup_num_tokens)."""
 
-    name = "pld"
+    name = "lookup"
     pair_draft = False
 
-    def __init__(self, gamma: int = 10, max_ngram: int = 2, rule: str = "rejection", **options: Any) -> None:
-        super().__init__(gamma=gamma, rule=rule, **options)
-        self.max_ngram = check_gamma(self.name, max_ngram, "max_ngram")
+    def __init__(self, max_ngram: int = 2) -> None:
+        self.max_ngram = integer(max_ngram, "method.max_ngram", low=1)
 
-    def draft_source(self, states: dict[str, Any]) -> DraftSource:
-        return Lookup(self.max_ngram, self.gamma, self.bound.vocab_size, self.bound.eos_ids)
+    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+               fixed_window: bool) -> DraftSource:
+        return Lookup(self.max_ngram, binding.vocab_size, binding.eos_ids)
 
-
-@METHODS.register("pld_spec_bench")
-class PromptLookupSpecBench(PromptLookup):
-    """`pld` with Spec-Bench's PLD row's settings (max_ngram 3, 10 tokens) as defaults."""
-
-    name = "pld_spec_bench"
-
-    def __init__(self, gamma: int = 10, max_ngram: int = 3, rule: str = "rejection", **options: Any) -> None:
-        super().__init__(gamma=gamma, max_ngram=max_ngram, rule=rule, **options)
+    def check_shape(self, shape: Shape) -> str:
+        return "" if not shape.trees else f"the lookup drafter proposes chains, got shape {shape.name!r}"

@@ -1,5 +1,5 @@
-"""`spec_tree`: a static tree of drafts from the draft model, verified in one target forward (SpecInfer, Medusa's and
-EAGLE's published trees).
+"""Shape `static_tree`: a fixed tree of drafts verified in one target forward (SpecInfer, Medusa's and EAGLE's
+published trees; conf/method/spec_tree.yaml grows it from the draft model, conf/method/medusa.yaml from Medusa heads).
 
 The shape is a config value: `branching` [k_1..k_D] gives every node at depth d - 1 its k_d most likely children
 (the root is depth 0), or `paths` lists the root paths as Medusa and EAGLE publish them, each a list of sibling
@@ -7,10 +7,8 @@ ranks ([0] the root's most likely child, [0, 1] that child's second, ...; every 
 too). Children are ranked by the draft distribution at their parent (specbench.decoding.tree_drafts), so under
 greedy decoding the rank-0 chain is vanilla's chain and the accepted path is the longest one the target's argmax
 follows; under sampling the rule verifies the distinct children by recursive rejection with one-hot q, which keeps
-the target distribution (specbench.decoding.trees). Its window() is the number of nodes verified per call.
-The drafter is the pair's draft, or a trained one (`drafter`: a task=distill folder of kind `drafter_kind`,
-distilled or sd2; an sd2 drafter is steered by the verifier's hidden states as in `sd2`). Trees are verified one
-row at a time on the eager path: batch_size 1, engine.compile=false.
+the target distribution (specbench.decoding.trees). Its budget is the number of nodes verified per call. Trees
+are verified one row at a time on the eager path: batch_size 1, engine.compile=false (specbench.decoding.parts).
 """
 
 from __future__ import annotations
@@ -19,27 +17,9 @@ from typing import Any
 
 import torch
 
-from specbench.common.options import OptionError
-from specbench.decoding import trees
-from specbench.decoding.method import METHODS, Binding, Method, check_gamma, option_error
-from specbench.decoding.tree_drafts import MAX_NODES, Grown, TreeDraft, closed, ranked
-from specbench.methods.distilled import Distilled
-from specbench.methods.sd2 import SD2
-
-KINDS = ("distilled", "sd2")
-
-
-def refuse_tree_models(name: str, binding: Binding, roles: tuple[str, ...]) -> None:
-    """Before decoding: the models that verify (target) or grow (draft) a tree must take a tree attention mask."""
-    from specbench.decoding.tree_state import tree_mask_refusal
-
-    for role in roles:
-        model = binding.models.get(role)
-        why = tree_mask_refusal(model) if model is not None else None
-        if why is not None:
-            label = getattr(model, "name_or_path", "") or role
-            raise OptionError(f"method {name!r} verifies trees with tree attention over the {role} model {label!r}, "
-                              f"but {why}; use a chain method (vanilla, eagle3) with this pair")
+from specbench.common.options import OptionError, integer
+from specbench.decoding.parts import SHAPES, Shape
+from specbench.decoding.tree_drafts import MAX_NODES, Grown, closed, ranked
 
 
 def branching_paths(branching: list[int]) -> list[tuple[int, ...]]:
@@ -52,22 +32,22 @@ def branching_paths(branching: list[int]) -> list[tuple[int, ...]]:
     return out
 
 
-def check_paths(name: str, paths: Any) -> list[tuple[int, ...]]:
+def check_paths(paths: Any) -> list[tuple[int, ...]]:
     """Root paths as tuples, sorted by depth (stable); each a non-empty list of ranks >= 0 whose prefixes are listed."""
     if not isinstance(paths, (list, tuple)) or not paths:
-        raise option_error(name, f"method.paths must be a non-empty list of root paths such as [[0], [1], [0, 0]], "
-                                 f"got {paths!r}")
+        raise OptionError(f"method.paths must be a non-empty list of root paths such as [[0], [1], [0, 0]], got "
+                          f"{paths!r}")
     out = []
     for p in paths:
         if not isinstance(p, (list, tuple)) or not p or any(type(r) is not int or r < 0 for r in p):
-            raise option_error(name, f"method.paths: each path is a non-empty list of sibling ranks >= 0, got {p!r}")
+            raise OptionError(f"method.paths: each path is a non-empty list of sibling ranks >= 0, got {p!r}")
         out.append(tuple(p))
     given = set(out)
     for p in out:
         if p[:-1] and p[:-1] not in given:
-            raise option_error(name, f"method.paths: {list(p)} is listed but its parent path {list(p[:-1])} is not")
+            raise OptionError(f"method.paths: {list(p)} is listed but its parent path {list(p[:-1])} is not")
     if len(given) < len(out):
-        raise option_error(name, "method.paths lists a path twice")
+        raise OptionError("method.paths lists a path twice")
     return sorted(out, key=len)
 
 
@@ -94,65 +74,30 @@ class StaticShape:
         return closed(t, list(range(min(cap, len(t.tokens)))))
 
 
-@METHODS.register("spec_tree")
-class SpecTree(SD2):
-    """A static tree from the draft model (or a trained drafter), `rejection` (recursive, one-hot) by default."""
+@SHAPES.register("static_tree")
+class StaticTree(Shape):
+    """A fixed tree: `branching` children per depth, or `paths` (root paths of sibling ranks) when set."""
 
-    name = "spec_tree"
-    kind = "distilled"  # the drafter kind of the class (an instance's is its drafter_kind)
+    name = "static_tree"
+    trees = True
 
-    def __init__(self, branching: list[int] | None = (2, 2, 1, 1, 1), paths: list[list[int]] | None = None,
-                 rule: str = "rejection", drafter: str | None = None, drafter_kind: str = "distilled",
-                 **options: Any) -> None:
-        Method.__init__(self, rule=rule, **options)
-        if self.rule.name not in trees.KINDS:
-            raise option_error(self.name, f"method.rule must be one of {', '.join(trees.KINDS)} for a tree (a relaxed "
-                                          f"rule compares one draft per position), got {rule!r}")
-        self.folder = drafter
-        if drafter_kind not in KINDS:
-            raise option_error(self.name, f"method.drafter_kind must be one of {', '.join(KINDS)}, got {drafter_kind!r}")
-        self.kind = drafter_kind
+    def __init__(self, branching: list[int] | None = (2, 2, 1, 1, 1), paths: list[list[int]] | None = None) -> None:
         if paths is None:
             if not isinstance(branching, (list, tuple)) or not branching:
-                raise option_error(self.name, f"method.branching must be a non-empty list of children per depth such "
-                                              f"as [2, 2, 1], or set method.paths; got {branching!r}")
-            paths = branching_paths([check_gamma(self.name, k, "branching") for k in branching])
+                raise OptionError(f"method.branching must be a non-empty list of children per depth such as "
+                                  f"[2, 2, 1], or set method.paths; got {branching!r}")
+            paths = branching_paths([integer(k, "method.branching", low=1) for k in branching])
         if len(paths) > MAX_NODES:
-            raise option_error(self.name, f"method.branching / method.paths: {len(paths)} nodes per tree; at most "
-                                          f"{MAX_NODES} are verified per call")
-        self.shape = StaticShape(check_paths(self.name, paths))
+            raise OptionError(f"method.branching / method.paths: {len(paths)} nodes per tree; at most {MAX_NODES} are "
+                              "verified per call")
+        self.static = StaticShape(check_paths(paths))
 
-    def grower(self) -> Any:
-        """The tree shape this method grows."""
-        return self.shape
+    def grower(self) -> StaticShape:
+        return self.static
 
-    def window(self) -> int:
-        """Nodes verified per target call."""
-        return len(self.shape.paths)
+    def budget(self, window: int) -> int:
+        """Nodes verified per target call: the tree's."""
+        return len(self.static.paths)
 
     def state(self) -> dict[str, float]:
-        return {"nodes": self.window(), "depth": self.grower().depth}
-
-    def bind(self, binding: Binding) -> None:
-        """Bind with the pair's draft, or with a trained drafter (and an sd2 drafter's steering)."""
-        self.steered = None
-        self.hidden_layers = ()
-        if self.folder in (None, ""):
-            Method.bind(self, binding)
-        else:
-            Distilled.bind(self, binding)
-            if self.steered is not None:
-                self.hidden_layers = self.steered.steering.layers
-        refuse_tree_models(self.name, self.bound, ("target", "draft"))
-
-    def draft_source(self, states: dict[str, Any]) -> TreeDraft:
-        return TreeDraft(states["draft"], self.grower())
-
-    def check_batch(self, batch_size: int) -> None:
-        if batch_size > 1:
-            raise OptionError(f"method {self.name!r} verifies a tree of drafts one row at a time (tree attention over "
-                              f"one row's cache); got batch_size={batch_size}: set batch_size=1")
-
-    def check_compile(self) -> None:
-        raise OptionError(f"method {self.name!r}: the compiled decode path verifies chains only (static widths, no tree "
-                          "attention mask): set engine.compile=false")
+        return {"nodes": len(self.static.paths), "depth": self.static.depth}

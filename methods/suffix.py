@@ -1,4 +1,4 @@
-"""`suffix`: SuffixDecoding (Oliaro et al., NeurIPS 2025): drafts from suffix trees, no draft model.
+"""Drafter `suffix` (conf/method/suffix.yaml): SuffixDecoding (Oliaro et al., NeurIPS 2025): drafts from suffix trees, no draft model.
 
 Two trees are read (specbench.decoding.suffix, the reference's speculation): the row's own, over its prompt and its
 output so far, and the run's, over the outputs of the examples decoded before it in this run (`global_cache`). Each
@@ -23,19 +23,20 @@ import torch
 
 from specbench.common.options import OptionError, integer, real
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
-from specbench.decoding.method import METHODS, Binding, Method, check_gamma, check_option, state_values
+from specbench.decoding.method import Binding, state_values
+from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import TOP_K, Proposal, chain
-from specbench.decoding.state import ModelState
+from specbench.decoding.state import Counted
 from specbench.decoding.suffix import SuffixIndex
-from specbench.methods.spec_tree import refuse_tree_models
+from specbench.decoding.tree_drafts import Grower
 
 
 class SuffixDraft(DraftSource):
     """Each row's speculation from its own tree and the run's (SuffixIndex), as a chain or a tree of one-hot drafts."""
 
-    def __init__(self, method: "Suffix", rows: int) -> None:
-        self.m = method
-        self.own = [SuffixIndex(method.max_depth) for _ in range(rows)]  # prompt + output of each row
+    def __init__(self, part: "Suffix", rows: int) -> None:
+        self.m = part
+        self.own = [SuffixIndex(part.max_depth) for _ in range(rows)]  # prompt + output of each row
         self.seen = [0] * rows  # tokens of buf[b] already in row b's own tree
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
@@ -49,14 +50,14 @@ class SuffixDraft(DraftSource):
                 drafts.append(None)
                 continue
             context = own.data[max(0, len(own.data) - m.max_depth) :]
-            best = own.speculate(context, min(m.gamma, cap), m.max_spec_factor, m.max_spec_offset,
-                                 m.min_token_prob, m.tree)
+            best = own.speculate(context, cap, m.max_spec_factor, m.max_spec_offset,
+                                 m.min_token_prob, m.trees)
             if m.global_cache:
-                other = m.run_index.speculate(context, min(m.gamma, cap), m.max_spec_factor, m.max_spec_offset,
-                                              m.min_token_prob, m.tree)
+                other = m.run_index.speculate(context, cap, m.max_spec_factor, m.max_spec_offset,
+                                              m.min_token_prob, m.trees)
                 best = best if best.score >= other.score else other
             drafts.append(best)
-        if not m.tree:
+        if not m.trees:
             return fixed_proposals([dr.tokens if dr is not None else [] for dr in drafts], d)
         return [self.tree_proposal(dr, d) for dr in drafts]
 
@@ -78,41 +79,37 @@ class SuffixDraft(DraftSource):
         return Proposal(tokens, parents, None, "window", TOP_K, 0)
 
 
-@METHODS.register("suffix")
-class Suffix(Method):
-    """SuffixDecoding: chains (or trees) of one-hot drafts from the row's and the run's suffix trees."""
+@DRAFTERS.register("suffix")
+class Suffix(Drafter):
+    """SuffixDecoding: chains (or trees) of one-hot drafts from the row's and the run's suffix trees, at most the
+    policy's window (gamma) of nodes."""
 
     name = "suffix"
     pair_draft = False
 
-    def __init__(self, gamma: int = 16, max_depth: int = 64, max_spec_factor: float = 1.0,
-                 max_spec_offset: float = 0.0, min_token_prob: float = 0.1, tree: bool = False,
-                 global_cache: bool = True, rule: str = "rejection", **options: Any) -> None:
-        super().__init__(rule=rule, **options)
-        self.gamma = check_gamma(self.name, gamma)
-        self.max_depth = check_option(self.name, integer, max_depth, "max_depth", low=2)
-        self.max_spec_factor = check_option(self.name, real, max_spec_factor, "max_spec_factor", low=0)
-        self.max_spec_offset = check_option(self.name, real, max_spec_offset, "max_spec_offset")
-        self.min_token_prob = check_option(self.name, real, min_token_prob, "min_token_prob", low=0, high=1)
+    def __init__(self, max_depth: int = 64, max_spec_factor: float = 1.0, max_spec_offset: float = 0.0,
+                 min_token_prob: float = 0.1, tree: bool = False, global_cache: bool = True) -> None:
+        self.max_depth = integer(max_depth, "method.max_depth", low=2)
+        self.max_spec_factor = real(max_spec_factor, "method.max_spec_factor", low=0)
+        self.max_spec_offset = real(max_spec_offset, "method.max_spec_offset")
+        self.min_token_prob = real(min_token_prob, "method.min_token_prob", low=0, high=1)
         for key, value in (("tree", tree), ("global_cache", global_cache)):
             if not isinstance(value, bool):
-                raise OptionError(f"method.{key} must be true or false, got {value!r} (method {self.name!r})")
-        self.tree, self.global_cache = tree, global_cache
+                raise OptionError(f"method.{key} must be true or false, got {value!r}")
+        self.trees, self.global_cache = tree, global_cache
+        self.tree_role = ""  # the tree is grown from the suffix index: only the target's mask is checked
         self.run_index = SuffixIndex(self.max_depth)  # the outputs recorded so far, one sequence each
 
-    def bind(self, binding: Binding) -> None:
-        super().bind(binding)
-        if self.tree:
-            refuse_tree_models(self.name, binding, ("target",))
-
-    def draft_source(self, states: dict[str, ModelState]) -> DraftSource:
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+               fixed_window: bool) -> DraftSource:
         return SuffixDraft(self, len(next(iter(states.values())).fed))
 
-    def window(self) -> int:
-        return self.gamma
+    def check_shape(self, shape: Shape) -> str:
+        return "" if not shape.trees else (f"the suffix drafter grows its own trees (method.tree=true), got shape "
+                                           f"{shape.name!r}")
 
     def state(self) -> dict[str, float]:
-        return {"gamma": self.gamma, "run_outputs": len(self.run_index.starts)}
+        return {"run_outputs": len(self.run_index.starts)}
 
     def observe_output(self, token_ids: list[int]) -> None:
         """A recorded example's new tokens enter the run's tree."""
@@ -125,7 +122,7 @@ class Suffix(Method):
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """{"outputs": k}: keep the first k outputs; {"outputs": [[ids], ..]}: the run's tree over exactly those."""
-        [outputs] = state_values(self.name, state, ("outputs",))
+        [outputs] = state_values("suffix", state, ("outputs",))
         if isinstance(outputs, int):
             if outputs > len(self.run_index.starts):
                 raise ValueError(f"method 'suffix': the run's tree holds {len(self.run_index.starts)} outputs; a state "
@@ -135,15 +132,3 @@ class Suffix(Method):
         self.run_index = SuffixIndex(self.max_depth)
         for ids in outputs:
             self.observe_output(ids)
-
-    def check_batch(self, batch_size: int) -> None:
-        """Chains decode in batches (the run's tree is shared, outputs enter it in row order); trees one row."""
-        if self.tree and batch_size > 1:
-            raise OptionError(f"method 'suffix' with method.tree=true verifies a tree of drafts one row at a time; got "
-                              f"batch_size={batch_size}: set batch_size=1 or method.tree=false")
-
-    def check_compile(self) -> None:
-        super().check_compile()
-        if self.tree:
-            raise OptionError("method 'suffix' with method.tree=true: the compiled decode path verifies chains only: "
-                              "set engine.compile=false or method.tree=false")

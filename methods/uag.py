@@ -1,4 +1,4 @@
-"""`uag`: universal assisted generation: a draft model with another tokenizer than the target's, its drafts
+"""Drafter `retokenized` (conf/method/uag.yaml): universal assisted generation: a draft model with another tokenizer than the target's, its drafts
 re-tokenized through text (Timor et al. 2025; transformers' AssistedCandidateGeneratorDifferentTokenizers).
 
 One iteration at B = 1, with T_t / T_d the target / draft tokenizers (decode keeps special tokens, so chat
@@ -29,12 +29,13 @@ from typing import Any
 
 import torch
 
-from specbench.common.options import OptionError
+from specbench.common.options import OptionError, integer
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
+from specbench.decoding.method import Binding
+from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import Proposal
-from specbench.decoding.method import METHODS, check_gamma
 from specbench.decoding.sampling import SamplingParams
-from specbench.methods.vanilla import Vanilla
+from specbench.decoding.tree_drafts import Grower
 
 
 def new_text(tok: Any, context: list[int], new: list[int]) -> str:
@@ -56,11 +57,11 @@ def to_target(tok: Any, committed: list[int], text: str, lookbehind: int) -> lis
 class Retokenized(DraftSource):
     """A draft model of another vocabulary; its greedy drafts re-tokenized for the target (one row)."""
 
-    def __init__(self, state: Any, target_tok: Any, draft_tok: Any, draft_eos: frozenset[int], gamma: int,
-                 lookbehind: int) -> None:
+    def __init__(self, state: Any, target_tok: Any, draft_tok: Any, draft_eos: frozenset[int], lookbehind: int
+                 ) -> None:
         self.state = state
         self.target_tok, self.draft_tok, self.draft_eos = target_tok, draft_tok, draft_eos
-        self.gamma, self.lookbehind = gamma, lookbehind
+        self.lookbehind = lookbehind
         self.vocab = len(draft_tok)  # logits beyond the draft tokenizer (embedding padding) are ignored
         self.ids: list[int] = []  # the draft tokens of the last iteration (context and drafts)
 
@@ -72,10 +73,11 @@ class Retokenized(DraftSource):
         ctx = self.draft_tok.encode(self.target_tok.decode(committed), add_special_tokens=False)
         same = len(os.path.commonprefix([self.ids, ctx]))
         draft.crop(min(draft.fed[0], same, len(ctx) - 1))  # the cache keeps what is still the context
-        dbuf = torch.zeros((1, len(ctx) + self.gamma), dtype=torch.long)
+        gamma = d.policies[0].window()  # draft tokens this iteration (the policy's window)
+        dbuf = torch.zeros((1, len(ctx) + gamma), dtype=torch.long)
         dbuf[0, : len(ctx)] = torch.tensor(ctx)
         new: list[int] = []
-        for i in range(self.gamma):  # greedy draft tokens d_1..d_k (k <= gamma), stopping at the draft's EOS
+        for i in range(gamma):  # greedy draft tokens d_1..d_k (k <= gamma), stopping at the draft's EOS
             x = int(draft.forward(dbuf, len(ctx) + i, 1)[0, 0, : self.vocab].argmax())
             dbuf[0, len(ctx) + i] = x
             new.append(x)
@@ -86,19 +88,24 @@ class Retokenized(DraftSource):
         return fixed_proposals([prop], d, steps=len(new))
 
 
-@METHODS.register("uag")
-class UniversalAssisted(Vanilla):
-    """Greedy drafts of a draft model with its own tokenizer, re-tokenized for the target and verified (lossless)."""
+@DRAFTERS.register("retokenized")
+class Retokenize(Drafter):
+    """A draft model with its own tokenizer drafting the policy's window (gamma) of greedy draft tokens, re-tokenized
+    for the target and verified (lossless); as many target candidates per iteration as their text gives."""
 
-    name = "uag"
+    name = "retokenized"
     cross_tokenizer = True
+    one_row = "re-tokenizes each row's context for its draft model and decodes one row at a time"
 
-    def __init__(self, gamma: int = 5, lookbehind: int = 10, rule: str = "rejection", **options: Any) -> None:
-        super().__init__(gamma=gamma, rule=rule, **options)
-        self.lookbehind = check_gamma(self.name, lookbehind, "lookbehind")
+    def __init__(self, lookbehind: int = 10) -> None:
+        self.lookbehind = integer(lookbehind, "method.lookbehind", low=1)
 
-    def window(self) -> int:
-        return sys.maxsize  # target candidates per iteration: as many as gamma draft tokens' text gives
+    def budget(self, nodes: int) -> int:
+        """Target candidates per iteration: as many as the window's draft tokens' text gives (not capped)."""
+        return sys.maxsize
+
+    def check_shape(self, shape: Shape) -> str:
+        return "" if not shape.trees else f"the retokenized drafter proposes chains, got shape {shape.name!r}"
 
     def check_decode(self, params: SamplingParams) -> None:
         if not params.greedy:
@@ -107,17 +114,12 @@ class UniversalAssisted(Vanilla):
                 "transformers drafts across vocabularies by Universal Speculative Decoding (draft logits mapped onto "
                 "the shared tokens), another algorithm not implemented here; use method=hf_assisted for it")
 
-    def check_batch(self, batch_size: int) -> None:
-        if batch_size > 1:
-            raise OptionError(f"method 'uag' re-tokenizes each row's context for its draft model and decodes one row "
-                              f"at a time (got batch_size={batch_size}); set batch_size=1")
-
-    def draft_source(self, states: dict[str, Any]) -> DraftSource:
-        b = self.bound
-        draft = b.models["draft"]
-        d_tok = (b.pair.draft_tokenizer if b.pair is not None else None) or b.tokenizer  # None: the target's
-        eos = {d_tok.eos_token_id}
+    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+               fixed_window: bool) -> DraftSource:
+        draft = binding.models["draft"]
+        d_tok = (binding.pair.draft_tokenizer if binding.pair is not None else None) or binding.tokenizer
+        eos = {d_tok.eos_token_id}  # d_tok None: the target's
         gen = draft.generation_config.eos_token_id if draft.generation_config is not None else None
         eos |= set(gen if isinstance(gen, list) else [gen])
-        return Retokenized(states["draft"], b.tokenizer, d_tok, frozenset(eos - {None}), self.gamma,
+        return Retokenized(states["draft"], binding.tokenizer, d_tok, frozenset(eos - {None}),
                            self.lookbehind)

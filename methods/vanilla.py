@@ -22,5 +22,5 @@ class Vanilla(Method):
     def window(self) -> int:
         return self.gamma
 
-    def state(self) -> dict[str, float]:
+    def policy_state(self) -> dict[str, float]:
         return {"gamma": self.gamma}

@@ -187,18 +187,22 @@ def test_every_module_imports_on_its_own():
 
 @pytest.mark.parametrize("registry", ["methods", "datasets", "builders", "tasks"])
 def test_registries_discover_their_plugins(registry):
-    """Every module in a plugin package registers something; the registry finds it without a list."""
+    """Every module in a plugin package registers something; the registry finds it without a list (methods/: a
+    policy, a drafter or a shape, specbench.decoding.parts)."""
     from specbench.data.dataset import DATASETS
     from specbench.decoding.method import METHODS
+    from specbench.decoding.parts import DRAFTERS, SHAPES
     from specbench.models.pairs import BUILDERS
     from specbench.runs.runner import TASKS
 
-    reg, folder = {"methods": (METHODS, ROOT / "methods"), "datasets": (DATASETS, ROOT / "evaluators"),
-                   "builders": (BUILDERS, None), "tasks": (TASKS, None)}[registry]
-    names = reg.names()
+    regs, folder = {"methods": ((METHODS, DRAFTERS, SHAPES), ROOT / "methods"),
+                    "datasets": ((DATASETS,), ROOT / "evaluators"), "builders": ((BUILDERS,), None),
+                    "tasks": ((TASKS,), None)}[registry]
+    names = [(reg, n) for reg in regs for n in reg.names()]
     assert names
     if folder:
         files = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
-        registered = {sys.modules[type(reg.get(n)).__module__ if not isinstance(reg.get(n), type) else
-                                  reg.get(n).__module__].__name__.rsplit(".", 1)[1] for n in names}
+        modules = {sys.modules[type(reg.get(n)).__module__ if not isinstance(reg.get(n), type) else
+                               reg.get(n).__module__].__name__ for reg, n in names}
+        registered = {m.rsplit(".", 1)[1] for m in modules if m.startswith("specbench.") and "decoding" not in m}
         assert set(files) == registered

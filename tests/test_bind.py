@@ -40,7 +40,7 @@ def test_bind_gives_the_pair_models_tokenizer_and_vocabulary(tiny_pair):
     eng = make_engine(tiny_pair, m, PARAMS, ())
     b = m.binding
     assert b.tokenizer is tiny_pair.tokenizer and b.vocab_size == tiny_pair.vocab_size
-    assert m.verifier_model is tiny_pair.target and m.drafter is tiny_pair.draft and b.pair is tiny_pair
+    assert m.verifier_model is tiny_pair.target and m.draft_model is tiny_pair.draft and b.pair is tiny_pair
     assert b.eos_ids == frozenset(tiny_pair.eos_ids([tiny_pair.target, tiny_pair.draft])) and b.params == PARAMS
     want = {i for i in range(tiny_pair.vocab_size) if "-" in tiny_pair.tokenizer.decode([i])}
     assert m.stop_ids == want and len(want) == 1
@@ -53,7 +53,7 @@ def test_bind_gives_the_pair_models_tokenizer_and_vocabulary(tiny_pair):
 def test_draft_only_binds_only_the_draft_model(tiny_pair):
     m = build_method({"name": "draft_only"})
     make_engine(tiny_pair, m, PARAMS, ())
-    assert m.binding.models == {"draft": tiny_pair.draft} and m.verifier_model is tiny_pair.draft and m.drafter is None
+    assert m.binding.models == {"draft": tiny_pair.draft} and m.verifier_model is tiny_pair.draft and m.draft_model is None
 
 
 def test_an_unbound_method_is_refused():

@@ -19,7 +19,7 @@ from specbench.common.options import OptionError
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.compiled import StaticState, width
-from specbench.decoding.method import METHODS
+from specbench.decoding.compose import method_names
 from specbench.models.pairs import load_pair
 from specbench.runs.results import ROWS, read_rows
 
@@ -39,7 +39,7 @@ def refuses(name: str) -> bool:
 def lossless_compiled() -> list[str]:
     """Methods that are lossless as configured and run compiled (the trained-drafter ones aside)."""
     names = []
-    for name in METHODS.names():
+    for name in method_names():
         if name in NEEDS_TRAINING or refuses(name):
             continue
         cfg = OmegaConf.to_container(compose_cfg(f"method={name}").method, resolve=True)

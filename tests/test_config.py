@@ -16,6 +16,7 @@ from specbench.runs.layout import job_dir, leaf, unsharded
 from specbench.common.configs import differences, flatten
 from specbench.common.options import OptionError
 from specbench.data.dataset import DATASETS, build_dataset, select
+from specbench.decoding.compose import PART_KEYS, part_classes
 from specbench.decoding.method import METHODS
 from specbench.models.pairs import check_vocab, load_model
 from specbench.common.registry import UnknownNameError
@@ -43,8 +44,9 @@ def test_every_option_composes(group, option):
 
 
 def test_config_names_are_registered():
-    for m in options("method"):
-        assert compose_cfg(f"method={m}").method.name == m and m in METHODS
+    for m in options("method"):  # a method's parts (its policy, drafter and shape) are registered names
+        cfg = compose_cfg(f"method={m}").method
+        assert cfg.name == m and (m in METHODS or set(part_classes(OmegaConf.to_container(cfg))) == set(PART_KEYS))
     for d in options("dataset"):  # a dataset runs the evaluator registered under its name, or its `evaluator`
         dataset = compose_cfg(f"dataset={d}").dataset
         assert dataset.name == d and dataset.get("evaluator", d) in DATASETS

@@ -26,7 +26,7 @@ from helpers import (SAME_VOCAB, V, AcceptAll, bound_engine, chi2_pvalue, compos
 from specbench.bench import smoke_prompts
 from specbench.common.options import OptionError
 from specbench.decoding.acceptance import make_rule
-from specbench.methods.pld import PromptLookup, lookup
+from specbench.methods.pld import lookup
 from specbench.methods.uag import new_text, to_target
 from specbench.models.early_exit import early_exit
 from specbench.models.pairs import load_pair
@@ -109,7 +109,7 @@ def test_pld_proposes_nothing_without_a_match(pair):
     gen = decode(pair, {"name": "pld"}, [[7]], max_new=1)[0]  # one token: no n-gram with an earlier occurrence
     assert [(r.drafted, r.stop) for r in gen.records] == [(0, "length")]
     engine = pair_engine(pair, {"name": "pld", "max_ngram": 2})
-    assert lookup([3, 1, 2], 2, 10, frozenset()) == [] and engine.method.max_ngram == 2
+    assert lookup([3, 1, 2], 2, 10, frozenset()) == [] and engine.method.parts.drafter.max_ngram == 2
 
 
 def test_pld_cuts_its_proposal_before_an_eos():
@@ -119,9 +119,9 @@ def test_pld_cuts_its_proposal_before_an_eos():
 
 def test_pld_bad_options_name_the_key():
     with pytest.raises(OptionError, match="method.max_ngram"):
-        PromptLookup(max_ngram=0)
+        runner.build_method({"name": "pld", "max_ngram": 0})
     with pytest.raises(OptionError, match="method.gamma"):
-        PromptLookup(gamma=0)
+        runner.build_method({"name": "pld", "gamma": 0})
 
 
 # --- layer skip ---
@@ -241,12 +241,12 @@ N = 6000
 def test_pld_sampling_follows_the_target():
     target = TableLM(V, 11)
     assert lookup(PLD_PROMPT, 2, 2, frozenset()) == [3, 5]
-    pld = PromptLookup(gamma=2)
+    pld = runner.build_method({"name": "pld", "gamma": 2})
     counts = joint_counts(bound_engine(pld, {"target": target}, V, 1.0, context=64), N, PLD_PROMPT)
     joint = target_joint(target, PLD_PROMPT)
     assert 0.05 < joint[3].sum() < 0.95  # the first draft is both accepted and rejected often
     assert chi2_pvalue(counts, joint) > 1e-3
-    leaky = PromptLookup(gamma=2)
+    leaky = runner.build_method({"name": "pld", "gamma": 2})
     engine = bound_engine(leaky, {"target": target}, V, 1.0, context=64)
     leaky.rule = AcceptAll()  # a wrong rule: the same test must fail
     assert chi2_pvalue(joint_counts(engine, 2000, PLD_PROMPT), joint) < 1e-6

@@ -59,7 +59,7 @@ def refused(cls, folder: Path) -> str:
 def test_a_valid_head_passes(tmp_path):
     Eagle3(head=str(eagle3_folder(tmp_path)))
     Eagle3(head=str(eagle3_folder(tmp_path, fmt="speculators")))
-    Medusa(head=str(medusa_folder(tmp_path)), branching=[2, 1])
+    Medusa(head=str(medusa_folder(tmp_path)))
 
 
 def test_no_config(tmp_path):
@@ -135,7 +135,7 @@ def test_d2t_of_absolute_ids_is_refused(tmp_path):
 def test_a_medusa_config_that_overstates_its_layers(tmp_path):
     folder = medusa_folder(tmp_path)
     edit_config(folder, medusa_num_layers=2)
-    message = refused(lambda head: Medusa(head=head, branching=[2, 1]), folder)
+    message = refused(Medusa, folder)
     assert message == (f"{folder / 'config.json'}: medusa_num_layers is 2, but medusa_lm_head.pt holds head 0's layers "
                        "[0, 1] (its vocabulary layer `0.2.weight` is missing): the config overstates or understates "
                        "the layers")
@@ -148,13 +148,13 @@ def test_a_head_of_the_other_kind(tmp_path):
 
 def test_a_head_for_another_vocabulary_is_refused_when_it_binds(tiny_pair, tmp_path):
     from specbench.models.heads import load_head
-    from specbench.runs.runner import pair_binding
+    from specbench.runs.runner import build_method, pair_binding
     from specbench.decoding.sampling import SamplingParams
 
     width = tiny_pair.target.config.hidden_size
     head = Eagle3Head(Eagle3Config(width, 32, 2, 1, 300, 300, (1, 2, 3)))  # the target's width, another vocabulary
     folder = save_head(head, tmp_path / "other_vocab", "eagle3", None)
-    method = Eagle3(head=str(folder))
+    method = build_method({"name": "eagle3", "head": str(folder)})
     with pytest.raises(HeadFormatError) as err:
         load_head(str(folder), pair_binding(tiny_pair, method, SamplingParams(0.0)), "eagle3")
     assert str(err.value) == (f"method.head: {folder / 'config.json'} reads target states of size {width} at "
@@ -182,8 +182,7 @@ def test_the_cli_refuses_before_loading_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("impl", ["flash_attention_2", "sliding"])
 def test_a_target_that_cannot_take_a_tree_mask_is_refused_before_decoding(tiny_pair, impl, monkeypatch):
     from specbench.decoding.sampling import SamplingParams
-    from specbench.methods.dyn_tree import DynTree
-    from specbench.runs.runner import make_engine
+    from specbench.runs.runner import build_method, make_engine
 
     config = tiny_pair.target.config
     if impl == "sliding":
@@ -193,4 +192,4 @@ def test_a_target_that_cannot_take_a_tree_mask_is_refused_before_decoding(tiny_p
         monkeypatch.setattr(config, "_attn_implementation", impl, raising=False)
         want = "flash_attention_2"
     with pytest.raises(OptionError, match=f"method 'dyn_tree' verifies trees.*{want}"):
-        make_engine(tiny_pair, DynTree(), SamplingParams(0.0), ())
+        make_engine(tiny_pair, build_method({"name": "dyn_tree"}), SamplingParams(0.0), ())

@@ -18,10 +18,12 @@ from specbench.common.options import OptionError
 from specbench.decoding.drafts import Drafting
 from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, MedusaDraft
 from specbench.decoding.sampling import Sampler, SamplingParams
+from specbench.decoding.parts import Parts
+from specbench.methods.dyn_tree import DynamicShape, DynamicTree
 from specbench.methods.eagle3 import Eagle3
-from specbench.methods.eagle3_tree import Eagle3Tree
 from specbench.methods.medusa import Medusa
 from specbench.methods.spec_tree import StaticShape
+from specbench.methods.vanilla import Vanilla
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
 from specbench.models.heads import HeadFormatError, read_head, save_head
 from specbench.models.medusa import MedusaConfig, MedusaHeads
@@ -51,12 +53,13 @@ def random_medusa(target, heads: int = 3, seed: int = 0) -> MedusaHeads:
     return m.eval()
 
 
-def drafting(L: int, cap: int = 32, vocab: int = 259) -> Drafting:
+def drafting(L: int, cap: int = 32, vocab: int = 259, states: torch.Tensor | None = None) -> Drafting:
+    """One row's drafting request; `states`: the target's states [len(layers), m, H] the last verify committed."""
     class Keep:
         def keep_drafting(self, i, q, x):
             return True
 
-    return Drafting([L], [cap], [Keep()], [None], Sampler(SamplingParams(0.0), vocab), frozenset())
+    return Drafting([L], [cap], [Keep()], [None], Sampler(SamplingParams(0.0), vocab), frozenset(), [states])
 
 
 def states(target, ids: torch.Tensor, layers) -> tuple[torch.Tensor | None, tuple]:
@@ -78,7 +81,7 @@ def test_training_time_test_steps_are_the_drafts_of_inference(tiny_pair):
     for c in (3, 9):  # committed head positions 0..c: L = c + 2 tokens committed
         L = c + 2
         src = Eagle3Draft(DraftHead(head, "x").new_state(1))
-        src.observe(feats[:, : L - 1])
+        src.take(drafting(L, states=feats[:, : L - 1]))
         src.root(ids.clone(), L, drafting(L))
         torch.testing.assert_close(src.state.root, outs[0][0, c], atol=1e-5, rtol=1e-5)
         o, cols = src.state.root, []
@@ -111,9 +114,8 @@ def test_tree_nodes_q_equals_a_cache_free_recomputation_of_their_root_path(tiny_
     ids = tiny_pair.tokenizer(PROMPT)["input_ids"]
     L = len(ids)
     feats, _ = states(target, torch.tensor([ids]), head.config.layers)
-    src = Eagle3Draft(DraftHead(head, "x").new_state(1), Eagle3Tree(depth=3, top_k=3, total_nodes=12, head=head).grower())
-    src.observe(feats[:, : L - 1])
-    d = drafting(L)
+    src = Eagle3Draft(DraftHead(head, "x").new_state(1), DynamicShape(depth=3, top_k=3, total=12))
+    d = drafting(L, states=feats[:, : L - 1])
     [prop] = src.propose(torch.tensor([ids + [0] * 8]), d)
     assert len(prop) == 12 and max(prop.depths()) >= 2
     flat = feats[:, : L - 1].transpose(0, 1).flatten(1)
@@ -139,8 +141,7 @@ def test_medusa_tree_is_the_heads_top_k_at_the_last_committed_state(tiny_pair):
     paths = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 1, 0)]
     src = MedusaDraft(DraftHead(heads, "x").new_state(1), StaticShape(paths))
     L_layers = target.config.num_hidden_layers
-    src.observe(hs[L_layers][0, : L - 1][None])
-    [prop] = src.propose(torch.tensor([ids + [0] * 8]), drafting(L))
+    [prop] = src.propose(torch.tensor([ids + [0] * 8]), drafting(L, states=hs[L_layers][0, : L - 1][None]))
     with torch.no_grad():
         logits = heads(hs[-1][0, L - 2])[:, :259]  # [k, V]
     for j, p in enumerate(paths):
@@ -166,9 +167,8 @@ def test_eagle3_formats_save_and_load_with_identical_proposals(tiny_pair, tmp_pa
     feats, _ = states(target, torch.tensor([ids]), head.config.layers)
     props = []
     for h in (head, loaded):
-        src = Eagle3Draft(DraftHead(h, "x").new_state(1), Eagle3Tree(depth=3, top_k=2, total_nodes=8, head=h).grower())
-        src.observe(feats[:, : L - 1])
-        props.append(src.propose(torch.tensor([ids + [0] * 8]), drafting(L))[0])
+        src = Eagle3Draft(DraftHead(h, "x").new_state(1), DynamicShape(depth=3, top_k=2, total=8))
+        props.append(src.propose(torch.tensor([ids + [0] * 8]), drafting(L, states=feats[:, : L - 1]))[0])
     assert props[0].tokens == props[1].tokens and props[0].parents == props[1].parents
     torch.testing.assert_close(props[0].q, props[1].q)
 
@@ -218,21 +218,26 @@ def test_medusa_release_layout_loads_and_counts_heads_from_the_weights(tiny_pair
     torch.testing.assert_close(loaded(h), heads(h))
 
 
-def test_the_engine_hands_a_tree_method_the_states_of_its_committed_path(tiny_pair):
+def test_the_engine_hands_a_tree_method_the_states_of_its_committed_path(tiny_pair, monkeypatch):
     """eagle3_tree: after every verify the states handed over are a cache-free forward's at every committed
     position the verify computed (the uncached committed tokens and the accepted tree path), and decoding is the
     target's greedy decode."""
+    from specbench.decoding.engine import Engine
+
     target = tiny_pair.target
     head = random_eagle3(target, draft_vocab=264)
     seen: list[torch.Tensor] = []
+    real = Engine.committed_states  # what the engine hands the drafter with its next request
 
-    class Spy(Eagle3Tree):
-        def observe_hidden(self, s):
-            seen.append(s.clone())
-            super().observe_hidden(s)
+    def spy(*args):
+        out = real(*args)
+        seen.extend(s.clone() for s in out)
+        return out
 
+    monkeypatch.setattr(Engine, "committed_states", staticmethod(spy))
     prompt = tiny_pair.tokenizer(PROMPT)["input_ids"]
-    gen = pair_engine(tiny_pair, Spy(depth=3, top_k=2, total_nodes=6, head=head, rule="greedy")).generate(prompt, 30)
+    method = Vanilla(rule="greedy", parts=Parts(Eagle3(head=head), DynamicTree(depth=3, top_k=2, total_nodes=6)))
+    gen = pair_engine(tiny_pair, method).generate(prompt, 30)
     ar = pair_engine(tiny_pair, {"name": "ar"}).generate(prompt, 30)
     assert gen.token_ids == ar.token_ids
     _, hs = states(target, torch.tensor([prompt + gen.token_ids]), ())
@@ -254,7 +259,7 @@ def test_a_published_head_by_hub_id_fails_at_once_with_the_download_command(monk
     with pytest.raises(ModelUnavailable, match="download FasterDecoding/medusa-vicuna-13b-v1.3"):
         Medusa(head="FasterDecoding/medusa-vicuna-13b-v1.3")
     with pytest.raises(OptionError, match="method.head: no head given"):
-        pair_engine(tiny_pair, Eagle3(head=None))
+        pair_engine(tiny_pair, {"name": "eagle3", "head": None})
 
 
 def test_a_head_trained_in_the_speculators_format_decodes_the_targets_greedy_tokens(trained_drafter, tmp_path):

@@ -2,7 +2,7 @@
 without a test of its own:
   (a) a method that says it is lossless decodes, greedily, the tokens of the target's own argmax decode
       (full forwards without a cache: the truth `ar` must match too);
-  (b) no iteration drafts more than the window() it began with, nor more than max_new_tokens leaves
+  (b) no iteration drafts more than the budget() it began with (a chain: the window), nor more than max_new_tokens leaves
       (new tokens so far + drafts + the verifier's token <= max_new_tokens), and no row holds more new tokens;
   (c) with trace=true, every key of the method's state() is in every trace record;
   (d) a method that says it is lossless samples, under temperature with top-k, top-p or both, at B = 1 and
@@ -41,6 +41,7 @@ from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.acceptance import Greedy
 from specbench.decoding.engine import Engine
+from specbench.decoding.compose import method_names
 from specbench.decoding.method import METHODS, IterationRecord, Method
 from specbench.decoding.sampling import Sampler
 from specbench.methods.vanilla import Vanilla
@@ -56,7 +57,7 @@ SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"
 VARIANTS = {"vanilla[rule=block]": ("vanilla", ("method.rule=block",)),
             "gammatune[rule=block]": ("gammatune", ("method.rule=block",)),
             "suffix[tree=true]": ("suffix", ("method.tree=true",))}
-NAMES = METHODS.names() + list(VARIANTS)
+NAMES = method_names() + list(VARIANTS)
 
 
 def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) -> DictConfig:
@@ -67,7 +68,7 @@ def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) ->
     cfg = small(*SETTINGS, f"method={base}", *overrides)
     for key in ("drafter", "head"):
         if key in cfg.method and trained_drafter is not None:
-            folder = trained_drafter(METHODS.get(base).kind, *SAME_VOCAB)
+            folder = trained_drafter(runner.build_method({"name": base}).parts.drafter.distill_kind, *SAME_VOCAB)
             cfg = small(*SETTINGS, f"method={base}", *overrides, f"method.{key}={folder}")
     return cfg
 
@@ -90,20 +91,21 @@ class Decoded:
 
 
 def watch_windows(method: Method) -> list[tuple[int | None, int]]:
-    """Wrap the method's window() and update() to log (window in force, drafted) per iteration; returns the log."""
+    """Wrap the method's budget() (the window in force: the most nodes the engine lets it draft, its policy's window
+    for a chain) and update() to log (window in force, drafted) per iteration; returns the log."""
     log: list[tuple[int | None, int]] = []
     last: list[int | None] = [None]  # no window asked yet (a method that never drafts)
-    window, update = method.window, method.update
+    budget, update = method.budget, method.update
 
-    def logged_window() -> int:
-        last[0] = window()
+    def logged_budget() -> int:
+        last[0] = budget()
         return last[0]
 
     def logged_update(record: IterationRecord) -> None:
         log.append((last[0], record.drafted))
         update(record)
 
-    method.window, method.update = logged_window, logged_update
+    method.budget, method.update = logged_budget, logged_update
     return log
 
 
@@ -326,7 +328,8 @@ P_PASS = 1e-4
 REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
            ("hf_assisted", 4): "batch size 1 only", ("spec_tree", 4): "one row at a time",
            ("dyn_tree", 4): "one row at a time", ("eagle3", 4): "one row's states", ("eagle3_tree", 4): "one row's states",
-           ("medusa", 4): "one row's states", ("suffix[tree=true]", 4): "one row at a time"}
+           ("medusa", 4): "one row's states", ("suffix[tree=true]", 4): "one row at a time",
+           ("lookahead", 4): "one row at a time"}
 
 
 @pytest.fixture(scope="module")

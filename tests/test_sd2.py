@@ -9,6 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers import pair_engine, small
+from specbench.decoding.engine import Engine
+from specbench.decoding.parts import Parts, Shape
+from specbench.methods.draft_model import DraftModel
 from specbench.methods.vanilla import Vanilla
 from specbench.runs.runner import run
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
@@ -92,30 +95,41 @@ def test_layers_and_architecture_checks():
         check_swiglu(gpt2)
 
 
+class SpyDrafter(DraftModel):
+    """The pair's draft model, asking for the verifier's states at hidden_states indices 1, 2, 4."""
+
+    layers = (1, 2, 4)
+
+
 class Spy(Vanilla):
-    """vanilla γ=4 that asks for the verifier's states at hidden_states indices 1, 2, 4 and keeps them."""
+    """vanilla γ=4 whose drafter asks for the verifier's states; `seen`: those the engine hands it, one per verify."""
 
     name = "spy"
-    hidden_layers = (1, 2, 4)
+    hidden_layers = SpyDrafter.layers
 
     def __init__(self) -> None:
-        super().__init__(gamma=4, rule="greedy")
+        super().__init__(gamma=4, rule="greedy", parts=Parts(SpyDrafter(), Shape()))
         self.seen: list[torch.Tensor] = []
 
-    def observe_hidden(self, states: torch.Tensor) -> None:
-        self.seen.append(states.clone())
 
-
-def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair):
+def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair, monkeypatch):
     """Against a fresh cache-free forward of the final sequence: after an iteration that accepted n of
     the drafts at buf[L..], the states are those of positions fed..L+n-1 (every position this verify
     committed, the last the one whose p gave the next token); and no extra target call is made."""
     target = tiny_pair.target
     calls: list[dict] = []
     hook = target.register_forward_pre_hook(lambda m, a, kw: calls.append(dict(kw)), with_kwargs=True)
+    spy = Spy()
+    real = Engine.committed_states  # what the engine hands the drafter with its next request
+
+    def seen(*args):
+        out = real(*args)
+        spy.seen.extend(s.clone() for s in out)
+        return out
+
+    monkeypatch.setattr(Engine, "committed_states", staticmethod(seen))
     try:
         prompt = tiny_pair.tokenizer("The quick brown fox")["input_ids"]
-        spy = Spy()
         gen = pair_engine(tiny_pair, spy).generate(prompt, 40)
         n_spy = len(calls)
         pair_engine(tiny_pair, {"name": "vanilla", "gamma": 4}).generate(prompt, 40)

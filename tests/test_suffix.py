@@ -94,7 +94,7 @@ def test_a_row_proposes_what_its_prompt_repeats():
     buf[1, :3] = torch.tensor([7, 8, 6])
     buf[2, :9] = torch.tensor(prompt)
     d = Drafting([9, 3, 9], [16, 16, 0], [m, m, m], [None] * 3, Sampler(SamplingParams(0.0), 16), frozenset())
-    props = SuffixDraft(m, 3).propose(buf, d)
+    props = SuffixDraft(m.parts.drafter, 3).propose(buf, d)
     assert props[0].tokens == [4, 5, 9] and props[0].is_chain and props[0].q is None
     assert props[1].tokens == [] and props[2].tokens == []
     assert SuffixIndex(64).speculate(prompt, 16).tokens == []  # an empty tree speculates nothing

@@ -65,7 +65,8 @@ SPEC_BENCH_TASKS = {"Multi-turn Conversation": "mt_bench", "Translation": "trans
                     "Retrieval-aug. Generation": "rag"}
 SPEC_BENCH_COLUMNS = [*SPEC_BENCH_TASKS, "#Mean Accepted Tokens", "Overall"]
 # the leaderboard's names of the head methods (a row's label starts with them; other methods keep their names)
-SPEC_BENCH_LABELS = {"eagle3": "EAGLE-3", "eagle3_tree": "EAGLE-3 (tree)", "medusa": "Medusa"}
+SPEC_BENCH_LABELS = {"eagle3": "EAGLE-3", "eagle3_tree": "EAGLE-3 (tree)", "medusa": "Medusa", "lookahead": "Lookahead",
+                     "suffix": "SuffixDecoding"}
 TEX = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "±": r"$\pm$", "×": r"$\times$", "–": "--", "²": r"$^2$"}
 
 

@@ -121,7 +121,7 @@ class JSRelaxed(Rule):
                              "compare; use an exact rule (greedy, rejection, sample_match) for trees")
         return super().accept(props, p, generators, thresholds)
 
-    def relaxation(self):
+    def last_decision(self):
         return self.exact, self.js
 
 

@@ -1,9 +1,11 @@
 """Proposers: what drafts a row's tokens in step 1, returned as values (specbench.decoding.proposal.Proposal).
 
-A method is a proposer (this module's `DraftSource`s), a policy (window, keep drafting, update, state: the
-`Policy` protocol) and a rule (specbench.decoding.acceptance). Everything a proposer needs comes in a `Drafting`
-as arguments: the rows' committed lengths, their caps, their policies, their generators, the sampler and the
-stop tokens; it returns one Proposal per row and never touches the engine or a row. Every q is over the
+A method's drafter part (specbench.decoding.parts) builds a proposer (this module's `DraftSource`s) for each
+generation; the policy (window, keep drafting, update, state: the `Policy` protocol) and the rule
+(specbench.decoding.acceptance) are the method's other parts. Everything a proposer needs comes in a `Drafting` as
+arguments: the rows' committed lengths, their caps, their policies, their generators, the sampler, the stop tokens
+and the verifier's states of the last verify; it returns one Proposal per row and never touches the engine or a
+row. Every q is over the
 target's vocabulary [V]:
 - `ModelDraft`: a draft model, x_i ~ q_i = q(. | buf[:L+i-1]) (argmax at temperature 0), one forward per token
   for the whole batch; the draft of the pair, or one a method builds (layer_skip: the target's first layers);
@@ -51,6 +53,12 @@ class Drafting:
     generators: Sequence[torch.Generator | None]  # [B]
     sampler: Sampler  # the decode settings' processed distributions and draws
     eos_ids: frozenset[int]  # tokens that end a generation: drafting stops after one
+    # [B] row b's verifier states [len(layers), m, H] at the m positions its last verify committed (the last: the
+    # position whose p gave the newest token), for a drafter that reads them (Method.hidden_layers); None before the
+    # row's first verify or when no layers are asked for
+    states: Sequence[torch.Tensor | None] = ()
+    # [B] the target's argmax at row b's look-only nodes of its last proposal (Lookahead's window), None without them
+    looked: Sequence[list[int] | None] = ()
 
 
 class DraftSource:

@@ -60,7 +60,7 @@ from specbench.decoding.method import Method
 from specbench.decoding.records import Generation, IterationRecord, concat_generations  # noqa: F401 - re-exported
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
-from specbench.decoding.state import Clock, ModelState, sync, write
+from specbench.decoding.state import Clock, Counted, ModelState, sync, write
 from specbench.decoding.stopping import StopCriteria
 from specbench.decoding.tree_state import feed_tree, keep_path
 
@@ -82,6 +82,8 @@ class Row:
     latency_s: float = 0.0
     seconds: dict = field(default_factory=dict)  # role -> forward seconds (share)
     calls: dict = field(default_factory=dict)  # role -> forward calls taken part in
+    states: torch.Tensor | None = None  # the verifier's states at the positions the last verify committed, for the drafter
+    looked: list[int] | None = None  # the target's argmax at the last proposal's look-only nodes, for the drafter
     margins: list[float] = field(default_factory=list)  # per token of out: the target's top-2 margin there
     off_top1: list[int] = field(default_factory=list)  # offsets in out of tokens not the target's top-1 there
 
@@ -127,7 +129,7 @@ class Engine:
         method.check_batch(B)
         rows = self.new_rows(prompts, max_new_tokens, generators or [None] * B)
         stats = trace or method.needs_stats
-        layers = tuple(method.hidden_layers)  # verifier states the method steers with (sd2); usually none
+        layers = tuple(method.hidden_layers)  # verifier states the drafter reads (a head, sd2); usually none
         need = max(r.P for r in rows) + max_new_tokens + 1  # buffer columns, the most a cache may hold
         states = {role: self.new_state(model, B, need, role)  # by pair role
                   for role, model in method.bound.models.items()}
@@ -157,6 +159,7 @@ class Engine:
             tree = not all(prop.is_chain for prop in props)
             fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
             logits = self.verify(target, buf, rows, props, layers, tree)  # [B, keep, V_model]
+            logits, props = self.look_back(logits, rows, props)  # look-only nodes off: [B, keep', V_model]
             p_all = self.sampler.probs(logits)  # [B, keep, V]
             vals = top2_values(logits, self.sampler.vocab_size)  # [B, keep, 2] on the device; host copy after commit
             keep = p_all.shape[1]
@@ -164,8 +167,9 @@ class Engine:
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
             verdicts = method.rule.accept(props, p_all, [r.generator for r in rows],
                                           [r.method.relaxation() for r in rows])
-            if layers:
-                self.observe_hidden(target.hidden, rows, props, verdicts, fed)
+            if layers:  # the drafter's next request carries them
+                for r, states_b in zip(rows, self.committed_states(target.hidden, rows, props, verdicts, fed)):
+                    r.states = states_b
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
             blocks = self.commit(buf, rows, props, verdicts, target, source, tree)
             cols = [committed_columns(keep, prop, v) for prop, v in zip(props, verdicts)]
@@ -211,14 +215,16 @@ class Engine:
 
     def propose(self, source: DraftSource | None, buf: torch.Tensor, rows: list[Row], max_new_tokens: int
                 ) -> list[Proposal]:
-        """Step 1: each row's proposal from the source, at most w_max_b = min(window, tokens left - 1, context
-        left - 1) nodes; empty proposals without a source."""
+        """Step 1: each row's proposal from the source, at most w_max_b = min(budget, tokens left - 1, context
+        left - 1) nodes (budget: the policy's window for a chain, the shape's nodes for a tree); empty proposals
+        without a source. The request carries each row's verifier states from its last verify (a drafter that reads
+        them: a head, SD²'s steering)."""
         if source is None:
             return [chain([]) for _ in rows]
-        self.method.before_draft([r.method for r in rows])
-        w_max = [min(r.method.window(), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
+        w_max = [min(r.method.budget(), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
         return source.propose(buf, Drafting([r.L for r in rows], w_max, [r.method for r in rows],
-                                            [r.generator for r in rows], self.sampler, self.stop.eos_ids))
+                                            [r.generator for r in rows], self.sampler, self.stop.eos_ids,
+                                            [r.states for r in rows], [r.looked for r in rows]))
 
     def verify(self, target: ModelState, buf: torch.Tensor, rows: list[Row], props: list[Proposal],
                layers: tuple[int, ...], tree: bool) -> torch.Tensor:
@@ -237,18 +243,32 @@ class Engine:
         prop = props[0]
         return feed_tree(target, buf, rows[0].L, prop.tokens, prop.parents, [], True, layers=layers)
 
+    def look_back(self, logits: torch.Tensor, rows: list[Row], props: list[Proposal]
+                  ) -> tuple[torch.Tensor, list[Proposal]]:
+        """A proposal with look-only nodes (one row: a tree) gives the target's argmax there to its row, for the drafter's
+        next request, and leaves the rule its candidates: logits [B, keep, V] without those last columns, and the
+        proposals without those nodes."""
+        for r in rows:
+            r.looked = None
+        look = props[0].look if len(props) == 1 else 0
+        if not look:
+            return logits, props
+        rows[0].looked = logits[0, -look:, : self.sampler.vocab_size].argmax(-1).tolist()
+        return logits[:, :-look], [props[0].candidates()]
+
     @staticmethod
-    def observe_hidden(hidden: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
-                       fed: list[int]) -> None:
-        """Hand each row's method the verifier's states [len(layers), m, H] at the m positions this iteration
-        committed whose states the verify computed: the uncached committed tokens buf[b, fed_b:L_b] then the accepted
-        path's nodes; the last is the position whose p gave the next token. hidden [len(layers), B, W, H]: the block
-        fed, row b's last n_b columns its nodes (right-aligned; a tree's in proposal order)."""
-        W = hidden.shape[2]
+    def committed_states(hidden: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
+                         fed: list[int]) -> list[torch.Tensor]:
+        """Each row's verifier states [len(layers), m, H] at the m positions this iteration committed whose states the
+        verify computed: the uncached committed tokens buf[b, fed_b:L_b] then the accepted path's nodes; the last is
+        the position whose p gave the next token. hidden [len(layers), B, W, H]: the block fed, row b's last n_b
+        columns its nodes (right-aligned; a tree's in proposal order)."""
+        W, out = hidden.shape[2], []
         for b, (r, prop, v) in enumerate(zip(rows, props, verdicts)):
             n = len(prop)
             cols = list(range(W - n - (r.L - fed[b]), W - n)) + [W - n + j for j in v.path]
-            r.method.observe_hidden(hidden[:, b, cols])
+            out.append(hidden[:, b, cols])
+        return out
 
     @staticmethod
     def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
@@ -268,9 +288,9 @@ class Engine:
             source.rollback(L, [v.path for v in verdicts])
         return blocks
 
-    def new_state(self, model: Any, B: int, need: int, role: str) -> ModelState:
+    def new_state(self, model: Any, B: int, need: int, role: str) -> Counted:
         """The state of one model over B rows: a static cache and compiled forwards when compiling (B = 1, room for
-        `need` tokens), else a dynamic cache."""
+        `need` tokens), else a dynamic cache; a head in the draft role makes its own (HeadState)."""
         if self.compile:
             return StaticState(model, B, need, role)
         own = getattr(model, "new_state", None)  # a head in the draft role keeps its own kind of state
@@ -290,7 +310,7 @@ class Engine:
         return rows
 
     @staticmethod
-    def leave(rows: list[Row], buf: torch.Tensor, states: dict[str, ModelState], done: list[Row], elapsed: float
+    def leave(rows: list[Row], buf: torch.Tensor, states: dict[str, Counted], done: list[Row], elapsed: float
               ) -> tuple[list[Row], torch.Tensor]:
         """Finished rows leave the batch: their latency, forward-time shares and calls are kept and they go to
         `done`; the caches, masks and buffer keep the live rows. Returns the live rows and their buffer."""

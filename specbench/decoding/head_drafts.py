@@ -1,8 +1,8 @@
 """Dependent drafters: heads that read the target's hidden states (EAGLE-3, Medusa) as proposers of one row.
 
-The engine hands the method the target's states at every position a verify committed (Method.observe_hidden:
-[len(layers), m, H], the uncached committed tokens then the accepted path); the method passes them to its
-proposer (`observe`). The first iteration of a generation has no states yet: its proposal is empty
+Each drafting request carries the target's states at every position the last verify committed (Drafting.states:
+[len(layers), m, H] per row, the uncached committed tokens then the accepted path); the proposer keeps those its
+head has not read in its state (`HeadState.pending`). The first iteration of a generation has no states yet: its proposal is empty
 (why = "source") and its verify is the prompt's prefill, as in EAGLE's and Medusa's own loops, where the prefill
 forward yields the first token and the states the first draft reads.
 
@@ -30,7 +30,7 @@ import torch
 
 from specbench.decoding.drafts import Chain, Drafting
 from specbench.decoding.proposal import Proposal, chain
-from specbench.decoding.state import ModelState, sync
+from specbench.decoding.state import Counted, sync
 from specbench.decoding.tree_drafts import Grower, Grown, TreeDraft
 
 
@@ -47,14 +47,14 @@ class DraftHead:
         return HeadState(self, rows)
 
 
-class HeadState(ModelState):
-    """A head's state for one row: its cache (EAGLE-3), the target states it has not read, its forwards' seconds
-    and calls (counted in the draft role as a model's are); no transformers cache."""
+class HeadState(Counted):
+    """A head's state for one row: its own cache (EAGLE-3's), the target states it has not read, its forwards'
+    seconds and calls (counted in the draft role as a model's are); no transformers cache. fed: the head positions
+    read."""
 
     def __init__(self, head: DraftHead, rows: int = 1) -> None:
+        super().__init__(rows)
         self.model, self.device = head.head, head.device
-        self.count_from(rows)
-        self.fed, self.columns, self.mask = [0] * rows, 0, None
         new_cache = getattr(self.model, "new_cache", None)  # EAGLE-3's keys and values (Medusa keeps none)
         self.cache = new_cache() if new_cache is not None else None
         self.pending: list[torch.Tensor] = []  # target states [m, len(layers), H] not read yet, in order
@@ -70,11 +70,21 @@ class HeadState(ModelState):
 
 
 class HeadDraft(TreeDraft):
-    """Shared by the heads: the states the engine observed go to the state; no tree cache to keep."""
+    """Shared by the heads: the states a request carries go to the head's state; no tree cache to keep."""
 
-    def observe(self, states: torch.Tensor) -> None:
-        """The target's states [len(layers), m, H] at the m positions the last verify committed."""
-        self.state.pending.append(states.transpose(0, 1).to(self.state.device))
+    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        """Take the request's states, then propose a chain (grower None) or a tree."""
+        self.take(d)
+        return self.propose_chain(buf, d) if self.grower is None else super().propose(buf, d)
+
+    def take(self, d: Drafting) -> None:
+        """The target's states [len(layers), m, H] at the m positions the last verify committed (none before the
+        first) join those the head has not read."""
+        if d.states and d.states[0] is not None:
+            self.state.pending.append(d.states[0].transpose(0, 1).to(self.state.device))
+
+    def propose_chain(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
+        raise NotImplementedError(f"{type(self).__name__} proposes trees only")
 
 
 class Eagle3Draft(HeadDraft):
@@ -85,26 +95,21 @@ class Eagle3Draft(HeadDraft):
         self.out: dict[int, torch.Tensor] = {}  # grown node -> its head output [H]
         self.col: dict[int, int] = {}  # grown node -> its cache column
 
-    def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
-        if self.grower is not None:
-            return super().propose(buf, d)
-        return [self.propose_chain(buf, d)]
-
-    def propose_chain(self, buf: torch.Tensor, d: Drafting) -> Proposal:
+    def propose_chain(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
         """x_1 ~ q at the root, then x_i ~ q_i from the head's output at x_{i-1}, until the policy stops."""
         L, cap = d.L[0], d.w_max[0]
         if cap <= 0:
-            return chain([], why="length")
+            return [chain([], why="length")]
         q = self.root(buf, L, d)
         if q is None:
-            return chain([], why="source")
+            return [chain([], why="source")]
         c, o = Chain(d.policies[0], cap, d.eos_ids, d.sampler.vocab_size), self.state.root
         depth, cols = 0, []
         while True:
             x = int(d.sampler.pick(q[None], d.generators[:1])[0])
             depth += 1
             if not c.take(x, q):
-                return c.proposal(self.steps)
+                return [c.proposal(self.steps)]
             o, q = self.feed([o], [x], [depth], [cols], L, d)
             o, q = o[0], q[0]
             cols = cols + [self.state.cache.length - 1]

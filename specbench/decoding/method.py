@@ -1,40 +1,30 @@
-"""The method interface the engine drives: which models it uses, a draft policy and an acceptance rule.
+"""The method interface the engine drives: a policy (this class's subclasses) composed with a drafter, a shape and
+an acceptance rule (specbench.decoding.parts).
 
-A method file under `methods/` subclasses `Method` and registers itself in `METHODS` under its
-config name (`conf/method/<name>.yaml` has `name: <name>`). Before decoding, `Method.bind` gives it
-the pair it runs on (a `Binding`: models by role, tokenizer, vocabulary range, EOS ids, context,
-decode settings); everything a method knows about the pair comes from there.
+A policy file under `methods/` subclasses `Method` and registers itself in `METHODS` under its config name; a
+drafter or shape file registers in specbench.decoding.parts' DRAFTERS or SHAPES; conf/method/<name>.yaml names the
+parts a method is made of. Before decoding, `Method.bind` gives it the pair it runs on (a `Binding`: models by role,
+tokenizer, vocabulary range, EOS ids, context, decode settings); everything a method knows about the pair comes
+from there.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from specbench.decoding.acceptance import Rule, make_rule
 from specbench.decoding.records import Generation, IterationRecord  # noqa: F401 - IterationRecord re-exported
-from specbench.decoding.drafts import DraftSource, ModelDraft
+from specbench.decoding.drafts import DraftSource
+from specbench.decoding.binding import Binding
+from specbench.decoding.parts import DRAFTERS, Parts, Shape, refuse_tree_models
 from specbench.decoding.sampling import SamplingParams
 from specbench.decoding.stopping import StopCriteria
 from specbench.common.registry import Registry
 
 METHODS: Registry[type[Method]] = Registry("method", plugins="specbench.methods")
-
-
-@dataclass(frozen=True)
-class Binding:
-    """The pair as a method runs on it, fixed before decoding and handed over once by `Method.bind`."""
-
-    models: dict[str, Any]  # pair role ('target', 'draft') -> the model playing it, for the roles the method runs
-    tokenizer: Any  # the pair's tokenizer (None for test models without one)
-    vocab_size: int  # the shared tokenizer range; logits beyond it (embedding padding) are ignored
-    eos_ids: frozenset[int]  # ids that end a generation
-    params: SamplingParams  # decode settings: temperature (0 = greedy), top-k, top-p
-    context_length: int | None = None  # the smallest model context, None if no model declares one
-    pair: Any = None  # the loaded specbench.models.pairs.Pair, for a method that loads a drafter trained for it
 
 
 def state_values(name: str, state: Any, keys: tuple[str, ...]) -> list[Any]:
@@ -45,40 +35,76 @@ def state_values(name: str, state: Any, keys: tuple[str, ...]) -> list[Any]:
 
 
 class Method:
-    """Base method: draft policy (window, keep_drafting, update) plus an acceptance rule.
-
-    Defaults describe plain speculative decoding with a fixed window; subclasses override.
-    """
+    """Base policy (window, keep_drafting, update: a fixed window of 0 here; subclasses override) with its parts: a
+    drafter and a shape (`parts`, specbench.decoding.parts; default: the pair's draft model drafting chains) and an
+    acceptance rule (`rule`)."""
 
     name = "base"
     uses_draft = True  # False: no drafting (ar, draft_only)
     verifier = "target"  # which model of the pair verifies/generates: "target" or "draft"
     needs_stats = False  # True: the engine computes H(q_i) and d_JS(p_i, q_i) every iteration
     external = False  # True: the method decodes with its own loop (generate_external), beside the engine
-    pair_draft = True  # False: the method drafts without the pair's draft model (pld, layer_skip)
-    cross_tokenizer = False  # True: the method may run a pair whose draft has another tokenizer (uag)
-    # hidden_states indices of the verifier that the engine hands to observe_hidden after every verify
-    # (sd2's steering); empty: the verify forward does not compute them (no cost for other methods)
-    hidden_layers: tuple[int, ...] = ()
 
     binding: Binding | None = None  # set by bind()
 
-    def __init__(self, rule: str = "rejection", **options: Any) -> None:
+    def __init__(self, rule: str = "rejection", parts: Parts | None = None, name: str | None = None,
+                 **options: Any) -> None:
         if options:
             raise ValueError(f"method {self.name!r} got unknown options {sorted(options)}")
+        if name is not None:  # the config's name (a preset of parts); else the policy's
+            self.name = name
         self.rule_spec = rule
         self.rule: Rule = make_rule(rule)  # rebuilt by bind() for the decode settings
+        self.parts = parts if parts is not None else Parts(DRAFTERS.get("draft_model")(), Shape())
+        self.check_parts()
+
+    def check_parts(self) -> None:
+        """Fail with an OptionError naming the key when the parts do not go together (a relaxed rule on a tree, a
+        drafter that cannot propose the shape)."""
+        from specbench.decoding import trees
+
+        if self.parts.trees and self.uses_draft and self.rule.name not in trees.KINDS:
+            raise option_error(self.name, f"method.rule must be one of {', '.join(trees.KINDS)} for a tree (a relaxed "
+                                          f"rule compares one draft per position), got {self.rule_spec!r}")
+        why = self.parts.drafter.check_shape(self.parts.shape)
+        if why:
+            raise option_error(self.name, why)
+
+    @property
+    def pair_draft(self) -> bool:
+        """Does the method draft with the pair's draft model (or a drafter trained from it)?"""
+        return self.uses_draft and self.parts.drafter.pair_draft
+
+    @property
+    def cross_tokenizer(self) -> bool:
+        """May the method run a pair whose draft has another tokenizer (re-tokenized drafts)?"""
+        return self.uses_draft and self.parts.drafter.cross_tokenizer
+
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        """The verifier's hidden_states indices each verify returns for the drafter (a head, SD²'s steering); empty:
+        the verify forward does not compute them (no cost for other methods). Known after bind()."""
+        return tuple(self.parts.drafter.layers) if self.uses_draft else ()
 
     @property
     def roles(self) -> tuple[str, ...]:
         """The pair roles whose models this method runs: the verifier's, and 'draft' when it drafts with the pair's."""
-        return (self.verifier, "draft") if self.uses_draft and self.pair_draft else (self.verifier,)
+        return (self.verifier, "draft") if self.pair_draft else (self.verifier,)
 
     def bind(self, binding: Binding) -> None:
-        """Run on `binding` from now on (called once before decoding): keep it and build the rule for its decode
-        settings. A method that needs more of the pair (a tokenizer, its own drafter) overrides this."""
+        """Run on `binding` from now on (called once before decoding): keep it as the drafter part gives it back (a
+        trained drafter or a head in the draft role), build the rule for its decode settings and check that the
+        models that verify or grow a tree take a tree mask."""
+        if self.uses_draft:
+            binding = self.parts.drafter.bind(binding)
+            why = self.parts.drafter.check_bound(binding, self.parts.shape)
+            if why:
+                raise option_error(self.name, why)
         self.binding = binding
         self.rule = make_rule(self.rule_spec, greedy=binding.params.greedy)
+        if self.uses_draft and self.parts.trees:
+            roles = ("target", self.parts.drafter.tree_role) if self.parts.shape.trees else ("target",)
+            refuse_tree_models(self.name, binding, tuple(r for r in roles if r))
 
     @property
     def bound(self) -> Binding:
@@ -94,9 +120,10 @@ class Method:
         return self.bound.models[self.verifier]
 
     @property
-    def drafter(self) -> Any:
-        """The model that drafts: the pair's draft unless bind() put another in its place; None without drafting."""
-        return self.bound.models["draft"] if self.uses_draft else None
+    def draft_model(self) -> Any:
+        """The model in the draft role: the pair's draft unless bind() put another in its place (a trained drafter,
+        a head, an early-exit view); None without drafting."""
+        return self.bound.models.get("draft") if self.uses_draft else None
 
     @property
     def lossless(self) -> bool:
@@ -111,20 +138,23 @@ class Method:
         return copy.copy(self)
 
     def draft_source(self, states: dict[str, Any]) -> DraftSource | None:
-        """The proposer of this method's drafts, given its models' states by role (specbench.decoding.state): the
-        model in the draft role (None without drafting); pld, uag and the tree drafters override."""
-        return ModelDraft(states["draft"], self.fixed_window) if self.uses_draft else None
-
-    def before_draft(self, rows: list["Method"]) -> None:
-        """Before each drafting phase, on the engine's method, with the instances of the rows still decoding
-        (one per row; at B = 1 the method itself): a hook for drafters that read per-row state (sd2)."""
+        """The proposer of one generation's drafts, given its models' states by role (specbench.decoding.state): the
+        drafter part's, for the shape's grower (None without drafting)."""
+        if not self.uses_draft:
+            return None
+        return self.parts.drafter.source(states, self.bound, self.parts.shape.grower(), self.fixed_window)
 
     def reset(self) -> None:
         """Start of a generation call (per example)."""
 
     def window(self) -> int:
-        """Maximum number of tokens to draft in the next iteration."""
+        """The policy's speculation length for the next iteration: the most tokens a chain drafts."""
         return 0
+
+    def budget(self) -> int:
+        """The most nodes the next verify takes: a chain's window, a tree's node budget (the shape's), unbounded for
+        a drafter whose node count is not the window (re-tokenized drafts)."""
+        return self.parts.drafter.budget(self.parts.shape.budget(self.window()))
 
     def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool:
         """After drafting token i (1-based) with draft dist q_i [V]: draft another?"""
@@ -138,6 +168,12 @@ class Method:
         return 0.0
 
     def state(self) -> dict[str, float]:
+        """What an iteration logs: the policy's state (policy_state: thresholds, gamma), or a tree shape's (nodes,
+        depth), and the drafter's."""
+        shape = self.parts.shape.state()
+        return {**(shape or self.policy_state()), **self.parts.drafter.state()}
+
+    def policy_state(self) -> dict[str, float]:
         """Policy state to log (thresholds, gamma)."""
         return {}
 
@@ -148,27 +184,33 @@ class Method:
         The runner saves it with each row, restores the last row's on resume and restores it after
         the warm-up, so a resumed or warmed-up run continues exactly as an uninterrupted one.
         """
-        return None
+        return self.parts.drafter.carried_state()
 
     def observe_output(self, token_ids: list[int]) -> None:
         """After each recorded example, in the order its row is written and before its carried_state() is taken: its
         new tokens (a method that learns from the run's outputs: suffix decoding's run-wide tree). A warm-up's
         examples are not recorded, so not observed. A carried state {"outputs": k} names the first k observed
         outputs: on resume the runner hands their token ids back, {"outputs": [[ids], ...]}."""
+        self.parts.drafter.observe_output(token_ids)
 
     def restore_state(self, state: dict[str, Any]) -> None:
-        """Continue from a state that carried_state() returned."""
-        raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")
+        """Continue from a state that carried_state() returned (the drafter's, unless the policy carries one)."""
+        if self.parts.drafter.carried_state() is None:
+            raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")
+        self.parts.drafter.restore_state(state)
 
     def check_batch(self, batch_size: int) -> None:
         """Fail with an OptionError naming the key when this method cannot decode `batch_size` rows together
         (called by the runner before any model loads)."""
         from specbench.common.options import OptionError
 
-        if batch_size > 1 and self.carried_state() is not None:
+        if batch_size > 1 and self.carried_state() is not None and self.parts.drafter.carried_state() is None:
             raise OptionError(f"method {self.name!r}: method.persist=true carries state from one example to the "
                               f"next, which needs batch_size=1 (got batch_size={batch_size}); set "
                               "method.persist=false or batch_size=1")
+        why = self.parts.one_row() if self.uses_draft else ""
+        if batch_size > 1 and why:
+            raise OptionError(f"method {self.name!r} {why}; got batch_size={batch_size}: set batch_size=1")
 
     @property
     def fixed_window(self) -> bool:
@@ -184,14 +226,15 @@ class Method:
         if self.external:
             raise OptionError(f"method {self.name!r} decodes with another library's loop, which the compiled path "
                               "cannot run: set engine.compile=false")
+        why = self.parts.eager_only() if self.uses_draft else ""
+        if why:
+            raise OptionError(f"method {self.name!r}: {why}")
 
     def check_decode(self, params: SamplingParams) -> None:
         """Fail with an OptionError naming the key when this method cannot run the decode settings (called by the
         runner before any model loads)."""
-
-    def observe_hidden(self, states: torch.Tensor) -> None:
-        """After a verify: the verifier's states [len(hidden_layers), m, H] at the m positions it committed, in order
-        (the uncached committed tokens, then the accepted path); the last gave the next token's distribution."""
+        if self.uses_draft:
+            self.parts.drafter.check_decode(params)
 
     def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
                           generator: torch.Generator | None, trace: bool) -> Generation:

@@ -31,9 +31,18 @@ class Proposal:
     why: str = "none"  # why drafting ended: window / eos / policy / length / source / none
     siblings: str = SAMPLED  # how a node's children were chosen: SAMPLED (independent draws) or TOP_K
     steps: int = 0  # draft forwards this row took part in
+    look: int = 0  # the last `look` nodes are look-only (Lookahead's window): fed to the verify, never accepted
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def candidates(self) -> "Proposal":
+        """The proposal without its look-only nodes (they come last, so the others keep their indices)."""
+        if not self.look:
+            return self
+        n = len(self.tokens) - self.look
+        q = self.q[:n] if self.q is not None else None
+        return Proposal(self.tokens[:n], self.parents[:n], q, self.why, self.siblings, self.steps)
 
     @cached_property
     def is_chain(self) -> bool:

@@ -126,13 +126,13 @@ class Rule:
                     for b, prop in enumerate(props)]
         c = Chains.of(props, p.shape[1] - 1, p.device)
         ok, fallback = self.decide(c, p, generators, thresholds)
-        return c.verdicts(ok, fallback, *self.relaxation())
+        return c.verdicts(ok, fallback, *self.last_decision())
 
     def walk(self, prop: Proposal, p: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
         """(path, next token) of the rule on one tree against p [n+1, V] (specbench.decoding.trees)."""
         return trees.tree_path(self.name, prop, p, generator)
 
-    def relaxation(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def last_decision(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(exact [B, W], js [B, W]) of the last decision of a relaxed rule; (None, None) for an exact one."""
         return None, None
 

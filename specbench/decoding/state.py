@@ -57,29 +57,53 @@ def write(buf: torch.Tensor, at: list[tuple[int, int]], values: list[int]) -> No
     buf.view(-1).index_copy_(0, flat, to_device(values, buf.dtype, buf.device))
 
 
-class ModelState:
-    """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
+class Counted:
+    """What the engine reads of any model's state, a model with its cache (ModelState) or a head with its own
+    (specbench.decoding.head_drafts.HeadState): the forwards' seconds and calls, and each row's share of them."""
 
     on_device = False  # True: the state drafts with tokens kept on the device (specbench.decoding.compiled)
 
-    def __init__(self, model: PreTrainedModel, rows: int = 1) -> None:
-        self.model = model
-        self.device = model.device
-        self.cache = DynamicCache(config=model.config)
-        self.fed = [0] * rows  # tokens of each row in the cache
-        self.columns = 0  # cache columns, shared by the rows
-        # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
-        self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
-                                                                            device=self.device)
-        self.count_from(rows)
-
-    def count_from(self, rows: int) -> None:
-        """No forwards counted yet for `rows` rows; no hidden states, no tree nodes."""
+    def __init__(self, rows: int) -> None:
+        self.fed = [0] * rows  # tokens of each row the state has read
         self.seconds = 0.0  # summed wall time of forward calls
         self.calls = 0
         self.shares = [0.0] * rows  # each row's share of those seconds (a forward's time split among its rows)
         self.row_calls = [0] * rows  # forward calls each row took part in
         self.row_tokens = [0] * rows  # the widths of those calls: tokens per row of each block fed (holes included)
+
+    def settle(self) -> None:
+        """After the engine's synchronisation of an iteration: account forwards timed by events (eager forwards
+        are accounted as they end)."""
+
+    def count(self, seconds: float, width: int = 1) -> None:
+        """Account one forward of `seconds` over a block `width` tokens wide, split equally among the rows it fed."""
+        self.seconds += seconds
+        self.calls += 1
+        share = seconds / len(self.fed)
+        self.shares = [x + share for x in self.shares]
+        self.row_calls = [c + 1 for c in self.row_calls]
+        self.row_tokens = [t + width for t in self.row_tokens]
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only the given rows' counts (indices into the current batch), in that order."""
+        self.fed = [self.fed[b] for b in rows]
+        self.shares = [self.shares[b] for b in rows]
+        self.row_calls = [self.row_calls[b] for b in rows]
+        self.row_tokens = [self.row_tokens[b] for b in rows]
+
+
+class ModelState(Counted):
+    """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
+
+    def __init__(self, model: PreTrainedModel, rows: int = 1) -> None:
+        super().__init__(rows)
+        self.model = model
+        self.device = model.device
+        self.cache = DynamicCache(config=model.config)
+        self.columns = 0  # cache columns, shared by the rows
+        # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
+        self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
+                                                                            device=self.device)
         self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, given layers
         # tree attention (specbench.decoding.tree_state, one row): the tree nodes in the cache after the committed
         # columns, in column order, and each one's root path (its ancestors and itself)
@@ -112,19 +136,6 @@ class ModelState:
         self.fed = list(upto)
         self.columns += width
         return out.logits[:, -keep:]
-
-    def settle(self) -> None:
-        """After the engine's synchronisation of an iteration: account forwards timed by events (eager forwards
-        are accounted as they end)."""
-
-    def count(self, seconds: float, width: int = 1) -> None:
-        """Account one forward of `seconds` over a block `width` tokens wide, split equally among the rows it fed."""
-        self.seconds += seconds
-        self.calls += 1
-        share = seconds / len(self.fed)
-        self.shares = [x + share for x in self.shares]
-        self.row_calls = [c + 1 for c in self.row_calls]
-        self.row_tokens = [t + width for t in self.row_tokens]
 
     def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
         """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
@@ -169,7 +180,4 @@ class ModelState:
         """Keep only the given rows (indices into the current batch), in that order."""
         self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
         self.mask = self.mask[rows]
-        self.fed = [self.fed[b] for b in rows]
-        self.shares = [self.shares[b] for b in rows]
-        self.row_calls = [self.row_calls[b] for b in rows]
-        self.row_tokens = [self.row_tokens[b] for b in rows]
+        super().select(rows)

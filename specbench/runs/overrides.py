@@ -30,7 +30,6 @@ from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, init_options, unknown_options
 from specbench.common.registry import UnknownNameError
 from specbench.data.dataset import NAME_KEYS, SELECTION_KEYS, evaluator_class
-from specbench.decoding.method import METHODS
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +41,11 @@ SELECTED = re.compile(r"oc\.select:\s*([A-Za-z_]\w*)")  # ${oc.select:slurm.part
 
 def valid_keys(group: str, node: dict[str, Any]) -> set[str]:
     """The keys `<group>.<key>` may set: the node's own keys and the constructor options of the class it builds."""
-    cls = METHODS.get(node["name"]) if group == "method" else evaluator_class(node)
-    return set(node) | set(init_options(cls))
+    if group == "method":
+        from specbench.decoding.compose import option_names
+
+        return set(node) | option_names(node)
+    return set(node) | set(init_options(evaluator_class(node)))
 
 
 def group_choices(group: str, overrides: list[Override], cfg: Any) -> list[str]:
@@ -104,7 +106,8 @@ def check_node(group: str, node: dict[str, Any], given: list[tuple[str, str]]) -
     bad = [(line, key) for line, key in given if key not in valid | skip]
     if bad:
         shown = f" ({', '.join(line for line, _ in bad)})"
-        raise unknown_options(f"{group} {node['name']!r}", sorted({k for _, k in bad}), valid - set(NAME_KEYS), shown)
+        raise unknown_options(f"{group} {node['name']!r}", sorted({k for _, k in bad}), valid - set(NAME_KEYS) - {"parts"},
+                              shown)
 
 
 def is_group(loader: Any, key: str) -> bool:

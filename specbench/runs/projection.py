@@ -76,12 +76,12 @@ def after_first_block(rows: list[dict]) -> float:
 
 
 def pair_drafter(method: str) -> bool | None:
-    """Does `method` draft with the pair's draft model (or a drafter trained from it)? Its class says
-    (Method.pair_draft); None for a method that is not registered here."""
-    from specbench.decoding.method import METHODS
+    """Does `method` draft with the pair's draft model (or a drafter trained from it)? Its drafter part says
+    (Drafter.pair_draft); None for a method that is not known here."""
+    from specbench.decoding.compose import part_classes
 
     try:
-        return bool(getattr(METHODS.get(method), "pair_draft", True))
+        return bool(part_classes({"name": method})["drafter"].pair_draft)
     except Exception:  # noqa: BLE001 - an unknown or unimportable method: no projection, said in the note
         return None
 

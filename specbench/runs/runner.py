@@ -21,11 +21,11 @@ from specbench.runs import wandb_log
 from specbench.data.dataset import Evaluator, Example, build_dataset, check_selection, select
 from specbench.decoding.decoders import Decoder, make_decoder
 from specbench.decoding.records import Generation, concat_generations
-from specbench.decoding.method import METHODS, Binding, Method
+from specbench.decoding.method import Binding, Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding import speedup
 from specbench.common.errors import InputError, UserError
-from specbench.common.options import (check_mandatory, check_options, check_run_settings, engine_compile, integer,
+from specbench.common.options import (check_mandatory, check_run_settings, engine_compile, integer,
                                       max_new_tokens, real, stop_strings, threads_setting)
 from specbench.models.pairs import Pair, check_cross_tokenizer, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
@@ -57,11 +57,11 @@ def output_dir(out_dir: str | Path | None) -> Path:
 
 
 def build_method(cfg: dict) -> Method:
-    """The registered method cfg['name'] built with the remaining keys as options, each first checked
-    against the type hints of the method's constructors (`method.gamma=true` is not γ=1)."""
-    cls = METHODS.get(cfg["name"])
-    options = {k: v for k, v in cfg.items() if k != "name"}
-    return cls(**check_options(cls, options, "method", f"method {cfg['name']!r}"))
+    """The method cfg describes, composed from the parts it names (specbench.decoding.compose), each option first
+    checked against the type hints of its part's constructor (`method.gamma=true` is not γ=1)."""
+    from specbench.decoding.compose import build
+
+    return build(cfg)
 
 
 def sampling_params(decode: dict) -> SamplingParams:
