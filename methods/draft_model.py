@@ -15,7 +15,6 @@ method stays lossless.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import torch
 
@@ -25,6 +24,8 @@ from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Drafter, model_source
 from specbench.decoding.proposal import Proposal
 from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.state import Counted
+from specbench.models.steering import SteeredDrafter
 
 KINDS = ("distilled", "sd2")  # the task=distill task.kind of a trained drafter's folder
 
@@ -32,7 +33,7 @@ KINDS = ("distilled", "sd2")  # the task=distill task.kind of a trained drafter'
 class Steered(DraftSource):
     """A proposer whose draft model is steered by each row's verifier states (SD²): wraps the proposer `inner`."""
 
-    def __init__(self, inner: DraftSource, steered: Any) -> None:
+    def __init__(self, inner: DraftSource, steered: SteeredDrafter) -> None:
         """steered: the specbench.models.steering.SteeredDrafter on the inner proposer's draft model."""
         self.inner, self.steered = inner, steered
 
@@ -57,7 +58,7 @@ class DraftModel(Drafter):
 
     name = "draft_model"
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         return model_source(states["draft"], grower, fixed_window)
 
@@ -74,7 +75,7 @@ class Trained(Drafter):
             raise OptionError(f"method.drafter_kind must be one of {', '.join(KINDS)}, got {drafter_kind!r}")
         self.folder, self.distill_kind = drafter, drafter_kind  # distill_kind: the task=distill kind of the folder
         self.reads_states = drafter not in (None, "") and drafter_kind == "sd2"
-        self.steered: Any = None  # sd2: the SteeredDrafter on the loaded drafter (set by bind)
+        self.steered: SteeredDrafter | None = None  # sd2: the SteeredDrafter on the loaded drafter (set by bind)
 
     def bind(self, binding: Binding) -> Binding:
         """The binding with the trained drafter in the draft role (the pair's draft stays when the folder is optional
@@ -91,7 +92,7 @@ class Trained(Drafter):
         """SD²: the verifier layers the steering was trained with."""
         return tuple(self.steered.steering.layers) if self.steered is not None else ()
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         inner = model_source(states["draft"], grower, fixed_window)
         return Steered(inner, self.steered) if self.steered is not None else inner

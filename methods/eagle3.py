@@ -18,6 +18,7 @@ from specbench.decoding.head_drafts import DraftHead, Eagle3Draft
 from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Drafter
 from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.state import Counted
 
 
 class Head(Drafter):
@@ -59,6 +60,6 @@ class Eagle3(Head):
 
     name = "eagle3"
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         return Eagle3Draft(states["draft"], grower)

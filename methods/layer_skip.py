@@ -12,12 +12,12 @@ acceptance is low. Equal to hf_assisted's early exit token for token, candidates
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Drafter, model_source
 from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.state import Counted
 
 
 @DRAFTERS.register("early_exit")
@@ -38,6 +38,6 @@ class EarlyExit(Drafter):
         draft = early_exit(target, exit_layers(target) // 2 if self.exit_layer is None else self.exit_layer)
         return replace(binding, models={**binding.models, "draft": draft})
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         return model_source(states["draft"], grower, fixed_window)

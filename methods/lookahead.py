@@ -26,7 +26,6 @@ generation or the context (when its deepest node would pass the row's cap, it sk
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import torch
 
@@ -36,6 +35,7 @@ from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import TOP_K, Proposal, chain
 from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.state import Counted
 
 
 class Window:
@@ -170,12 +170,13 @@ class Lookahead(Drafter):
         self.seed = integer(seed, "method.seed", low=0)
 
     def budget(self, nodes: int) -> int:
-        """Candidates per iteration: the pool's n-grams for the key (not the policy's window)."""
-        return self.guesses * (self.ngram - 1) + self.width * (self.ngram - 1) + self.ngram
+        """Never the binding cap (not the policy's window): room for every candidate (G n-grams of N - 1 tokens) and
+        for the window's deepest node (W + N - 3); the row's length and context caps still apply."""
+        return max(self.guesses * (self.ngram - 1), self.width + self.ngram)
 
     def check_shape(self, shape: Shape) -> str:
         return "" if not shape.trees else f"the lookahead drafter grows its own trees, got shape {shape.name!r}"
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         return LookaheadDraft(self)

@@ -12,7 +12,6 @@ tree (`paths` or `branching`); one row, eager path.
 
 from __future__ import annotations
 
-from typing import Any
 
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.head_drafts import MedusaDraft
@@ -20,6 +19,7 @@ from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Shape
 from specbench.decoding.tree_drafts import Grower
 from specbench.methods.eagle3 import Head
+from specbench.decoding.state import Counted
 
 
 @DRAFTERS.register("medusa")
@@ -39,6 +39,6 @@ class Medusa(Head):
         return (f"method.paths / method.branching: the tree is {depth} deep but the head {self.head!r} has {heads} "
                 f"heads (one per depth)") if depth > heads else ""
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         return MedusaDraft(states["draft"], grower)

@@ -13,7 +13,6 @@ conf/method/pld_spec_bench.yaml is Spec-Bench's PLD row (max_ngram 3, 10 tokens)
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
@@ -23,6 +22,7 @@ from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import Proposal
 from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.state import Counted
 
 
 def lookup(ids: torch.Tensor | list[int], max_ngram: int, num_tokens: int, eos_ids: frozenset[int]) -> list[int]:
@@ -64,7 +64,7 @@ class PromptLookup(Drafter):
     def __init__(self, max_ngram: int = 2) -> None:
         self.max_ngram = integer(max_ngram, "method.max_ngram", low=1)
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         return Lookup(self.max_ngram, binding.vocab_size, binding.eos_ids)
 

@@ -36,6 +36,7 @@ from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import Proposal
 from specbench.decoding.sampling import SamplingParams
 from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.state import Counted
 
 
 def new_text(tok: Any, context: list[int], new: list[int]) -> str:
@@ -114,7 +115,7 @@ class Retokenize(Drafter):
                 "transformers drafts across vocabularies by Universal Speculative Decoding (draft logits mapped onto "
                 "the shared tokens), another algorithm not implemented here; use method=hf_assisted for it")
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         draft = binding.models["draft"]
         d_tok = (binding.pair.draft_tokenizer if binding.pair is not None else None) or binding.tokenizer

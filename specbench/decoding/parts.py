@@ -22,6 +22,7 @@ from specbench.decoding.binding import Binding
 from specbench.decoding.drafts import DraftSource, ModelDraft
 from specbench.decoding.sampling import SamplingParams
 from specbench.decoding.tree_drafts import Grower, TreeDraft
+from specbench.decoding.state import Counted, ModelState
 
 DRAFTERS: Registry[type["Drafter"]] = Registry("drafter", plugins="specbench.methods")
 SHAPES: Registry[type["Shape"]] = Registry("shape", plugins="specbench.methods")
@@ -71,7 +72,7 @@ class Drafter:
         """The verifier's hidden_states indices this drafter reads (known after bind)."""
         return ()
 
-    def source(self, states: dict[str, Any], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
                fixed_window: bool) -> DraftSource:
         """The proposer of one generation, given the models' states by pair role, the shape's grower (None: a
         chain) and whether the policy drafts its whole window whatever the tokens (its window, and a row's cap, come
@@ -109,7 +110,7 @@ class Drafter:
         """A recorded example's new tokens (see Method.observe_output)."""
 
 
-def model_source(state: Any, grower: Grower | None, fixed_window: bool) -> DraftSource:
+def model_source(state: ModelState, grower: Grower | None, fixed_window: bool) -> DraftSource:
     """A draft model's proposer: a chain drawn token by token, or a tree grown by `grower`."""
     return ModelDraft(state, fixed_window) if grower is None else TreeDraft(state, grower)
 
