@@ -416,3 +416,38 @@ def test_a_verify_that_returns_hidden_states_is_priced_at_the_profiles_such_forw
     plain = write_profile(tmp_path / "plain.json", entry())
     at = overview_of(tmp_path / "res", plain)[0].values.loc[("p · gsm8k", "vanilla"), ("", "at test box")]
     assert at == pytest.approx(CHAIN_TRUTH)
+
+
+def test_the_profiles_forwards_compute_the_logits_the_loops_forwards_do(tiny_pair):
+    """A verify computes the logits of every token it feeds (the rule reads each position) and a draft step those of
+    its last token only: the profile's forward of a width must do the same work as the loop's forward of that width,
+    else a large vocabulary's output layer is left out of its price (Qwen2.5-Coder's is 15% of a 6-token verify)."""
+    from helpers import pair_engine
+    from specbench.bench.profile import measure_entry
+
+    def spy(model, seen):
+        def hook(_module, _args, kwargs):
+            seen.add((kwargs["input_ids"].shape[1], kwargs["logits_to_keep"]))
+        return model.register_forward_pre_hook(hook, with_kwargs=True)
+
+    target, draft = tiny_pair.model("target"), tiny_pair.model("draft")
+    loop = {"target": set(), "draft": set()}
+    hooks = [spy(target, loop["target"]), spy(draft, loop["draft"])]
+    try:
+        pair_engine(tiny_pair, {"name": "vanilla", "gamma": 4}).generate([1, 2, 3, 4, 5], 24)
+    finally:
+        for h in hooks:
+            h.remove()
+    verifies = {(w, k) for w, k in loop["target"] if w <= 5}  # the prompt's prefill aside
+    assert {w for w, _ in verifies} >= {5} and all(k == w for w, k in verifies)
+    drafts = {(w, k) for w, k in loop["draft"] if w <= 2}
+    assert drafts and all(k == 1 for _, k in drafts)
+    profile = {"target": set(), "draft": set()}
+    hooks = [spy(target, profile["target"]), spy(draft, profile["draft"])]
+    try:
+        measure_entry(tiny_pair, "tiny_random", list(range(1, 40)), "eager", 1, 1, trees=())
+    finally:
+        for h in hooks:
+            h.remove()
+    assert verifies <= profile["target"] and drafts <= profile["draft"]  # each loop forward has its twin in the profile
+    assert all(k == w for w, k in profile["target"] if w != 39) and all(k == 1 for _, k in profile["draft"])

@@ -37,17 +37,22 @@ def device_name(device: torch.device) -> str:
 
 
 def forward_seconds(model: PreTrainedModel, prompt: list[int], width: int, rows: int = 1, compile: bool = False,
-                    steps: int = 15, layers: tuple[int, ...] = ()) -> float:
+                    steps: int = 15, layers: tuple[int, ...] = (), every_logit: bool = True) -> float:
     """Median seconds of one forward of `width` new tokens in each of `rows` rows on top of a cached prompt
     (rolled back each time), on the eager state or the compiled one (static cache, one row, the padded width);
-    with `layers`, a forward that also returns those layers' hidden states (an EAGLE-3 or SD² verify)."""
+    with `layers`, a forward that also returns those layers' hidden states (an EAGLE-3 or SD² verify).
+
+    every_logit: the forward computes the logits of all `width` tokens, as a verify does (the rule reads each
+    position; with a large vocabulary the output layer is a sizeable share of the forward: Qwen2.5-Coder-1.5B's
+    151936 x 1536 is 0.23 GMAC a token beside its body's 1.3); False: of the last one only, as a draft's forward
+    does. The compiled path always computes all of them (one graph per width)."""
     buf = torch.tensor([prompt + [65] * width] * rows, dtype=torch.long, device=model.device)  # [B, P + width]
     state = StaticState(model, 1, len(prompt) + width + 1, "bench") if compile else ModelState(model, rows)
     state.forward(buf, len(prompt), 1)
     times = []
     for _ in range(steps + 2):  # the first two: warm-up (a compiled width's graph is built here)
         t0 = state.seconds
-        state.forward(buf, len(prompt) + width, 1, layers)
+        state.forward(buf, len(prompt) + width, width if every_logit else 1, layers)
         sync(model.device)
         state.settle()
         times.append(state.seconds - t0)
@@ -88,7 +93,8 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
     t, d = pair.target, pair.draft
     chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
     tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
-    drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps) for w in ((1,) if compile else DRAFT_WIDTHS)}
+    drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps, every_logit=False)
+              for w in ((1,) if compile else DRAFT_WIDTHS)}
     draft_trees = {str(w): tree_seconds(d, prompt, w - 1, steps) for w in DRAFT_WIDTHS} if tree else {}
     layers = hidden_layers(t.config.get_text_config().num_hidden_layers)
     hidden = {str(w): forward_seconds(t, prompt, w, rows, compile, steps, layers) for w in HIDDEN_WIDTHS} if tree else {}
