@@ -225,3 +225,22 @@ def test_estimates_learn_the_runs_own_ratio():
     ctx.ratios += [2.0, 4.0, 3.0]
     assert gpu.corrected(10.0, "batch", ctx) == pytest.approx(30.0)
     assert gpu.corrected(10.0, "build", ctx) == gpu.corrected(10.0, "lane", ctx) == 10.0
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_the_lanes_outcomes_are_read_off_pytests_lines_with_or_without_workers(tmp_path, workers):
+    """lane_outcomes on a real pytest -v run of a file with known outcomes (2 passed, 1 failed, 1 skipped, 1 error
+    at set-up), in one process and under xdist's worker lines (the GPU lane runs with workers)."""
+    (tmp_path / "test_known.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('set-up')\n"
+        "def test_a():\n    assert True\n"
+        "def test_b():\n    assert True\n"
+        "def test_c():\n    assert 1 == 2\n"
+        "def test_d():\n    pytest.skip('no')\n"
+        "def test_e(broken):\n    pass\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-rN", "-v", "-p", "no:cacheprovider", *workers,
+                          "test_known.py"], cwd=tmp_path, capture_output=True, text=True).stdout
+    counts, failed = gpu_sections.lane_outcomes(out)
+    assert counts == {"passed": 2, "failed": 1, "skipped": 1, "error": 1}
+    assert sorted(failed) == ["test_known.py::test_c", "test_known.py::test_e"]
