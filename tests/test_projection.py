@@ -451,3 +451,53 @@ def test_the_profiles_forwards_compute_the_logits_the_loops_forwards_do(tiny_pai
             h.remove()
     assert verifies <= profile["target"] and drafts <= profile["draft"]  # each loop forward has its twin in the profile
     assert all(k == w for w, k in profile["target"] if w != 39) and all(k == 1 for _, k in profile["draft"])
+
+
+def test_first_blocks_priced_at_the_profiles_prefills_by_hand(tmp_path):
+    """With prefill costs the projection also prices every generation's first block, the measured speedup's own
+    scope: the run's prompt of 20 tokens and first 2 drafts (w_1 = 7 drafted - 5 in call_stats) at the target's
+    prefill of 22 tokens, the draft's prefill of 20 and one one-token draft forward; ar's prefill of 20 and its 11
+    later one-token forwards."""
+    ar = write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    add_fields(ar, rows=[{"prompt_tokens": 20, "call_stats": {"iterations": {"0": 11}, "depths": {"0": 11},
+                                                             "reached": [], "accepted": []}}])
+    run = chain_run(tmp_path / "res")
+    add_fields(run, rows=[{"prompt_tokens": 20}])
+    with_prefill = {**entry(), "target_prefill_s": {"16": 2.0, "32": 3.0}, "draft_prefill_s": {"16": 0.5, "32": 0.7}}
+    later = 2 * (2 * 0.1 + 1.4) + (1 * 0.1 + 1.2)  # the iterations after the first, as in CHAIN_TRUTH
+    first = (2.0 + 1.0 * 6 / 16) + (0.5 + 0.2 * 4 / 16) + 1 * 0.1  # target(22) + draft prefill(20) + 1 draft forward
+    ar_s = (2.0 + 1.0 * 4 / 16) + 11 * 1.0
+    truth = (12 / (later + first)) / (12 / ar_s)
+    ov, notes = overview_of(tmp_path / "res", write_profile(tmp_path / "profile.json", with_prefill))
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "projected with 1st blocks")] == pytest.approx(truth)
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "that / measured - 1")] == pytest.approx(truth / 2.0 - 1)
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == pytest.approx(CHAIN_TRUTH)  # unchanged
+    assert not notes
+    # a profile without prefills has no such column; a row of several turns is left out, said in a note
+    ov, _ = overview_of(tmp_path / "res", write_profile(tmp_path / "plain.json", entry()))
+    assert "projected with 1st blocks" not in ov.values.columns.get_level_values(1)
+    add_fields(run, rows=[{"turn_outputs": ["a", "b"]}])
+    ov, notes = overview_of(tmp_path / "res", write_profile(tmp_path / "profile.json", with_prefill))
+    assert np.isnan(ov.values.loc[("p · gsm8k", "vanilla"), ("", "projected with 1st blocks")])
+    assert any("first blocks left out" in n and "several turns" in n for n in notes)
+
+
+def test_the_profile_measures_both_models_prefills_into_an_empty_cache(tiny_pair):
+    """Eager B = 1 entries hold the target's and the draft's prefill of each PREFILL_TOKENS prompt length within the
+    pair's context: a forward of that many tokens into an empty cache keeping the last token's logits, the forward a
+    generation starts with."""
+    from specbench.bench.profile import PREFILL_TOKENS, measure_entry
+
+    seen: set = set()
+    target = tiny_pair.model("target")
+    hook = target.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.add((kw["input_ids"].shape[1], kw["logits_to_keep"], kw["cache"].get_seq_length())),
+        with_kwargs=True)
+    try:
+        e = measure_entry(tiny_pair, "tiny_random", list(range(1, 40)), "eager", 1, 1, trees=(16,))
+    finally:
+        hook.remove()
+    lengths = [n for n in PREFILL_TOKENS if n <= 512]  # tiny_random's context: 512 positions
+    assert sorted(map(int, e["target_prefill_s"])) == lengths == sorted(map(int, e["draft_prefill_s"]))
+    assert all(s > 0 for s in [*e["target_prefill_s"].values(), *e["draft_prefill_s"].values()])
+    assert {(n, 1, 0) for n in lengths} <= seen

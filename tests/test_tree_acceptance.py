@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from helpers import chi2_pvalue_groups, warped_probs
-from specbench.decoding.acceptance import Rejection, leading_true
+from specbench.decoding.acceptance import JSRelaxed, Rejection, SampleMatch, leading_true
+from specbench.decoding.block import Block
 from specbench.decoding.proposal import SAMPLED, TOP_K, WITHOUT_REPLACEMENT, Proposal, chain
-from specbench.decoding.trees import (greedy_path, multi_step_path, recursive_rejection_path, sample_match_path,
-                                      tree_path)
+from specbench.decoding.trees import greedy_path, multi_step_path, recursive_rejection_path
 
 V, START, N = 7, 0, 20_000
 SETTINGS = {"top_k": (4, None), "top_p": (None, 0.85)}  # (top_k, top_p) at T = 1
@@ -80,11 +80,11 @@ def pvalue(counts: np.ndarray, joint: np.ndarray) -> float:
 
 
 def rejection(prop, p, g):
-    return tree_path("rejection", prop, p, g)
+    return Rejection().walk(prop, p, g)
 
 
 def sample_match(prop, p, g):
-    return tree_path("sample_match", prop, p, g)
+    return SampleMatch().walk(prop, p, g)
 
 
 # --- greedy ---
@@ -101,9 +101,14 @@ def test_greedy_descends_while_a_child_is_the_argmax():
     assert greedy_path(Proposal([3, 3], [-1, -1]), [3, 1, 2]) == ([0], 1)  # equal siblings: the first
 
 
-def test_tree_path_names_the_valid_kinds():
-    with pytest.raises(ValueError, match="greedy, rejection, sample_match"):
-        tree_path("typical", chain([1]), torch.full((2, V), 1.0 / V))
+@pytest.mark.parametrize("rule", [Block(), JSRelaxed(Rejection())], ids=["block", "js_relaxed"])
+def test_a_chains_only_rule_refuses_a_tree_naming_the_rules_that_walk_trees(rule):
+    tree = Proposal([1, 2], [-1, -1], torch.full((2, V), 1.0 / V))
+    with pytest.raises(ValueError, match=r"verifies chains only: .*trees need one of greedy, rejection, sample_match"):
+        rule.accept([tree], torch.full((1, 3, V), 1.0 / V), [None])
+
+
+def test_recursive_rejection_names_the_valid_siblings():
     with pytest.raises(ValueError, match="siblings"):
         recursive_rejection_path(Proposal([1, 2], [-1, -1], torch.full((2, V), 1.0 / V), siblings="odd"),
                                  torch.full((3, V), 1.0 / V))

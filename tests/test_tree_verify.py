@@ -5,7 +5,7 @@ import torch
 
 from specbench.decoding.proposal import ancestors
 from specbench.decoding.state import ModelState
-from specbench.decoding.tree_state import feed_tree, keep_path
+from specbench.decoding.tree_state import TreeState
 from specbench.models.tiny import tiny_llama
 
 ARCH = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -45,10 +45,10 @@ def test_mask_is_sensitive(model):
 
 @pytest.mark.parametrize("pre", [0, 8])
 def test_one_call_equals_root_paths(model, pre):
-    s = ModelState(model)
+    s = TreeState(model)
     if pre:
         s.forward(buffer(PREFIX), pre, 1)
-    logits = feed_tree(s, buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
+    logits = s.feed_tree(buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
     assert logits.shape == (1, 1 + len(TOKENS), ARCH["vocab_size"])
     torch.testing.assert_close(logits[0, 0], truth(model, PREFIX), atol=ATOL, rtol=0)
     for j in range(len(TOKENS)):
@@ -62,10 +62,10 @@ def test_one_call_equals_root_paths(model, pre):
     [[0, 1, 2], [3, 5], [7]],  # depth by depth, expanding only some nodes (non-contiguous indices; one query)
 ])
 def test_calls_equal_root_paths(model, calls):
-    s = ModelState(model)
+    s = TreeState(model)
     cached: list[int] = []
     for c, nodes in enumerate(calls):
-        logits = feed_tree(s, buffer(PREFIX), len(PREFIX), [TOKENS[j] for j in nodes], [PARENTS[j] for j in nodes],
+        logits = s.feed_tree(buffer(PREFIX), len(PREFIX), [TOKENS[j] for j in nodes], [PARENTS[j] for j in nodes],
                            list(cached), keep_root=c == 0, nodes=nodes)
         if c == 0:
             torch.testing.assert_close(logits[0, 0], truth(model, PREFIX), atol=ATOL, rtol=0)
@@ -78,14 +78,14 @@ def test_calls_equal_root_paths(model, calls):
 @pytest.mark.parametrize("path", [[2, 5], [2, 6, 9], [0], [1]])
 def test_keep_path_then_continue(model, path):
     """After keep_path, an ordinary forward and a new tree continue prefix + path exactly."""
-    s = ModelState(model)
-    feed_tree(s, buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
-    keep_path(s, len(PREFIX), path)
+    s = TreeState(model)
+    s.feed_tree(buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
+    s.keep_path(len(PREFIX), path)
     assert s.cache.get_seq_length() == len(PREFIX) + len(path) and s.fed == [len(PREFIX) + len(path)]
     assert s.tree_nodes == []
     seq = PREFIX + [TOKENS[j] for j in path] + [13]
     torch.testing.assert_close(s.forward(buffer(seq), len(seq), 1)[0, 0], truth(model, seq), atol=ATOL, rtol=0)
-    logits = feed_tree(s, buffer(seq + [19]), len(seq) + 1, TOKENS, PARENTS, [], keep_root=True)
+    logits = s.feed_tree(buffer(seq + [19]), len(seq) + 1, TOKENS, PARENTS, [], keep_root=True)
     torch.testing.assert_close(logits[0, 0], truth(model, seq + [19]), atol=ATOL, rtol=0)
     for j in (4, 8):
         torch.testing.assert_close(logits[0, 1 + j], node_truth(model, seq + [19], j), atol=ATOL, rtol=0)
@@ -93,9 +93,9 @@ def test_keep_path_then_continue(model, path):
 
 def test_keep_path_beyond_the_cache(model):
     """A drafter's path runs past its cached nodes: only the cached prefix of the path is kept."""
-    s = ModelState(model)
-    feed_tree(s, buffer(PREFIX), len(PREFIX), TOKENS[:7], PARENTS[:7], [], keep_root=True)
-    keep_path(s, len(PREFIX), [2, 6, 9])
+    s = TreeState(model)
+    s.feed_tree(buffer(PREFIX), len(PREFIX), TOKENS[:7], PARENTS[:7], [], keep_root=True)
+    s.keep_path(len(PREFIX), [2, 6, 9])
     assert s.cache.get_seq_length() == len(PREFIX) + 2 and s.fed == [len(PREFIX) + 2]
     seq = PREFIX + [TOKENS[2], TOKENS[6], TOKENS[9]]
     torch.testing.assert_close(s.forward(buffer(seq), len(seq), 1)[0, 0], truth(model, seq), atol=ATOL, rtol=0)
@@ -103,22 +103,22 @@ def test_keep_path_beyond_the_cache(model):
 
 def test_chain_equals_forward(model):
     chain = [7, 19, 23, 2, 61]
-    a, b = ModelState(model), ModelState(model)
-    got = feed_tree(a, buffer(PREFIX), len(PREFIX), chain, list(range(-1, len(chain) - 1)), [], keep_root=True)
+    a, b = TreeState(model), ModelState(model)
+    got = a.feed_tree(buffer(PREFIX), len(PREFIX), chain, list(range(-1, len(chain) - 1)), [], keep_root=True)
     want = b.forward(buffer(PREFIX + chain), len(PREFIX) + len(chain), len(chain) + 1)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
 def test_refusals(model):
-    s = ModelState(model)
+    s = TreeState(model)
     with pytest.raises(ValueError, match="keep_root needs a committed token"):
-        feed_tree(s, buffer(PREFIX), 0, TOKENS, PARENTS, [], keep_root=True)
+        s.feed_tree(buffer(PREFIX), 0, TOKENS, PARENTS, [], keep_root=True)
     with pytest.raises(ValueError, match="parent 3 is neither cached"):
-        feed_tree(s, buffer(PREFIX), len(PREFIX), [1], [3], [], keep_root=True, nodes=[7])
+        s.feed_tree(buffer(PREFIX), len(PREFIX), [1], [3], [], keep_root=True, nodes=[7])
     impl = model.config._attn_implementation
     try:
         model.config._attn_implementation = "flash_attention_2"
         with pytest.raises(ValueError, match="flash_attention_2.*cannot take"):
-            feed_tree(s, buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
+            TreeState(model)
     finally:
         model.config._attn_implementation = impl

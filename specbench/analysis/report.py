@@ -35,7 +35,7 @@ from specbench.common.files import write_text_atomic
 from specbench.analysis.conventions import CONVENTIONS, OVERVIEW_COLUMNS, convention_table
 from specbench.analysis.per_position import position_tables
 from specbench.analysis.projection_costs import Projection, costs_table
-from specbench.runs.projection import ProfileError, host_per_iteration, project, read as read_profile
+from specbench.runs.projection import ProfileError, host_per_iteration, project, project_whole, read as read_profile
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,8 @@ DIFFERS = " ≠0"  # marks a Δscore whose 95% interval leaves out 0
 VS_MEASURED = "projected / measured - 1"  # with a profile: the projection's relative difference from the measured
 AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generations after their first blocks
 VS_AFTER_FIRST = "projected / after 1st block - 1"
+WHOLE = "projected with 1st blocks"  # with a profile that has prefills: every generation's first block priced too
+VS_WHOLE = "that / measured - 1"
 
 
 def overview(group: Group, many: bool = False, projection: Projection | None = None,
@@ -118,7 +120,8 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
             and (c != "diverged from ar" or any(found[d] is not None for d in runs["run_dir"]))]
     if projection is not None:
         at = cols.index("predicted") + 1
-        cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST]
+        cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST] + (
+            [WHOLE, VS_WHOLE] if any(e.get("target_prefill_s") for e in projection.profile["entries"]) else [])
     accept = [] if convention == "specbench" else OVERVIEW_COLUMNS[convention]  # in place of AccRate and τ
     if accept:
         at = cols.index("AccRate")
@@ -173,8 +176,14 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
             nums[VS_MEASURED] = nums[projection.column] / sp - 1
             nums[AFTER_FIRST] = np.nan if base is None else r["after_first_block_tps"] / base["after_first_block_tps"]
             nums[VS_AFTER_FIRST] = nums[projection.column] / nums[AFTER_FIRST] - 1
+            whole, why = (None, "") if not drafting or base is None else project_whole(
+                r, base, projection.profile, projection.pair, host)
+            if whole is None and why and WHOLE in cols:
+                notes.append(f"projection of {r['run_dir']} with its first blocks left out: {why}")
+            nums[WHOLE] = np.nan if whole is None else whole
+            nums[VS_WHOLE] = nums[WHOLE] / sp - 1
             for c, spec in ((projection.column, ".2f"), (VS_MEASURED, "+.1%"), (AFTER_FIRST, ".2f"),
-                            (VS_AFTER_FIRST, "+.1%")):
+                            (VS_AFTER_FIRST, "+.1%"), (WHOLE, ".2f"), (VS_WHOLE, "+.1%")):
                 text[c] = _cell(nums[c], spec, False)
         for c in cols:
             v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
@@ -183,7 +192,9 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
              + (f"the projection of its iterations onto the cost profile {projection.profile['name']!r}"
                 + (f" (pair {projection.pair})" if projection.pair else "")
                 + " and its difference from the measured speedup and from the measured speedup after each "
-                "generation's first block (prompt and first iteration left out, as in the predictions), "
+                "generation's first block (prompt and first iteration left out, as in the predictions), and where "
+                "the profile has prefill costs the projection with every first block priced too (the prompt's "
+                "forwards and the first drafts: the measured speedup's own scope) and its difference from it, "
                 if projection is not None else "")
              + ("acceptance (exact / JS-relaxed), τ, " if not accept else
                 f"acceptance in {CONVENTIONS[convention][0]} convention ({'; '.join(c for c, _, _ in accept)}; "

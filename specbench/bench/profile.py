@@ -16,6 +16,7 @@ from specbench.common.files import write_json_atomic
 from specbench.decoding.compiled import WIDTHS, StaticState
 from specbench.decoding.profiles import FORMAT, Entry, shapes
 from specbench.decoding.state import ModelState, sync
+from specbench.decoding.tree_state import TreeState
 from specbench.models.pairs import Pair
 
 CHAIN_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)  # tokens per row of the verify forwards
@@ -23,6 +24,8 @@ TREE_NODES = (16, 32, 64)
 DRAFT_WIDTHS = (1, 2, 3, 4, 6, 8, 16)  # tokens per row of the draft's forwards (eager entries): chains feed 1-2, trees more
 BATCH_SIZES = (1, 4, 16, 64)
 HIDDEN_WIDTHS = (1, 2, 4, 8, 16)  # verifies that return hidden states (EAGLE-3's chains: up to γ + 1 tokens)
+PREFILL_TOKENS = (32, 128, 512)  # prompt lengths of the prefill forwards (a generation's first; those within the
+# pair's context), interpolated between
 
 
 def hidden_layers(n_layers: int) -> tuple[int, ...]:
@@ -60,21 +63,33 @@ def forward_seconds(model: PreTrainedModel, prompt: list[int], width: int, rows:
     return statistics.median(times[2:])
 
 
+def prefill_seconds(model: PreTrainedModel, prompt: list[int], tokens: int, steps: int = 3) -> float:
+    """Median seconds of a forward of a prompt of `tokens` tokens (`prompt` repeated to that length) into an empty
+    cache, keeping the last token's logits, as a generation's first forward does; after one warm-up forward (prompts
+    are long: fewer steps than the other forwards)."""
+    ids = (prompt * (tokens // max(len(prompt), 1) + 1))[:tokens]
+    buf = torch.tensor([ids], dtype=torch.long, device=model.device)
+    times = []
+    for _ in range(steps + 1):
+        state = ModelState(model, 1)
+        state.forward(buf, tokens, 1)
+        times.append(state.seconds)
+    return statistics.median(times[1:])
+
+
 def tree_seconds(model: PreTrainedModel, prompt: list[int], nodes: int, steps: int = 15) -> float:
     """Median seconds of one tree-attention forward of the root's token and `nodes` nodes (node j's parent
     (j - 1) // 2: a complete binary tree) after a cached prompt; each forward's nodes are dropped again."""
-    from specbench.decoding.tree_state import feed_tree, keep_path
-
     buf = torch.tensor([prompt + [65]], dtype=torch.long, device=model.device)
-    state = ModelState(model)
+    state = TreeState(model)
     state.forward(buf, len(prompt) - 1, 1)  # the prompt but its last token cached: each forward feeds it and the tree
     parents = [(j - 1) // 2 if j else -1 for j in range(nodes)]
     times = []
     for _ in range(steps + 2):
         t0 = state.seconds
-        feed_tree(state, buf, len(prompt), [65] * nodes, parents, [], True)
+        state.feed_tree(buf, len(prompt), [65] * nodes, parents, [], True)
         times.append(state.seconds - t0)
-        keep_path(state, len(prompt) - 1, [])
+        state.keep_path(len(prompt) - 1, [])
     return statistics.median(times[2:])
 
 
@@ -87,8 +102,8 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
                   trees: tuple[int, ...] = TREE_NODES) -> Entry:
     """One profile entry of `pair` (named `name`) on its device: chains at each width, trees (eager, B = 1) and
     the draft's forwards (eager: at each of DRAFT_WIDTHS, and as trees where the target's are measured; compiled:
-    of one token, no further graphs built), and where trees are measured the target's chains that return hidden
-    states (HIDDEN_WIDTHS)."""
+    of one token, no further graphs built), and where trees are measured (eager, B = 1) the target's chains that
+    return hidden states (HIDDEN_WIDTHS) and both models' prefills (PREFILL_TOKENS)."""
     compile = path == "compiled"
     t, d = pair.target, pair.draft
     chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
@@ -98,12 +113,17 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
     draft_trees = {str(w): tree_seconds(d, prompt, w - 1, steps) for w in DRAFT_WIDTHS} if tree else {}
     layers = hidden_layers(t.config.get_text_config().num_hidden_layers)
     hidden = {str(w): forward_seconds(t, prompt, w, rows, compile, steps, layers) for w in HIDDEN_WIDTHS} if tree else {}
+    context = pair.context_length([t, d]) or max(PREFILL_TOKENS)
+    lengths = [n for n in PREFILL_TOKENS if n <= context] or [context]
+    prefill = {role: {str(n): prefill_seconds(m, prompt, n, min(steps, 3)) for n in lengths}
+               for role, m in (("target", t), ("draft", d))} if tree else {}
     return Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)}, dtype=str(t.dtype).removeprefix("torch."),
                  device=device_name(t.device), path=path, batch_size=rows, prompt_tokens=len(prompt),
                  target_chain_s=chains, target_tree_s=tree, draft_token_s=drafts["1"],
                  **({"draft_chain_s": drafts} if not compile else {}),
                  **({"draft_tree_s": draft_trees} if draft_trees else {}),
-                 **({"target_hidden_s": hidden} if hidden else {}))
+                 **({"target_hidden_s": hidden} if hidden else {}),
+                 **({f"{role}_prefill_s": p for role, p in prefill.items()}))
 
 
 def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:

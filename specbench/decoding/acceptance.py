@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 
 from specbench.decoding import block  # noqa: F401 - registers the rule `block` (Sun et al.'s block verification)
+from specbench.decoding import trees
+from specbench.decoding.proposal import SAMPLED
 from specbench.decoding.rule import RULES, Chains, Rule, leading_product, leading_true  # noqa: F401 - re-exported
 from specbench.decoding.sampling import categorical, js_distance
 from specbench.decoding.state import to_device
@@ -37,6 +39,10 @@ class Greedy(Rule):
     """Accept while x_i == argmax p_i; next = argmax p_{n+1}. Lossless at temperature 0, where every rule is this."""
 
     name = "greedy"
+    walks_trees = True
+
+    def walk(self, prop, p, generator):
+        return trees.greedy_path(prop, p.argmax(-1).tolist())
 
     def decide(self, c, p, generators, thresholds):
         top = p.argmax(-1)  # [B, W+1]
@@ -53,6 +59,14 @@ class Rejection(Rule):
     norm(max(p_i - q_i, 0)); bonus from p_{w+1}. Lossless in distribution."""
 
     name = "rejection"
+    walks_trees = True
+
+    def walk(self, prop, p, generator):
+        """Siblings drawn independently from q: SpecInfer's multi-step sampling; else (distinct tokens, drawn without
+        replacement, or q None) recursive rejection."""
+        if prop.siblings == SAMPLED and prop.q is not None:
+            return trees.multi_step_path(prop, p, generator)
+        return trees.recursive_rejection_path(prop, p, generator)
 
     def decide(self, c, p, generators, thresholds):
         W, V = c.W, p.shape[-1]
@@ -80,6 +94,10 @@ class SampleMatch(Rule):
     Lossless in distribution (each emitted token is a draw from p given the accepted prefix)."""
 
     name = "sample_match"
+    walks_trees = True
+
+    def walk(self, prop, p, generator):
+        return trees.sample_match_path(prop, p, generator)
 
     def decide(self, c, p, generators, thresholds):
         y = categorical(p, c.exponentials(generators, p.shape[-1], p.dtype))  # [B, W+1]
@@ -101,6 +119,7 @@ class JSRelaxed(Rule):
     """
 
     lossless = False
+    chains_only = "it relaxes a mismatch at one position, and a tree's nodes have no single position to compare"
 
     def __init__(self, base: Rule, threshold: float = 0.0) -> None:
         self.base = base
@@ -114,12 +133,6 @@ class JSRelaxed(Rule):
         self.exact, fallback = self.base.decide(c, p, generators, None)
         t = to_device(thresholds if thresholds is not None else [self.threshold], torch.float64, self.js.device)
         return self.exact | (self.js <= t[:, None]), fallback
-
-    def accept(self, props, p, generators, thresholds=None):
-        if any(not prop.is_chain for prop in props):
-            raise ValueError(f"rule {self.name!r} relaxes chains only: a tree's nodes have no single position to "
-                             "compare; use an exact rule (greedy, rejection, sample_match) for trees")
-        return super().accept(props, p, generators, thresholds)
 
     def last_decision(self):
         return self.exact, self.js

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from specbench.decoding.sampling import SamplingParams
 
 
@@ -12,7 +14,7 @@ from specbench.decoding.sampling import SamplingParams
 class Binding:
     """The pair as a method runs on it, fixed before decoding and handed over once by `Method.bind`."""
 
-    models: dict[str, Any]  # pair role ('target', 'draft') -> the model playing it, for the roles the method runs
+    models: dict[str, torch.nn.Module]  # pair role ('target', 'draft') -> the model playing it, for the roles the method runs
     tokenizer: Any  # the pair's tokenizer (None for test models without one)
     vocab_size: int  # the shared tokenizer range; logits beyond it (embedding padding) are ignored
     eos_ids: frozenset[int]  # ids that end a generation

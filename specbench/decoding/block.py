@@ -70,6 +70,7 @@ class Block(Rule):
     """Sun et al.'s block verification of each row's chain; lossless in distribution."""
 
     name = "block"
+    chains_only = "it decides a block of consecutive drafts, and a tree's nodes are not one block"
 
     def decide(self, c: Chains, p: torch.Tensor, generators: list[torch.Generator | None],
                thresholds: list[float] | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,8 +96,3 @@ class Block(Rule):
         below = (1 - h).flip(1).cumprod(1).flip(1)  # [B, W]: prod_{i >= j} (1 - h_i); pads' 1 - h = 1
         return torch.where(c.x >= 0, 1 - below, torch.zeros_like(below)).sum(1)
 
-    def accept(self, props, p, generators, thresholds=None):
-        if any(not prop.is_chain for prop in props):
-            raise ValueError("rule 'block' verifies chains (a block of consecutive drafts); a tree's nodes are not "
-                             "one block: use rejection, sample_match or greedy for trees")
-        return super().accept(props, p, generators, thresholds)

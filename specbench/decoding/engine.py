@@ -11,7 +11,8 @@ model. One iteration, one named step each, every row with its own L_b, window, p
   2. verify: one target forward over the row's uncached tokens and its nodes gives p at the root and at every
      node (the first iteration's forward is also the prompt prefill, as in transformers' assisted generation).
      A chain is fed causally from the buffer; a tree (one row) with tree attention: node j attends to the prefix
-     and its own ancestors at position L_b - 1 + depth(j) (specbench.decoding.tree_state);
+     and its own ancestors at position L_b - 1 + depth(j) (specbench.decoding.tree_state). Which of the two a
+     method's proposals are is known from its parts: the verify (specbench.decoding.verifiers) is chosen once;
   3. accept: the method's rule, called once for the batch, gives each row's accepted root path (n nodes) and
      the next token; the path and the token go to buf[b, L_b:L_b+n+1]; L_b <- L_b + n + 1;
   4. roll back: both caches keep the row's prefix buf[b, :L_b] plus its accepted path (a chain: a crop; a tree:
@@ -48,11 +49,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.margins import chosen_values, committed, committed_columns, to_host, top2_values
@@ -60,9 +59,10 @@ from specbench.decoding.method import Method
 from specbench.decoding.records import Generation, IterationRecord, concat_generations  # noqa: F401 - re-exported
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
+from specbench.decoding import verifiers
 from specbench.decoding.state import Clock, Counted, ModelState, sync, write
 from specbench.decoding.stopping import StopCriteria
-from specbench.decoding.tree_state import feed_tree, keep_path
+from specbench.decoding.tree_state import TreeState
 
 
 @dataclass
@@ -131,9 +131,10 @@ class Engine:
         stats = trace or method.needs_stats
         layers = tuple(method.hidden_layers)  # verifier states the drafter reads (a head, sd2); usually none
         need = max(r.P for r in rows) + max_new_tokens + 1  # buffer columns, the most a cache may hold
-        states = {role: self.new_state(model, B, need, role)  # by pair role
+        states = {role: self.new_state(model, B, need, role, method.parts.trees)  # by pair role
                   for role, model in method.bound.models.items()}
         target = states[method.verifier]  # the model that verifies: draft_only's is the draft
+        verify = verifiers.for_parts(method.parts.trees)  # how proposals are fed and kept: chains or trees
         source = method.draft_source(states)  # what proposes the drafts (None: no drafting)
         drafter = states.get("draft") if source is not None and method.verifier != "draft" else None
         buf = torch.zeros((B, need), dtype=torch.long, device=self.device)
@@ -156,9 +157,8 @@ class Engine:
             if drafter is not None:  # the tokens each row's draft forwards fed this iteration
                 drafts_fed = [a - b for a, b in zip(drafter.row_tokens, drafts_fed)]
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
-            tree = not all(prop.is_chain for prop in props)
             fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
-            logits = self.verify(target, buf, rows, props, layers, tree)  # [B, keep, V_model]
+            logits = verify.feed(target, buf, [r.L for r in rows], props, layers)  # [B, keep, V_model]
             logits, props = self.look_back(logits, rows, props)  # look-only nodes off: [B, keep', V_model]
             p_all = self.sampler.probs(logits)  # [B, keep, V]
             vals = top2_values(logits, self.sampler.vocab_size)  # [B, keep, 2] on the device; host copy after commit
@@ -171,7 +171,7 @@ class Engine:
                 for r, states_b in zip(rows, self.committed_states(target.hidden, rows, props, verdicts, fed)):
                     r.states = states_b
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
-            blocks = self.commit(buf, rows, props, verdicts, target, source, tree)
+            blocks = self.commit(buf, rows, props, verdicts, verify, target, source)
             cols = [committed_columns(keep, prop, v) for prop, v in zip(props, verdicts)]
             margin, top, chosen = to_host(vals, chosen_values(logits, cols, blocks), cols)  # one copy: [B][keep] x2, [B][n_b + 1]
             # 5. record the iteration and update each row's policy
@@ -188,7 +188,7 @@ class Engine:
                                       draft_tokens=drafts_fed[b])
                 if stats and len(prop):
                     rec.entropy, rec.js = self.statistics(prop, p_all[b, keep - len(prop) - 1 :], v)
-                if tree and not prop.is_chain:
+                if not prop.is_chain:
                     rec.depth = max(prop.depths())
                 if trace and len(prop):  # a chain is the tree whose node j has parent j - 1
                     rec.tree = {"tokens": prop.tokens, "parents": prop.parents, "path": v.path}
@@ -226,23 +226,6 @@ class Engine:
                                             [r.generator for r in rows], self.sampler, self.stop.eos_ids,
                                             [r.states for r in rows], [r.looked for r in rows]))
 
-    def verify(self, target: ModelState, buf: torch.Tensor, rows: list[Row], props: list[Proposal],
-               layers: tuple[int, ...], tree: bool) -> torch.Tensor:
-        """Step 2: one target forward over each row's uncached tokens and proposal; logits [B, keep, V] whose
-        row b ends with its root's and its n_b nodes' columns. Chains are written after buf[b, :L_b] and fed
-        from there; a tree (one row) is fed with tree attention (specbench.decoding.tree_state)."""
-        if not tree:
-            w = [len(prop) for prop in props]
-            if any(w):  # every drafted token into its row's buffer, in one write
-                write(buf, [(b, r.L + i) for b, (r, n) in enumerate(zip(rows, w)) for i in range(n)],
-                      [x for prop in props for x in prop.tokens])
-            return target.forward(buf, [r.L + n for r, n in zip(rows, w)], max(w) + 1, layers)
-        if len(rows) > 1 or self.compile:
-            raise OptionError("a tree of drafts is verified one row at a time on the eager path: set batch_size=1 "
-                              "and engine.compile=false")
-        prop = props[0]
-        return feed_tree(target, buf, rows[0].L, prop.tokens, prop.parents, [], True, layers=layers)
-
     def look_back(self, logits: torch.Tensor, rows: list[Row], props: list[Proposal]
                   ) -> tuple[torch.Tensor, list[Proposal]]:
         """A proposal with look-only nodes (one row: a tree) gives the target's argmax there to its row, for the drafter's
@@ -272,29 +255,29 @@ class Engine:
 
     @staticmethod
     def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
-               target: ModelState, source: DraftSource | None, tree: bool) -> list[list[int]]:
+               verify: verifiers.ChainVerify | verifiers.TreeVerify, target: ModelState, source: DraftSource | None
+               ) -> list[list[int]]:
         """Step 4: row b's accepted path and next token (its block [n_b + 1], returned) go to buf[b, L_b:L_b+n+1] in
-        one write; the target's cache keeps buf[b, :L_b] plus the path (a chain's: a crop; a tree's: its other nodes
-        removed), the source's likewise."""
+        one write; the target's cache keeps buf[b, :L_b] plus the path (`verify.keep`), the source's likewise."""
         L = [r.L for r in rows]
         blocks = [[prop.tokens[j] for j in v.path] + [v.token] for prop, v in zip(props, verdicts)]
         write(buf, [(b, L[b] + i) for b, block in enumerate(blocks) for i in range(len(block))],
               [t for block in blocks for t in block])
-        if not tree:
-            target.crop([n + v.accepted for n, v in zip(L, verdicts)])
-        else:
-            keep_path(target, L[0], verdicts[0].path)
+        verify.keep(target, L, verdicts)
         if source is not None:
             source.rollback(L, [v.path for v in verdicts])
         return blocks
 
-    def new_state(self, model: Any, B: int, need: int, role: str) -> Counted:
+    def new_state(self, model: torch.nn.Module, B: int, need: int, role: str, trees: bool) -> Counted:
         """The state of one model over B rows: a static cache and compiled forwards when compiling (B = 1, room for
-        `need` tokens), else a dynamic cache; a head in the draft role makes its own (HeadState)."""
+        `need` tokens); a head in the draft role makes its own (HeadState); a model that verifies or grows trees a
+        TreeState (one row); else a dynamic cache over B rows."""
         if self.compile:
             return StaticState(model, B, need, role)
         own = getattr(model, "new_state", None)  # a head in the draft role keeps its own kind of state
-        return own(B) if own is not None else ModelState(model, B)
+        if own is not None:
+            return own(B)
+        return TreeState(model) if trees else ModelState(model, B)
 
     def new_rows(self, prompts: list[list[int]], max_new_tokens: int, generators: list[torch.Generator | None]
                  ) -> list[Row]:

@@ -16,11 +16,13 @@ from typing import Any, Callable
 import torch
 
 from specbench.decoding.acceptance import Rule, make_rule
+from specbench.decoding.rule import tree_rules
 from specbench.decoding.records import Generation, IterationRecord  # noqa: F401 - IterationRecord re-exported
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.binding import Binding
 from specbench.decoding.parts import DRAFTERS, Parts, Shape, refuse_tree_models
 from specbench.decoding.sampling import SamplingParams
+from specbench.decoding.state import Counted
 from specbench.decoding.stopping import StopCriteria
 from specbench.common.registry import Registry
 
@@ -61,11 +63,9 @@ class Method:
     def check_parts(self) -> None:
         """Fail with an OptionError naming the key when the parts do not go together (a relaxed rule on a tree, a
         drafter that cannot propose the shape)."""
-        from specbench.decoding import trees
-
-        if self.parts.trees and self.uses_draft and self.rule.name not in trees.KINDS:
-            raise option_error(self.name, f"method.rule must be one of {', '.join(trees.KINDS)} for a tree (a relaxed "
-                                          f"rule compares one draft per position), got {self.rule_spec!r}")
+        if self.parts.trees and self.uses_draft and not self.rule.walks_trees:
+            raise option_error(self.name, f"method.rule must be one of {', '.join(tree_rules())} for a tree "
+                                          f"({self.rule.chains_only}), got {self.rule_spec!r}")
         why = self.parts.drafter.check_shape(self.parts.shape)
         if why:
             raise option_error(self.name, why)
@@ -115,12 +115,12 @@ class Method:
         return self.binding
 
     @property
-    def verifier_model(self) -> Any:
+    def verifier_model(self) -> torch.nn.Module:
         """The model that verifies (or generates, without drafting)."""
         return self.bound.models[self.verifier]
 
     @property
-    def draft_model(self) -> Any:
+    def draft_model(self) -> torch.nn.Module | None:
         """The model in the draft role: the pair's draft unless bind() put another in its place (a trained drafter,
         a head, an early-exit view); None without drafting."""
         return self.bound.models.get("draft") if self.uses_draft else None
@@ -137,7 +137,7 @@ class Method:
         state across examples cannot be forked)."""
         return copy.copy(self)
 
-    def draft_source(self, states: dict[str, Any]) -> DraftSource | None:
+    def draft_source(self, states: dict[str, Counted]) -> DraftSource | None:
         """The proposer of one generation's drafts, given its models' states by role (specbench.decoding.state): the
         drafter part's, for the shape's grower (None without drafting)."""
         if not self.uses_draft:

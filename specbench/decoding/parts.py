@@ -111,7 +111,7 @@ class Drafter:
 
 
 def model_source(state: ModelState, grower: Grower | None, fixed_window: bool) -> DraftSource:
-    """A draft model's proposer: a chain drawn token by token, or a tree grown by `grower`."""
+    """A draft model's proposer: a chain drawn token by token, or a tree grown by `grower` (its state a TreeState)."""
     return ModelDraft(state, fixed_window) if grower is None else TreeDraft(state, grower)
 
 

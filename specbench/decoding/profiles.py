@@ -13,10 +13,13 @@ one (pair, dtype, device, path, batch size):
                                    # lack it: draft_token_s stands for every width)
      "draft_tree_s": {"k": s},     # one draft tree-attention forward of k tokens (the root's and k - 1 nodes: a
                                    # depth of a tree the draft grows; B = 1, eager; older profiles lack it)
-     "target_hidden_s": {"k": s}}  # one target forward of k tokens that also returns three layers' hidden states
+     "target_hidden_s": {"k": s},  # one target forward of k tokens that also returns three layers' hidden states
                                    # (EAGLE-3's and SD²'s verifies; B = 1, eager; older profiles lack it)
+     "target_prefill_s": {"P": s}, # one target forward of a prompt of P tokens into an empty cache (a generation's
+     "draft_prefill_s": {"P": s}}  # first forward); the draft's likewise (B = 1, eager; older profiles lack them)
 
-every s the median wall seconds of a number of forwards after a cached prompt of P tokens (rolled back after each).
+every s (but the prefills') the median wall seconds of a number of forwards after a cached prompt of P tokens (rolled
+back after each).
 Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), so a compiled entry
 lists those widths; trees run eagerly at B = 1 (the tree methods decode one row). Between measured widths the
 cost is interpolated linearly (`chain_seconds`); beyond the widest it is extrapolated from the last two; a tree
@@ -54,6 +57,8 @@ class OptionalKeys(TypedDict, total=False):
     draft_chain_s: dict[str, float]
     draft_tree_s: dict[str, float]
     target_hidden_s: dict[str, float]
+    target_prefill_s: dict[str, float]
+    draft_prefill_s: dict[str, float]
 
 
 class Entry(OptionalKeys):
@@ -216,3 +221,12 @@ def pick(entries: list[Entry], pair: str, dtype: str | None, path: str, batch_si
                       "dtype)")
     entry = next((e for e in same if e["pair"] == pair), same[0])
     return entry, f"entry {entry['pair']} {entry['dtype']} {entry['path']} B={entry['batch_size']}"
+
+
+def prefill_seconds(entry: Entry, role: str, tokens: int) -> float | None:
+    """Seconds of the `role` model's ("target" or "draft") forward of a prompt of `tokens` tokens into an empty cache,
+    interpolated between the prompt lengths measured (beyond them, the nearest segment's line); None where the entry
+    has none (profiles older than the prefills, compiled and B > 1 entries)."""
+    points = entry.get(f"{role}_prefill_s") or {}
+    return interpolate(points, tokens) if points else None
+

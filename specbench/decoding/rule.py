@@ -12,7 +12,6 @@ from functools import cached_property
 import torch
 
 from specbench.common.registry import Registry
-from specbench.decoding import trees
 from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.sampling import exponentials
 from specbench.decoding.state import to_device
@@ -97,10 +96,12 @@ class Chains:
 
 
 class Rule:
-    """Base class; `lossless` says whether the rule preserves the target distribution."""
+    """Base class; `lossless` says whether the rule preserves the target distribution, `walks_trees` whether it
+    decides trees too (its `walk`: specbench.decoding.trees) or chains only."""
 
     name = "base"
     lossless = True
+    walks_trees = False
 
     def decide(self, c: Chains, p: torch.Tensor, generators: list[torch.Generator | None],
                thresholds: list[float] | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,8 +130,12 @@ class Rule:
         return c.verdicts(ok, fallback, *self.last_decision())
 
     def walk(self, prop: Proposal, p: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
-        """(path, next token) of the rule on one tree against p [n+1, V] (specbench.decoding.trees)."""
-        return trees.tree_path(self.name, prop, p, generator)
+        """(path, next token) of the rule on one tree against p [n+1, V] (specbench.decoding.trees); a rule that
+        decides chains only refuses."""
+        raise ValueError(f"rule {self.name!r} verifies chains only: {self.chains_only}; trees need one of "
+                         f"{', '.join(tree_rules())}")
+
+    chains_only = "it decides one draft per position"  # why a rule without walk() cannot decide a tree
 
     def last_decision(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(exact [B, W], js [B, W]) of the last decision of a relaxed rule; (None, None) for an exact one."""
@@ -140,6 +145,11 @@ class Rule:
         """E[accepted drafts | the drafts] [B] float64, exact, for the chains c against p [B, W+1, V]: what the rule
         accepts on average on these very drafts (specbench.bench.rules compares rules on the same drafts)."""
         raise NotImplementedError(f"rule {self.name!r} has no closed form for its expected acceptance")
+
+
+def tree_rules() -> list[str]:
+    """The registered rules that walk trees."""
+    return [name for name in RULES.names() if RULES.get(name).walks_trees]
 
 
 def leading_product(c: Chains, a: torch.Tensor) -> torch.Tensor:

@@ -105,10 +105,6 @@ class ModelState(Counted):
         self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
                                                                             device=self.device)
         self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, given layers
-        # tree attention (specbench.decoding.tree_state, one row): the tree nodes in the cache after the committed
-        # columns, in column order, and each one's root path (its ancestors and itself)
-        self.tree_nodes: list[int] = []
-        self.tree_paths: dict[int, list[int]] = {}
 
     @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()

@@ -10,7 +10,7 @@ Growth (one row, tree attention on the draft's own cache, specbench.decoding.tre
     token ends a generation are not expanded;
   then the grower selects the nodes to verify (ancestor-closed, at most the row's cap) and they become the
   Proposal, renumbered in growth order (a node after its parent).
-After the verify the draft cache keeps the prefix plus the accepted path's expanded nodes (tree_state.keep_path).
+After the verify the draft cache keeps the prefix plus the accepted path's expanded nodes (TreeState.keep_path).
 A node's score is its cumulative draft log-probability, sum of log q(x) along its root path (EAGLE-2's ranking).
 """
 
@@ -23,8 +23,7 @@ import torch
 
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.proposal import TOP_K, Proposal, chain
-from specbench.decoding.state import ModelState
-from specbench.decoding.tree_state import feed_tree, keep_path
+from specbench.decoding.tree_state import TreeState
 
 MAX_NODES = 1024  # nodes verified per call: beyond any published tree (EAGLE ~60, Sequoia <= 768)
 
@@ -94,8 +93,8 @@ def closed(t: Grown, chosen: list[int]) -> list[int]:
 class TreeDraft(DraftSource):
     """A draft model's tree for one row, grown by `grower` (batch_size 1: the methods refuse more rows)."""
 
-    def __init__(self, state: ModelState, grower: Grower | None) -> None:
-        self.state = state  # one row
+    def __init__(self, state: TreeState, grower: Grower | None) -> None:
+        self.state = state  # one row; a head's drafts (HeadDraft) keep the head's own state here
         self.grower = grower
         self.index: list[int] | None = None  # proposal node -> grown node, of the last proposal
         self.steps = 0  # draft forwards of the last proposal
@@ -131,17 +130,17 @@ class TreeDraft(DraftSource):
     def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
         """q at the root [V]: one forward of the row's uncached committed tokens (None: nothing to draft from)."""
         self.steps += 1
-        return d.sampler.probs(feed_tree(self.state, buf, L, [], [], [], True)[0, :1])[0]
+        return d.sampler.probs(self.state.feed_tree(buf, L, [], [], [], True)[0, :1])[0]
 
     def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
         """q [len(grow), V] at the grown nodes `grow`: they are fed in one forward (tree attention)."""
         s = self.state
-        logits = feed_tree(s, buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow],
-                           list(s.tree_nodes), False, nodes=grow)
+        logits = s.feed_tree(buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow], list(s.tree_nodes),
+                             False, nodes=grow)
         self.steps += 1
         return d.sampler.probs(logits[0])
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """The draft cache keeps the prefix and the accepted path's expanded nodes."""
         if self.index is not None:
-            keep_path(self.state, lengths[0], [self.index[j] for j in paths[0]])
+            self.state.keep_path(lengths[0], [self.index[j] for j in paths[0]])

@@ -1,7 +1,8 @@
-"""Tree attention on a one-row ModelState: feed a proposal's nodes in one forward, then keep only the accepted path.
+"""Tree attention on one row (`TreeState`, the state of a model that verifies or grows trees): feed a proposal's
+nodes in one forward, then keep only the accepted path.
 
 The cache holds the row's committed tokens (columns 0..fed-1) followed by tree nodes (columns fed.., their proposal
-indices in s.tree_nodes). Node j attends to the committed columns, its ancestors and itself, at position
+indices in tree_nodes). Node j attends to the committed columns, its ancestors and itself, at position
 L - 1 + d(j) (L = committed tokens, d = depth), so its keys, values and logits equal those of a causal forward of
 prefix + j's root path. The mask is an additive float [1, 1, q, kv] mask, which transformers' masking_utils passes
 through as is (a 4-D mask is "already prepared") and eager and sdpa attention add to the scores.
@@ -38,103 +39,108 @@ def tree_mask_refusal(model: torch.nn.Module) -> str | None:
     return None
 
 
-def _check(s: ModelState) -> None:
-    """Refuse what tree attention cannot serve: several rows, flash attention, sliding-window or linear layers."""
-    if s.mask is not None or len(s.fed) != 1:
-        raise ValueError("tree attention serves one row (a ModelState with rows=1)")
-    impl = str(s.model.config._attn_implementation or "")
-    if "flash" in impl:
-        raise ValueError(f"tree attention needs an arbitrary 4-D attention mask, which {impl!r} cannot take; "
-                         "load the model with attn_implementation='sdpa' or 'eager'")
-    if any(s.cache.is_sliding) or any(getattr(layer, "keys", False) is False for layer in s.cache.layers):
-        raise ValueError("tree attention needs full-attention cache layers (no sliding-window or linear layers)")
+class TreeState(ModelState):
+    """A one-row ModelState that also feeds and keeps trees: after the committed columns its cache may hold tree
+    nodes, listed with their root paths. An ordinary forward (ModelState.forward) serves the chains in between."""
 
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__(model, 1)
+        self.tree_nodes: list[int] = []  # the tree nodes in the cache after the committed columns, in column order
+        self.tree_paths: dict[int, list[int]] = {}  # node -> its ancestors and itself, root side first
+        self.check()
 
-@torch.inference_mode()
-def feed_tree(s: ModelState, buf: torch.Tensor, upto: int, tokens: list[int], parents: list[int], cached: list[int],
-              keep_root: bool, nodes: list[int] | None = None, layers: tuple[int, ...] = ()) -> torch.Tensor:
-    """Feed buf[0, fed:upto] [upto - fed] causally then the new nodes `tokens` [n] in one forward; return logits
-    [1, keep_root + n, V]: the root's (at the last committed token) when keep_root, then each new node's.
+    def check(self) -> None:
+        """Refuse what tree attention cannot serve: flash attention, sliding-window or linear layers."""
+        impl = str(self.model.config._attn_implementation or "")
+        if "flash" in impl:
+            raise ValueError(f"tree attention needs an arbitrary 4-D attention mask, which {impl!r} cannot take; "
+                             "load the model with attn_implementation='sdpa' or 'eager'")
+        if any(self.cache.is_sliding) or any(getattr(layer, "keys", False) is False for layer in self.cache.layers):
+            raise ValueError("tree attention needs full-attention cache layers (no sliding-window or linear layers)")
 
-    parents [n] index the whole proposal (-1 = root); `cached` == s.tree_nodes lists the proposal nodes already in
-    the cache, in column order; `nodes` [n] are the new nodes' proposal indices (default: len(cached) + k, the case
-    where every earlier node is cached). A parent is the root, a cached node or an earlier new node. With `layers`
-    (hidden_states indices), their states of every fed column go to s.hidden [len(layers), 1, upto - fed + n, H].
-    """
-    t0 = time.perf_counter()
-    _check(s)
-    tree, fed, dev = list(s.tree_nodes), s.fed[0], s.device
-    if list(cached) != tree:
-        raise ValueError(f"cached {list(cached)} differs from the tree nodes in the cache {tree}")
-    if tree and upto != fed:
-        raise ValueError("committed tokens cannot be fed after tree nodes (call keep_path first)")
-    n_c, n = upto - fed, len(tokens)
-    if n_c < 0 or (keep_root and n_c == 0) or n_c + n == 0:
-        raise ValueError(f"fed {fed}, upto {upto}, {n} nodes, keep_root {keep_root}: keep_root needs a committed "
-                         "token to feed, and a forward needs something to feed")
-    nodes = list(range(len(tree), len(tree) + n)) if nodes is None else list(nodes)
-    paths = dict(s.tree_paths)  # node -> its ancestors and itself, root side first
-    for j, a in zip(nodes, parents):
-        if a >= 0 and a not in paths:
-            raise ValueError(f"node {j}'s parent {a} is neither cached nor fed before it")
-        paths[j] = (paths[a] if a >= 0 else []) + [j]
-    col = {j: upto + c for c, j in enumerate(tree + nodes)}  # cache column of each tree node
-    prior = fed + len(tree)  # columns already in the cache
-    if s.cache.get_seq_length() != prior:
-        raise ValueError(f"the cache holds {s.cache.get_seq_length()} columns, the state expects {prior}")
-    q, kv = n_c + n, prior + n_c + n
-    allowed = torch.zeros((q, kv), dtype=torch.bool, device=dev)
-    # committed query i (column fed + i) attends to columns c <= fed + i
-    allowed[:n_c] = torch.arange(kv, device=dev)[None] <= torch.arange(fed, upto, device=dev)[:, None]
-    allowed[n_c:, :upto] = True  # every node attends to the committed prefix
-    rows = [n_c + k for k, j in enumerate(nodes) for _ in paths[j]]
-    cols = [col[a] for j in nodes for a in paths[j]]  # ... and to its root path (ancestors and itself)
-    allowed[rows, cols] = True
-    dtype = s.model.dtype
-    mask = torch.zeros((1, 1, q, kv), dtype=dtype, device=dev).masked_fill(~allowed, torch.finfo(dtype).min)
-    # positions: committed fed..upto-1; node j at upto - 1 + d(j), d(j) = len(paths[j])
-    pos = torch.tensor([list(range(fed, upto)) + [upto - 1 + len(paths[j]) for j in nodes]], device=dev)
-    ids = torch.cat([buf[0, fed:upto].to(dev), torch.tensor(tokens, dtype=torch.long, device=dev)])[None]
-    keep = int(keep_root) + n
-    extra = {"output_hidden_states": True} if layers else {}
-    out = s.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=s.cache, use_cache=True,
-                  logits_to_keep=max(keep, 1), **extra)
-    if layers:
-        s.hidden = torch.stack([out.hidden_states[k] for k in layers])
-    sync(dev)
-    s.count(time.perf_counter() - t0, q)
-    s.fed, s.columns = [upto], kv
-    s.tree_nodes, s.tree_paths = tree + nodes, paths
-    return out.logits[:, out.logits.shape[1] - keep:]
+    @torch.inference_mode()
+    def feed_tree(self, buf: torch.Tensor, upto: int, tokens: list[int], parents: list[int], cached: list[int],
+                  keep_root: bool, nodes: list[int] | None = None, layers: tuple[int, ...] = ()) -> torch.Tensor:
+        """Feed buf[0, fed:upto] [upto - fed] causally then the new nodes `tokens` [n] in one forward; return logits
+        [1, keep_root + n, V]: the root's (at the last committed token) when keep_root, then each new node's.
 
+        parents [n] index the whole proposal (-1 = root); `cached` == tree_nodes lists the proposal nodes already in
+        the cache, in column order; `nodes` [n] are the new nodes' proposal indices (default: len(cached) + k, the
+        case where every earlier node is cached). A parent is the root, a cached node or an earlier new node. With
+        `layers` (hidden_states indices), their states of every fed column go to hidden [len(layers), 1, upto - fed
+        + n, H].
+        """
+        t0 = time.perf_counter()
+        tree, fed, dev = list(self.tree_nodes), self.fed[0], self.device
+        if list(cached) != tree:
+            raise ValueError(f"cached {list(cached)} differs from the tree nodes in the cache {tree}")
+        if tree and upto != fed:
+            raise ValueError("committed tokens cannot be fed after tree nodes (call keep_path first)")
+        n_c, n = upto - fed, len(tokens)
+        if n_c < 0 or (keep_root and n_c == 0) or n_c + n == 0:
+            raise ValueError(f"fed {fed}, upto {upto}, {n} nodes, keep_root {keep_root}: keep_root needs a committed "
+                             "token to feed, and a forward needs something to feed")
+        nodes = list(range(len(tree), len(tree) + n)) if nodes is None else list(nodes)
+        paths = dict(self.tree_paths)
+        for j, a in zip(nodes, parents):
+            if a >= 0 and a not in paths:
+                raise ValueError(f"node {j}'s parent {a} is neither cached nor fed before it")
+            paths[j] = (paths[a] if a >= 0 else []) + [j]
+        col = {j: upto + c for c, j in enumerate(tree + nodes)}  # cache column of each tree node
+        prior = fed + len(tree)  # columns already in the cache
+        if self.cache.get_seq_length() != prior:
+            raise ValueError(f"the cache holds {self.cache.get_seq_length()} columns, the state expects {prior}")
+        q, kv = n_c + n, prior + n_c + n
+        allowed = torch.zeros((q, kv), dtype=torch.bool, device=dev)
+        # committed query i (column fed + i) attends to columns c <= fed + i
+        allowed[:n_c] = torch.arange(kv, device=dev)[None] <= torch.arange(fed, upto, device=dev)[:, None]
+        allowed[n_c:, :upto] = True  # every node attends to the committed prefix
+        rows = [n_c + k for k, j in enumerate(nodes) for _ in paths[j]]
+        cols = [col[a] for j in nodes for a in paths[j]]  # ... and to its root path (ancestors and itself)
+        allowed[rows, cols] = True
+        dtype = self.model.dtype
+        mask = torch.zeros((1, 1, q, kv), dtype=dtype, device=dev).masked_fill(~allowed, torch.finfo(dtype).min)
+        # positions: committed fed..upto-1; node j at upto - 1 + d(j), d(j) = len(paths[j])
+        pos = torch.tensor([list(range(fed, upto)) + [upto - 1 + len(paths[j]) for j in nodes]], device=dev)
+        ids = torch.cat([buf[0, fed:upto].to(dev), torch.tensor(tokens, dtype=torch.long, device=dev)])[None]
+        keep = int(keep_root) + n
+        extra = {"output_hidden_states": True} if layers else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
+                         logits_to_keep=max(keep, 1), **extra)
+        if layers:
+            self.hidden = torch.stack([out.hidden_states[k] for k in layers])
+        sync(dev)
+        self.count(time.perf_counter() - t0, q)
+        self.fed, self.columns = [upto], kv
+        self.tree_nodes, self.tree_paths = tree + nodes, paths
+        return out.logits[:, out.logits.shape[1] - keep:]
 
-@torch.inference_mode()
-def keep_path(s: ModelState, length: int, path: list[int]) -> None:
-    """Keep the cache's first `length` committed columns and then the cached nodes of `path` [m] (its cached prefix),
-    in path order; drop every other tree node's keys and values in every layer.
+    @torch.inference_mode()
+    def keep_path(self, length: int, path: list[int]) -> None:
+        """Keep the cache's first `length` committed columns and then the cached nodes of `path` [m] (its cached
+        prefix), in path order; drop every other tree node's keys and values in every layer.
 
-    transformers has no public API to remove cache columns other than the last ones (Cache.crop), so a non-prefix
-    selection index_selects each DynamicLayer's keys/values [B, heads, seq, head_dim] along seq.
-    """
-    _check(s)
-    tree, fed = list(s.tree_nodes), s.fed[0]
-    if not 0 <= length <= fed:
-        raise ValueError(f"length {length} is outside the committed tokens 0..{fed}")
-    m = 0
-    while m < len(path) and path[m] in tree:  # the path's nodes in the cache are a prefix of it
-        m += 1
-    if m and length < fed:
-        raise ValueError("tree nodes attended to all committed tokens: they cannot be kept when some are dropped")
-    keep = list(range(length)) + [fed + tree.index(j) for j in path[:m]]
-    total = s.cache.get_seq_length()
-    if keep == list(range(len(keep))):  # a prefix of the cache: crop (crop(-k) drops the last k columns)
-        if len(keep) < total:
-            s.cache.crop(len(keep) - total)
-    else:
-        idx = torch.tensor(keep, device=s.device)
-        for layer in s.cache.layers:
-            if layer.is_initialized:
-                layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
-                layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
-    s.fed, s.columns = [len(keep)], len(keep)
-    s.tree_nodes, s.tree_paths = [], {}
+        transformers has no public API to remove cache columns other than the last ones (Cache.crop), so a
+        non-prefix selection index_selects each DynamicLayer's keys/values [B, heads, seq, head_dim] along seq.
+        """
+        tree, fed = list(self.tree_nodes), self.fed[0]
+        if not 0 <= length <= fed:
+            raise ValueError(f"length {length} is outside the committed tokens 0..{fed}")
+        m = 0
+        while m < len(path) and path[m] in tree:  # the path's nodes in the cache are a prefix of it
+            m += 1
+        if m and length < fed:
+            raise ValueError("tree nodes attended to all committed tokens: they cannot be kept when some are dropped")
+        keep = list(range(length)) + [fed + tree.index(j) for j in path[:m]]
+        total = self.cache.get_seq_length()
+        if keep == list(range(len(keep))):  # a prefix of the cache: crop (crop(-k) drops the last k columns)
+            if len(keep) < total:
+                self.cache.crop(len(keep) - total)
+        else:
+            idx = torch.tensor(keep, device=self.device)
+            for layer in self.cache.layers:
+                if layer.is_initialized:
+                    layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
+                    layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
+        self.fed, self.columns = [len(keep)], len(keep)
+        self.tree_nodes, self.tree_paths = [], {}

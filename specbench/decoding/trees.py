@@ -30,10 +30,7 @@ from typing import Callable
 
 import torch
 
-from specbench.decoding.proposal import SAMPLED, TOP_K, WITHOUT_REPLACEMENT, Proposal
-
-KINDS = ("greedy", "rejection", "sample_match")  # tree_path's kinds: acceptance.RULES' base rules
-
+from specbench.decoding.proposal import TOP_K, WITHOUT_REPLACEMENT, Proposal
 
 def greedy_path(prop: Proposal, top: list[int]) -> tuple[list[int], int]:
     """(path, next token): descend while a child's token is top at the node (top [n+1]: argmax of p [n+1, V])."""
@@ -132,17 +129,3 @@ def sample_match_path(prop: Proposal, p: torch.Tensor, generator: torch.Generato
             return path, y
         path.append(nxt)
         node = nxt
-
-
-def tree_path(kind: str, prop: Proposal, p: torch.Tensor, generator: torch.Generator | None = None
-              ) -> tuple[list[int], int]:
-    """(path, next token) of rule `kind` on the tree prop against p [n+1, V], the rule chosen by prop.siblings."""
-    if kind == "greedy":
-        return greedy_path(prop, p.argmax(-1).tolist())
-    if kind == "rejection":
-        if prop.siblings == SAMPLED and prop.q is not None:
-            return multi_step_path(prop, p, generator)
-        return recursive_rejection_path(prop, p, generator)
-    if kind == "sample_match":
-        return sample_match_path(prop, p, generator)
-    raise ValueError(f"unknown tree acceptance kind {kind!r}; valid kinds: {', '.join(KINDS)}")

@@ -35,10 +35,12 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, TypedDict
 
-from specbench.decoding.profiles import ProfileError, draft_seconds, iteration_costs, pair_entries, pick, read
+from specbench.decoding.profiles import (ProfileError, draft_seconds, iteration_costs, pair_entries, pick,
+                                         prefill_seconds, read)
 from specbench.decoding.speedup import alphas, from_row, merge_stats, predicted_speedup
 
-__all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "read", "run_stats"]  # read: a profile.json, for the report
+__all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "project_whole",
+           "read", "run_stats"]  # read: a profile.json, for the report
 
 
 def run_stats(rows: list[dict]) -> dict[str, Any]:
@@ -53,7 +55,22 @@ def run_stats(rows: list[dict]) -> dict[str, Any]:
     return {"call_stats": merged, "alphas": alphas(merged) if merged else None,  # alpha_i, zeros included
             "draft_forwards": sum(int(r.get("draft_calls") or 0) for r in rows),
             "drafted_total": sum(int(r.get("drafted") or 0) for r in rows),
-            "after_first_block_tps": after_first_block(rows)}
+            "after_first_block_tps": after_first_block(rows), "first_blocks": first_blocks(rows, stats),
+            "new_tokens_total": sum(int(r.get("new_tokens") or 0) for r in rows)}
+
+
+def first_blocks(rows: list[dict], stats: list[dict | None]) -> list[tuple[int, int]] | None:
+    """(prompt tokens P, nodes w_1 its first iteration drafted) of each generation: w_1 = the row's drafted nodes less
+    those of the iterations in its call_stats, which leave the first out (a row that drafted nothing needs no
+    call_stats). None where a row lacks them (older rows) or answers several turns (the later turns' prompts are not
+    recorded)."""
+    out = []
+    for r, st in zip(rows, stats):
+        if r.get("prompt_tokens") is None or r.get("turn_outputs") or (st is None and r.get("drafted")):
+            return None
+        later = sum(int(w) * k for w, k in st["iterations"].items()) if st else 0
+        out.append((int(r["prompt_tokens"]), max(int(r.get("drafted") or 0) - later, 0)))
+    return out
 
 
 def after_first_block(rows: list[dict]) -> float:
@@ -177,6 +194,48 @@ def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
     return predicted_speedup(run["call_stats"], priced["costs"]), priced["said"]
 
 
+def project_whole(run: Mapping[str, Any], base: Mapping[str, Any], profile: dict, by_name: str | None = None,
+                  baseline_host: float | None = None) -> tuple[float | None, str]:
+    """(the run's speedup over its `ar` run `base` with every generation's first block priced too, at the profile's
+    costs) or (None, why not): the measured speedup's own definition, Σ new tokens / Σ time of the run over ar's.
+
+    The time of the run is its later iterations at the profile (`price`: the formula's denominator, the host work as
+    measured) plus each generation's first block: the target's forward of its prompt and first drafts, P + w_1 tokens
+    (the entry's `target_prefill_s`), and the drafter's first drafts: the pair's draft model's prefill of the P prompt
+    tokens and w_1 - 1 one-token forwards; another drafter's w_1 nodes at its cost per node of the later iterations;
+    none for drafts from no model; plus the host work of an iteration of w_1 nodes. ar's time is its prefill of P
+    tokens and a one-token forward plus its host work per later token."""
+    if run["first_blocks"] is None or base.get("first_blocks") is None:
+        return None, "rows without prompt_tokens or with several turns (their first blocks are not recorded)"
+    priced = price(run, profile, by_name, baseline_host)
+    if isinstance(priced, str) or priced["draft_per_node"] is None:
+        return None, priced if isinstance(priced, str) else priced["draft_said"]
+    entry = priced["entry"]  # ar's too: the same pair, dtype, path and batch size
+    if prefill_seconds(entry, "target", 1) is None:
+        return None, f"the profile's {priced['which']} has no prefill costs (target_prefill_s)"
+    costs, stats, cd = priced["costs"], run["call_stats"], priced["draft_per_node"]
+    n = stats["iterations"]
+    host = costs.get("host_by_drafted") or {}
+    later = sum(k * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)] + host.get(w, 0.0)) for w, k in n.items())
+    mean_host = (host_per_iteration(stats) or 0.0) if host else 0.0
+    pair_draft, model = pair_drafter(run["method"]), bool(run["draft_forwards"])
+    if pair_draft and model and prefill_seconds(entry, "draft", 1) is None:
+        return None, f"the profile's {priced['which']} has no draft prefill costs (draft_prefill_s)"
+
+    def first(p: int, w: int) -> float:  # one generation's first block at the profile's costs
+        draft = 0.0 if not model or not w else (prefill_seconds(entry, "draft", p) + (w - 1) * entry["draft_token_s"]
+                                                if pair_draft else w * cd)
+        return prefill_seconds(entry, "target", p + w) + draft + (host.get(str(w), mean_host) if w else mean_host)
+
+    run_s = later + sum(first(p, w) for p, w in run["first_blocks"])
+    c1, h1 = costs["target_1"], costs.get("host_1") or 0.0
+    ar_first = sum(prefill_seconds(entry, "target", p) for p, _ in base["first_blocks"])
+    ar_s = ar_first + (base["new_tokens_total"] - len(base["first_blocks"])) * (c1 + h1)
+    if run_s <= 0 or ar_s <= 0 or not base["new_tokens_total"]:
+        return None, "no time to compare"
+    return (run["new_tokens_total"] / run_s) / (base["new_tokens_total"] / ar_s), priced["said"] + ", first blocks priced"
+
+
 class Priced(TypedDict):
     """What `price` finds for a run (see there)."""
 
@@ -190,6 +249,8 @@ class Priced(TypedDict):
     draft_run: float
     draft_profile: float | None
     host_run: float | None
+    entry: dict
+    which: str
 
 
 def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
@@ -233,4 +294,5 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
             "verify_run": sum(stats["verify_forward_s" if split else "verify_s"].values()) / its,
             "verify_profile": target_s / its,
             "draft_run": sum(stats["draft_forward_s" if split else "draft_s"].values()) / its,
-            "draft_profile": None if per_node is None else per_node * nodes / its, "host_run": host}
+            "draft_profile": None if per_node is None else per_node * nodes / its, "host_run": host,
+            "entry": entry, "which": which}

@@ -1,0 +1,68 @@
+"""Steps 2 and 4 of the engine (specbench.decoding.engine) for one proposal shape: how a verify feeds the batch's
+proposals to the target and how the target's cache then keeps each row's accepted path. The engine picks one per
+generation from the method's parts (`for_parts`), as it picks the compiled state once from engine.compile.
+
+- chains (`ChainVerify`, B >= 1, eager or compiled): row b's n_b drafts are written to buf[b, L_b:L_b+n_b] and fed
+  causally after its uncached tokens; the cache keeps its first L_b + n positions (ModelState.crop), the prefix and
+  the n accepted drafts.
+- trees (`TreeVerify`, one row, eager): the row's uncached tokens and the n nodes in one forward with tree attention
+  (TreeState.feed_tree: node j sees the prefix and its root path, at position L - 1 + depth(j));
+  the cache keeps the prefix and the accepted path's nodes (TreeState.keep_path). A proposal shaped as a chain (node j's parent
+  j - 1, or no nodes) is the causal forward of `ChainVerify`, which computes the same logits without a mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.decoding.proposal import Proposal, Verdict
+from specbench.decoding.state import ModelState, write
+from specbench.decoding.tree_state import TreeState
+
+
+class ChainVerify:
+    """Chains of B >= 1 rows, right-aligned in one block (ModelState.forward)."""
+
+    def feed(self, target: ModelState, buf: torch.Tensor, L: list[int], props: list[Proposal],
+             layers: tuple[int, ...]) -> torch.Tensor:
+        """Logits [B, max n_b + 1, V_model]: row b's last n_b + 1 columns are p at its root (the last committed token)
+        and after each of its drafts x_1..x_n; with `layers`, target.hidden holds those layers' states of the block."""
+        if not all(prop.is_chain for prop in props):
+            raise ValueError("a tree reached the chain verify: a drafter that proposes trees must say so "
+                             "(Drafter.trees), so that its method verifies trees")
+        w = [len(prop) for prop in props]
+        if any(w):  # every drafted token into its row's buffer, in one write
+            write(buf, [(b, L[b] + i) for b, n in enumerate(w) for i in range(n)],
+                  [x for prop in props for x in prop.tokens])
+        return target.forward(buf, [n + k for n, k in zip(L, w)], max(w) + 1, layers)
+
+    def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
+        """Row b's cache keeps buf[b, :L_b + n_b], n_b its accepted drafts (the rest is rolled back)."""
+        target.crop([n + v.accepted for n, v in zip(L, verdicts)])
+
+
+class TreeVerify:
+    """A tree of one row (the parts refuse a tree at batch_size > 1 or on the compiled path)."""
+
+    def __init__(self) -> None:
+        self.chain = ChainVerify()
+
+    def feed(self, target: TreeState, buf: torch.Tensor, L: list[int], props: list[Proposal],
+             layers: tuple[int, ...]) -> torch.Tensor:
+        """Logits [1, n + 1, V_model]: p at the root, then at each node in proposal order."""
+        prop = props[0]
+        if prop.is_chain:
+            return self.chain.feed(target, buf, L, props, layers)
+        return target.feed_tree(buf, L[0], prop.tokens, prop.parents, [], True, layers=layers)
+
+    def keep(self, target: TreeState, L: list[int], verdicts: list[Verdict]) -> None:
+        """The cache keeps buf[0, :L] and the accepted path's nodes; a chain fed causally is cropped."""
+        if not target.tree_nodes:
+            self.chain.keep(target, L, verdicts)
+        else:
+            target.keep_path(L[0], verdicts[0].path)
+
+
+def for_parts(trees: bool) -> ChainVerify | TreeVerify:
+    """The verify of a method whose parts propose trees (Parts.trees) or chains."""
+    return TreeVerify() if trees else ChainVerify()
