@@ -145,7 +145,13 @@ def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | N
         return None
     alpha, depths = alphas(stats), stats.get("depths") or n  # rows of an older version: chains, D = w
     tokens = sum(depths[d] * expected_tokens(alpha, int(d)) for d in by_key(depths))
-    host = costs.get("host_by_drafted") or {}
-    seconds = sum(n[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)] + host.get(w, 0.0))
-                  for w in by_key(n))
+    seconds = iteration_seconds(n, costs)
     return tokens / seconds * (c1 + (costs.get("host_1") or 0.0)) if seconds else None
+
+
+def iteration_seconds(iterations: dict[str, int], costs: dict[str, Any]) -> float:
+    """sum_iter (w c_draft + c_target(w+1) + h(w)) over iterations {w: count} at `costs` (predicted_speedup's
+    denominator; h absent: 0)."""
+    host, cd = costs.get("host_by_drafted") or {}, costs["draft_per_token"]
+    return sum(iterations[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)] + host.get(w, 0.0))
+               for w in by_key(iterations))

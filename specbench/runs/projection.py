@@ -37,7 +37,7 @@ from typing import Any, Mapping, TypedDict
 
 from specbench.decoding.profiles import (ProfileError, draft_seconds, iteration_costs, pair_entries, pick,
                                          prefill_seconds, read)
-from specbench.decoding.speedup import alphas, from_row, merge_stats, predicted_speedup
+from specbench.decoding.speedup import alphas, from_row, iteration_seconds, merge_stats, predicted_speedup
 
 __all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "project_whole",
            "read", "run_stats"]  # read: a profile.json, for the report
@@ -204,7 +204,7 @@ def project_whole(run: Mapping[str, Any], base: Mapping[str, Any], profile: dict
     (the entry's `target_prefill_s`), and the drafter's first drafts: the pair's draft model's prefill of the P prompt
     tokens and w_1 - 1 one-token forwards; another drafter's w_1 nodes at its cost per node of the later iterations;
     none for drafts from no model; plus the host work of an iteration of w_1 nodes. ar's time is its prefill of P
-    tokens and a one-token forward plus its host work per later token."""
+    tokens, then a one-token forward and its host work per later token."""
     if run["first_blocks"] is None or base.get("first_blocks") is None:
         return None, "rows without prompt_tokens or with several turns (their first blocks are not recorded)"
     priced = price(run, profile, by_name, baseline_host)
@@ -214,9 +214,8 @@ def project_whole(run: Mapping[str, Any], base: Mapping[str, Any], profile: dict
     if prefill_seconds(entry, "target", 1) is None:
         return None, f"the profile's {priced['which']} has no prefill costs (target_prefill_s)"
     costs, stats, cd = priced["costs"], run["call_stats"], priced["draft_per_node"]
-    n = stats["iterations"]
     host = costs.get("host_by_drafted") or {}
-    later = sum(k * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)] + host.get(w, 0.0)) for w, k in n.items())
+    later = iteration_seconds(stats["iterations"], costs)
     mean_host = (host_per_iteration(stats) or 0.0) if host else 0.0
     pair_draft, model = pair_drafter(run["method"]), bool(run["draft_forwards"])
     if pair_draft and model and prefill_seconds(entry, "draft", 1) is None:
