@@ -12,7 +12,8 @@ import pytest
 
 from helpers import add_fields, at_batch_size, write_run
 from specbench.analysis import load, report
-from specbench.common.files import write_json_atomic
+from specbench.bench.common import load_cfg
+from specbench.common.files import ROOT, write_json_atomic
 from specbench.decoding import profiles
 
 TOY = {"target": {"model_type": "llama", "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 8,
@@ -501,3 +502,24 @@ def test_the_profile_measures_both_models_prefills_into_an_empty_cache(tiny_pair
     assert sorted(map(int, e["target_prefill_s"])) == lengths == sorted(map(int, e["draft_prefill_s"]))
     assert all(s > 0 for s in [*e["target_prefill_s"].values(), *e["draft_prefill_s"].values()])
     assert {(n, 1, 0) for n in lengths} <= seen
+
+
+SHIPPED = sorted((ROOT / "profiles").glob("*/profile.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.parent.name)
+def test_every_shipped_profile_reads_and_its_shaped_pairs_shapes_are_the_confs(path):
+    """Each profiles/*/profile.json passes `read`, every cost in it is a positive finite number of seconds, and an
+    entry of a shaped pair (conf/pair/*_shaped.yaml) records the shapes its conf gives each model."""
+    data = profiles.read(path)
+    assert data["entries"], path
+    for e in data["entries"]:
+        costs = [e["draft_token_s"]] + [s for key in ("target_chain_s", "target_tree_s", "draft_chain_s",
+                                                         "draft_tree_s", "target_hidden_s", "target_prefill_s",
+                                                         "draft_prefill_s") for s in (e.get(key) or {}).values()]
+        assert all(np.isfinite(c) and c > 0 for c in costs), (path, e["pair"])
+        if e["pair"].endswith("_shaped"):
+            cfg = load_cfg(e["pair"])
+            for role in ("target", "draft"):
+                assert {k: cfg[role][k] for k in profiles.SHAPE_KEYS} == e["shapes"][role], (path, role)
+    assert len(SHIPPED) >= 6
