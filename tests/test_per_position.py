@@ -86,3 +86,36 @@ def test_the_summary_carries_positions_overall_and_per_category(tmp_path):
     assert sum(s["accepted_length_hist"]) == pytest.approx(1.0)
     at_least = [sum(s["accepted_length_hist"][i:]) for i in range(1, len(s["accepted_length_hist"]))]
     assert s["reach_by_depth"] == pytest.approx(at_least)
+
+
+def test_runs_the_config_does_not_tell_apart_get_a_row_each(tmp_path):
+    """Two SPEED-Bench buckets (runs differing only in dataset.config, which never names a run) keep a row each in
+    the per-position, histogram and per-category tables, named by their folders as in the overview, each compared with
+    its own bucket's ar."""
+    import json
+
+    def bucket(folder: str, method: str, seconds: float, config: str, **kw) -> None:
+        rows = [{"new": 9, "s": seconds, "calls": 5, "drafted": 12, "accepted": 4, "k": 4, "category": "mixed"}
+                if method == "vanilla" else {"new": 9, "s": seconds, "category": "mixed"}]
+        run = write_run(tmp_path / "res", folder, method, rows, dataset="speed_bench", **kw)
+        for name in ("config.json", "summary.json"):
+            data = json.loads((run / name).read_text())
+            data["config"]["dataset"]["config"] = config
+            (run / name).write_text(json.dumps(data))
+        if method == "vanilla":
+            add_fields(run, {}, [{"call_stats": STATS, "call_seconds": SECONDS}])
+
+    bucket("1k/v", "vanilla", 1.0, "throughput_1k", gamma=3)
+    bucket("2k/v", "vanilla", 1.0, "throughput_2k", gamma=3)
+    bucket("1k/ar", "ar", 2.0, "throughput_1k")
+    bucket("2k/ar", "ar", 4.0, "throughput_2k")
+    rep = report.build_report(load.load_runs(tmp_path / "res"))
+    tables = {t.name: t for t in rep.tables}
+    for name in ("per_position", "accepted_length"):
+        labels = [r for _, r in tables[name].values.index]
+        assert labels == ["vanilla [1k/v]", "vanilla [2k/v]"], (name, labels)
+    cats = tables["categories"].values.droplevel(0)
+    assert sorted(cats.index) == ["ar [1k/ar] · mixed", "ar [2k/ar] · mixed", "vanilla [1k/v] · mixed",
+                                  "vanilla [2k/v] · mixed"]
+    assert cats.loc["vanilla [1k/v] · mixed", ("", "speedup vs ar")] == pytest.approx(2.0)
+    assert cats.loc["vanilla [2k/v] · mixed", ("", "speedup vs ar")] == pytest.approx(4.0)

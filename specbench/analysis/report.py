@@ -286,17 +286,18 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             out.left_out += len(missing)
         table, notes = overview(g, many, projection, convention)
         out.tables += [_in_group(t, g, many) for _, t in built] + [table]
+        each = replace(g, runs=g.runs.assign(label=load.unique_labels(g.runs)))  # a row per run, as in the overview
         if projection is not None:
-            out.tables.append(_in_group(costs_table(g, projection), g, many))
-        out.tables += [_in_group(t, g, many) for t in position_tables(g)]
-        by_category = categories.category_table(g, convention)
+            out.tables.append(_in_group(costs_table(each, projection), g, many))
+        out.tables += [_in_group(t, g, many) for t in position_tables(each)]
+        by_category = categories.category_table(each, convention)
         if by_category is not None:
             out.tables.append(_in_group(by_category, g, many))
-        parted = divergence.divergence_table(g)
+        parted = divergence.divergence_table(each)
         if parted is not None:
             out.tables.append(_in_group(parted, g, many))
         if convention != "specbench":
-            out.tables.append(_in_group(convention_table(g, convention), g, many))
+            out.tables.append(_in_group(convention_table(each, convention), g, many))
         out.notes += notes
         out.left_out += len(notes)
     for name in (n for n in names if n in catalog.SPANS):
