@@ -191,3 +191,29 @@ def test_short_training_on_the_toy_pair_lowers_the_held_out_kl(tmp_path, kind):
     assert info["val_kl_final"] < 0.8 * info["val_kl_initial"], info
     log = [json.loads(x) for x in (tmp_path / "d" / "train_log.jsonl").read_text().splitlines()]
     assert log[0] == {"step": 0, "val_kl": info["val_kl_initial"]} and log[-1]["step"] == 40
+
+
+def test_a_drafter_follows_its_verifier_by_weights_hash_across_checkouts(tmp_path):
+    """A drafter trained against a verifier whose weights' sha256 was checked at load (the toy pairs) is accepted
+    where the same weights load from another folder (another checkout or machine) and refused where the hash or the
+    pair differs; without a hash the verifier's hub id or folder must match."""
+    from types import SimpleNamespace
+
+    from specbench.common.files import write_json_atomic
+    from specbench.models.drafters import INFO, trained_folder
+
+    def verifier(path: str, sha: str | None) -> SimpleNamespace:
+        return SimpleNamespace(name_or_path=path, config=SimpleNamespace(**({"weights_sha256": sha} if sha else {})))
+
+    write_json_atomic(tmp_path / INFO, {"kind": "distilled", "pair": "toy", "verifier": "/clone-a/toy/target",
+                                        "verifier_identity": "sha256:abc"})
+    assert trained_folder(tmp_path, SimpleNamespace(name="toy", target=verifier("/clone-b/toy/target", "abc")),
+                          "distilled")["pair"] == "toy"
+    for name, target in (("toy", verifier("/clone-b/toy/target", "abd")), ("toy", verifier("/clone-b/t", None)),
+                         ("other", verifier("/clone-b/toy/target", "abc"))):
+        with pytest.raises(ValueError, match="was trained for pair 'toy' \\(verifier '/clone-a/toy/target'\\)"):
+            trained_folder(tmp_path, SimpleNamespace(name=name, target=target), "distilled")
+    write_json_atomic(tmp_path / INFO, {"kind": "distilled", "pair": "p", "verifier": "org/model"})  # no identity
+    assert trained_folder(tmp_path, SimpleNamespace(name="p", target=verifier("org/model", None)), "distilled")
+    with pytest.raises(ValueError, match="trained for pair 'p'"):
+        trained_folder(tmp_path, SimpleNamespace(name="p", target=verifier("org/other", None)), "distilled")

@@ -37,10 +37,19 @@ def trained_folder(folder: str | Path | None, pair: Pair, kind: str, key: str = 
     if info["kind"] != kind:
         raise OptionError(f"{key}: {folder} holds a {info['kind']!r} {what}; method {kind!r} needs one trained with "
                           f"task.kind={kind}")
-    if (info["pair"], info["verifier"]) != (pair.name, pair.target.name_or_path):
+    same = info.get("verifier_identity") == verifier_identity(pair.target) or info["verifier"] == pair.target.name_or_path
+    if info["pair"] != pair.name or not same:
         raise OptionError(f"{key}: {folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); "
                           f"this run's pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
     return info
+
+
+def verifier_identity(model: PreTrainedModel) -> str:
+    """What names a verifier wherever it was loaded from: its weights' sha256 where its loader checked one
+    (config.weights_sha256: the toy pairs, whose folder differs between checkouts and machines), else its hub id or
+    folder (name_or_path). A drafter or head is used only with the verifier it was trained against."""
+    sha = getattr(model.config, "weights_sha256", None)
+    return f"sha256:{sha}" if sha else model.name_or_path
 
 
 def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:

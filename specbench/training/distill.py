@@ -64,7 +64,7 @@ from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
-from specbench.models.drafters import INFO, KINDS
+from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS
 from specbench.training.heads import HeadTrainer
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
@@ -302,6 +302,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     save_final(d, pair, run_dir, history)
     vals = [h["val_kl"] for h in history if "val_kl" in h]
     info = {"task": "distill", "kind": kind, "pair": pair.name, "verifier": pair.target.name_or_path,
+            "verifier_identity": verifier_identity(pair.target),
             "data": str(task["data"]), "train_rows": len(train), "val_rows": len(val), "steps": steps,
             "val_kl_initial": vals[0], "val_kl_final": vals[-1], "train_seconds": seconds,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **provenance.peak_memory(device), **record}
