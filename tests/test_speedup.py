@@ -161,3 +161,35 @@ def test_a_calibration_a_run_at_batch_size_1_needs_is_measured_once(tmp_path, mo
     assert calls == [1] and measurements.target_1(tmp_path, 0, 1)["seconds"] == second["call_costs"]["target_1"]
     assert second["call_costs"]["target_1_from"] == "calibration" and second["call_costs"]["batch_size"] == 1
     assert second["predicted_speedup"] is not None
+
+
+
+def test_the_calibration_prefills_each_whole_prompt_once(tmp_path, monkeypatch):
+    """The target_1 calibration's warm-up decodes the prompts cut to their first `tokens` tokens (8 here, below the
+    smoke prompts' lengths); its measured decode the whole prompts, once: a long prompt's prefill is paid once."""
+    import functools
+
+    from specbench.decoding.engine import Engine
+
+    real, seen = Engine.generate_batch, []
+
+    def recording(self, prompts, *args, **kwargs):
+        if self.method.name == "ar":
+            seen.append([len(p) for p in prompts])
+        return real(self, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "generate_batch", recording)
+    monkeypatch.setattr(runner, "calibrate_target_1", functools.partial(runner.calibrate_target_1, tokens=8))
+    job = small("method=vanilla", "limit=2", "decode.max_new_tokens=12", "threads=1", "warmup=0")
+    runner.run(job, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / ROWS).read_text().splitlines()]
+    for r in rows:  # no one-token verify left: a summary that had none calibrated, this one must
+        for key in ("call_stats", "call_seconds"):
+            for part in r[key].values():
+                if isinstance(part, dict):
+                    part.pop("0", None)
+    (tmp_path / ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner.run(job, tmp_path)
+    whole = [r["prompt_tokens"] for r in rows[:1]]  # batch_size 1: the calibration decodes the first example
+    assert whole[0] > 8 and seen == [[8], whole]
+    assert summary_of(tmp_path)["call_costs"]["target_1_from"] == "calibration"

@@ -342,13 +342,14 @@ def start_repeat(method: Method, initial: dict | None, rows: list[dict], repeat:
 
 def calibrate_target_1(job: Job, examples: list[Example], tokens: int = 32) -> dict[str, Any]:
     """Median seconds of a target call verifying one token per row: `ar` decoding `tokens` tokens of `examples`
-    together (a batch of the run's size) twice, the first a warm-up; only the iterations every row took part
-    in, each generation's first (the prompts') left out. Returns the fields of a `target_1` record
-    (specbench.runs.measurements)."""
+    together (a batch of the run's size) after a warm-up on the prompts cut to their first `tokens` tokens (the
+    one-time costs need no long prefill: a warm-up on the whole prompts doubled an 8000-token calibration, 15 min
+    more at one CPU thread); only the iterations every row took part in, each generation's first (the prompts')
+    left out. Returns the fields of a `target_1` record (specbench.runs.measurements)."""
     engine = make_engine(job.pair, build_method({"name": "ar"}), job.method.bound.params, (), job.engine.compile)
     prompts = [fit_prompt(job.encode(ex, []), engine.context_length, tokens, job.on_long, f"example {ex.id!r}")[0]
                for ex in examples]
-    engine.generate_batch(prompts, tokens)
+    engine.generate_batch([p[:tokens] for p in prompts], tokens)
     gens = engine.generate_batch(prompts, tokens)
     together = min(len(g.records) for g in gens)  # iterations 0..together-1 ran over every row
     seconds = [gens[0].records[i].verify_s for i in range(1, together)] or [gens[0].records[0].verify_s]  # EOS at once
