@@ -141,19 +141,26 @@ def test_pure_resumes_rewrite_the_same_summary_at_batch_size_2(tmp_path, monkeyp
     assert second["finished"] == process["finished"]
 
 
+def without_one_token_verifies(run_dir) -> list[dict]:
+    """Remove every width-1 statistic (iterations that drafted nothing) from the folder's rows, by hand, so its
+    summary must take target_1 from the calibration; the rows as rewritten."""
+    rows = [json.loads(line) for line in (run_dir / ROWS).read_text().splitlines()]
+    for r in rows:
+        for key in ("call_stats", "call_seconds"):
+            for part in r[key].values():
+                if isinstance(part, dict):
+                    part.pop("0", None)
+    (run_dir / ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
 def test_a_calibration_a_run_at_batch_size_1_needs_is_measured_once(tmp_path, monkeypatch):
     """Rows that never verified one token (here: any width-1 statistics removed by hand) take target_1 from the
     calibration: measured by the first summary that needs it, read back by every later one."""
     calls = counting_calibration(monkeypatch)
     job = small("method=vanilla", "limit=2", "decode.max_new_tokens=12", "threads=1")
     runner.run(job, tmp_path)
-    rows = [json.loads(line) for line in (tmp_path / ROWS).read_text().splitlines()]
-    for r in rows:
-        for key in ("call_stats", "call_seconds"):
-            for part in r[key].values():
-                if isinstance(part, dict):
-                    part.pop("0", None)
-    (tmp_path / ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    without_one_token_verifies(tmp_path)
     runner.run(job, tmp_path)
     second = summary_of(tmp_path)
     runner.run(job, tmp_path)
@@ -182,13 +189,7 @@ def test_the_calibration_prefills_each_whole_prompt_once(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "calibrate_target_1", functools.partial(runner.calibrate_target_1, tokens=8))
     job = small("method=vanilla", "limit=2", "decode.max_new_tokens=12", "threads=1", "warmup=0")
     runner.run(job, tmp_path)
-    rows = [json.loads(line) for line in (tmp_path / ROWS).read_text().splitlines()]
-    for r in rows:  # no one-token verify left: a summary that had none calibrated, this one must
-        for key in ("call_stats", "call_seconds"):
-            for part in r[key].values():
-                if isinstance(part, dict):
-                    part.pop("0", None)
-    (tmp_path / ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = without_one_token_verifies(tmp_path)  # a summary that had none calibrated, this one must
     runner.run(job, tmp_path)
     whole = [r["prompt_tokens"] for r in rows[:1]]  # batch_size 1: the calibration decodes the first example
     assert whole[0] > 8 and seen == [[8], whole]
