@@ -202,7 +202,7 @@ def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None
 def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path | None:
     """<out>/fig_per_position__<stem>.png: alpha_i (solid) and P(>= i) (dashed) against position i, a line per drafting
     run of `runs` (one pair and dataset; per_position.drafting); None when no run drafted."""
-    per = {label: p for (_, label), p in drafting(runs).items()}
+    per = {label: p for (_, label), p in drafting(runs.assign(label=load.unique_labels(runs))).items()}  # a line a run
     if not per:
         return None
     fig, (ax,) = _figure()

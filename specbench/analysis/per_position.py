@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.load import Group, unique_labels
+from specbench.analysis.load import Group
 from specbench.common.aggregate import positions
 from specbench.analysis.tables import Table
 
@@ -45,10 +45,8 @@ def _pad(values: list[float], n: int) -> list[float]:
 
 
 def drafting(runs: pd.DataFrame) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """{(pair · dataset, run label): positions} of the runs that drafted (runs without call_stats left out); a run
-    per row, labelled as in the overview (load.unique_labels: runs the config does not tell apart, e.g. two
-    SPEED-Bench buckets, get their folders)."""
-    runs = runs.assign(label=unique_labels(runs))
+    """{(pair · dataset, run label): positions} of the runs that drafted (runs without call_stats left out); the
+    labels must tell every run apart (load.unique_labels, as the report and plot_positions give them)."""
     runs = runs[runs["call_stats"].notna()]
     keys = zip(runs["pair"] + " · " + runs["dataset"], runs["label"])
     return {k: p for k, p in ((k, positions(s, a)) for k, s, a in zip(keys, runs["call_stats"], runs["alphas"])) if p}
