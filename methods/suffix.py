@@ -61,6 +61,10 @@ class SuffixDraft(DraftSource):
             return fixed_proposals([dr.tokens if dr is not None else [] for dr in drafts], d)
         return [self.tree_proposal(dr, d) for dr in drafts]
 
+    def select(self, rows: list[int]) -> None:
+        """Each live row keeps its own tree (indexed by its new place in the batch)."""
+        self.own, self.seen = [self.own[b] for b in rows], [self.seen[b] for b in rows]
+
     @staticmethod
     def tree_proposal(draft: Any, d: Drafting) -> Proposal:
         """The speculation tree without the descendants of an EOS node (nothing follows an EOS)."""

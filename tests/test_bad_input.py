@@ -477,3 +477,28 @@ def test_a_job_failing_before_its_first_row_leaves_nothing(tmp_path, monkeypatch
         run(cfg, folder)
     assert (folder / "config.json").exists() and not (folder / "rows.jsonl").exists()  # what a report would list
     assert discard_job_dir(folder, root, set()) and list(root.iterdir()) == []
+
+
+def test_a_pair_without_a_draft_names_the_methods_that_run_there(tmp_path, no_model):
+    """pair.draft=null with a method that drafts with the pair's draft: one error, before loading, naming the methods
+    that need no draft model (each of them built from its conf: its roles leave the draft out)."""
+    message = refused(tmp_path, "pair.draft=null", "method=vanilla", "limit=1", error=OptionError)
+    assert "pair.draft is null" in message and "'vanilla'" in message
+    listed = message.split("methods that run there: ")[1].split(", ")
+    assert {"ar", "pld", "suffix", "lookahead", "layer_skip"} <= set(listed)
+    assert not {"vanilla", "draft_only", "sd2", "uag"} & set(listed)
+    for name in listed:
+        assert "draft" not in build_method({"name": name}).roles
+
+
+def test_the_target_alone_runs_where_the_pair_has_no_draft(tmp_path):
+    """tiny_random with pair.draft=null builds its target alone (the same target as with a draft): ar and pld run."""
+    for method in ("ar", "pld"):
+        summary = run(small("pair.draft=null", f"method={method}", "limit=1", "decode.max_new_tokens=4"),
+                      tmp_path / method)
+        assert summary["n_examples"] == 1
+
+
+def test_an_unknown_policy_is_called_a_policy():
+    with pytest.raises(KeyError, match="unknown policy .nope.; valid names: .*vanilla"):
+        build_method({"name": "vanilla", "parts": {"policy": "nope"}})

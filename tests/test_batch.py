@@ -192,3 +192,18 @@ def test_cuda_rows_equal_ar_in_float32(name):
     for B in (4, 8):
         got = [g for i in range(0, len(prompts), B) for g in engine.generate_batch(prompts[i : i + B], 96)]
         assert [g.token_ids for g in got] == truth, f"{name} B={B}"
+
+
+def test_a_suffix_row_keeps_its_own_trees_when_others_leave(setup):
+    """suffix without the run's tree: each row drafts from its own suffix tree, so a B = 4 row's schedule is its
+    B = 1 schedule even after rows before it in the batch have finished and left (which shifts the batch positions;
+    a drafter that keyed trees by position drafted the next row from the finished row's tree)."""
+    pair, prompts, eos, ar = setup
+    engine = pair_engine(pair, {"name": "suffix", "global_cache": False}, eos_ids=eos)
+    alone = [engine.generate(p, MAX_NEW) for p in prompts]
+    gens = batched(engine, prompts, 4)
+    assert len({g.latency_s for g in gens[:4]}) > 1  # rows left the batch at different iterations
+    for i, (g, a) in enumerate(zip(gens, alone)):
+        assert g.token_ids == a.token_ids == ar[i], f"row {i}"
+        assert schedule(g) == schedule(a), f"row {i}: {len(g.records)} iterations at B = 4, {len(a.records)} at B = 1"
+    assert any(r.accepted for g in alone for r in g.records)  # drafts were accepted

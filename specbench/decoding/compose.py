@@ -39,6 +39,27 @@ def method_names() -> list[str]:
     return sorted({p.stem for p in (CONF_DIR / "method").glob("*.yaml")} | set(METHODS.names()))
 
 
+def without_draft() -> list[str]:
+    """The methods that run on a pair without a draft model (`pair.draft=null`): those whose roles leave it out."""
+    out = []
+    for name in method_names():
+        try:
+            method = build({"name": name})
+        except OptionError:  # a registered policy that needs options of its own
+            continue
+        if "draft" not in method.roles:
+            out.append(name)
+    return out
+
+
+def check_draft(pair: dict[str, Any], method: Method) -> None:
+    """Before loading: a pair without a draft model (`pair.draft` null) runs only the methods that need none."""
+    if pair.get("draft") or "draft" not in method.roles:
+        return
+    raise OptionError(f"pair {pair.get('name')!r} has no draft model (pair.draft is null), and method {method.name!r} "
+                      f"drafts with it; methods that run there: {', '.join(without_draft())}")
+
+
 def with_preset(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg completed from its preset when it names no parts: the preset's parts and plain option values."""
     if "parts" in cfg:

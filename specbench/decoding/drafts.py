@@ -71,6 +71,9 @@ class DraftSource:
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """After the verify: row b keeps buf[b, :lengths[b]] plus its proposal's accepted path (lengths = L_b)."""
 
+    def select(self, rows: list[int]) -> None:
+        """Finished rows left the batch: keep the per-row state of `rows` (indices into the batch), in that order."""
+
 
 class Chain:
     """A chain under construction for one row: tokens, their q, and the policy's verdict after each."""

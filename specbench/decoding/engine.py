@@ -210,7 +210,7 @@ class Engine:
             for r in rows:  # the shares of all iterations sum to the batch's wall time
                 r.decode_s += (now - t_prev) / len(rows)
             t_prev = now
-            rows, buf = self.leave(rows, buf, states, done, now - t_start)
+            rows, buf = self.leave(rows, buf, states, source, done, now - t_start)
         return [self.result(r, first_block_s, B) for r in sorted(done, key=lambda r: r.index)]
 
     def propose(self, source: DraftSource | None, buf: torch.Tensor, rows: list[Row], max_new_tokens: int
@@ -293,10 +293,11 @@ class Engine:
         return rows
 
     @staticmethod
-    def leave(rows: list[Row], buf: torch.Tensor, states: dict[str, Counted], done: list[Row], elapsed: float
-              ) -> tuple[list[Row], torch.Tensor]:
+    def leave(rows: list[Row], buf: torch.Tensor, states: dict[str, Counted], source: DraftSource | None,
+              done: list[Row], elapsed: float) -> tuple[list[Row], torch.Tensor]:
         """Finished rows leave the batch: their latency, forward-time shares and calls are kept and they go to
-        `done`; the caches, masks and buffer keep the live rows. Returns the live rows and their buffer."""
+        `done`; the caches, masks, the source's per-row state and the buffer keep the live rows. Returns the live
+        rows and their buffer."""
         live = [b for b, r in enumerate(rows) if not r.stop_reason]
         if len(live) == len(rows):
             return rows, buf
@@ -309,6 +310,8 @@ class Engine:
         if live:
             for s in states.values():
                 s.select(live)
+            if source is not None:
+                source.select(live)
         return [rows[b] for b in live], buf[live]
 
     def result(self, r: Row, first_block_s: float, B: int) -> Generation:

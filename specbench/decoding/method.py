@@ -26,7 +26,7 @@ from specbench.decoding.state import Counted
 from specbench.decoding.stopping import StopCriteria
 from specbench.common.registry import Registry
 
-METHODS: Registry[type[Method]] = Registry("method", plugins="specbench.methods")
+METHODS: Registry[type[Method]] = Registry("policy", plugins="specbench.methods")
 
 
 def state_values(name: str, state: Any, keys: tuple[str, ...]) -> list[Any]:

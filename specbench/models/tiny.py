@@ -80,18 +80,20 @@ def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
     tok = byte_tokenizer()
     seed = int(cfg.get("seed", 0))
     t_cfg = dict(cfg["target"])
-    d_cfg = dict(cfg["draft"])
+    d_cfg = dict(cfg["draft"]) if cfg.get("draft") else None  # pair.draft=null: the target alone
     common = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     scale = float(cfg.get("upper_layer_scale", 1.0))
     target = tiny_llama(seed, **common, **t_cfg)
-    damp_upper_layers(target, d_cfg["num_hidden_layers"], scale)
-    target = target.to(device)
-    draft = draft_from_target(target, d_cfg["num_hidden_layers"], d_cfg["vocab_size"], seed + 1).to(device)
+    damp_upper_layers(target, (d_cfg or {}).get("num_hidden_layers", 2), scale)  # the same target without a draft
     dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
-    target, draft = target.to(dtype), draft.to(dtype)
+    target = target.to(device)
+    draft = None if d_cfg is None else draft_from_target(target, d_cfg["num_hidden_layers"], d_cfg["vocab_size"],
+                                                         seed + 1).to(device, dtype)
+    target = target.to(dtype)
     target.name_or_path = f"tiny_random/target(seed={seed})"
-    draft.name_or_path = f"tiny_random/draft(seed={seed})"
-    return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, [target, draft]))
+    if draft is not None:
+        draft.name_or_path = f"tiny_random/draft(seed={seed})"
+    return Pair(cfg["name"], target, draft, tok, shared_vocab_size(tok, [m for m in (target, draft) if m is not None]))
 
 
 @BUILDERS.register("tiny_cross")

@@ -56,6 +56,9 @@ def output_dir(out_dir: str | Path | None) -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
+from specbench.decoding.compose import check_draft  # noqa: E402
+
+
 def build_method(cfg: dict) -> Method:
     """The method cfg describes, composed from the parts it names (specbench.decoding.compose), each option first
     checked against the type hints of its part's constructor (`method.gamma=true` is not γ=1)."""
@@ -497,6 +500,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if compile_:
         method.check_compile()
     check_cross_tokenizer(c["pair"], method.name, "draft" in method.roles, method.cross_tokenizer)
+    check_draft(c["pair"], method)
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     evaluator = build_dataset(c["dataset"])
     stop_strings(list(evaluator.stop_strings), "dataset.stop_strings")  # the top-level key's: check_run_settings
