@@ -32,7 +32,7 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     try:  # a mistyped method or dataset option key: its message with the valid keys, before Hydra composes
-        check_option_overrides(sys.argv[1:])
+        sys.argv[1:] = check_option_overrides(sys.argv[1:])  # method.<key> overrides as ++method.<key>
     except UserError as err:  # also a plugin file that does not import, named with its line
         sys.exit(str(err))
     main()

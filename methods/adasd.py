@@ -80,7 +80,7 @@ class AdaSD(Method):
     def __init__(self, gamma: int = 20, rule: str = "sample_match", persist: bool = False,
                  fixed_t_v: float | None = None, **options) -> None:
         if rule not in BASE_RULES:
-            raise option_error(self.name, f"method.rule must be one of {', '.join(BASE_RULES)} (the base rule of "
+            raise option_error(self.name, f"method.parts.rule must be one of {', '.join(BASE_RULES)} (the base rule of "
                                           f"js_relaxed), got {rule!r}")
         super().__init__(rule=f"js_relaxed({rule})" if self.relaxed else rule, **options)
         self.max_window = check_gamma(self.name, gamma)

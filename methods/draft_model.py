@@ -58,9 +58,9 @@ class DraftModel(Drafter):
 
     name = "draft_model"
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return model_source(states["draft"], grower, fixed_window)
+        return model_source(states["draft"], shape, fixed_window)
 
 
 @DRAFTERS.register("trained")
@@ -92,9 +92,9 @@ class Trained(Drafter):
         """SD²: the verifier layers the steering was trained with."""
         return tuple(self.steered.steering.layers) if self.steered is not None else ()
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        inner = model_source(states["draft"], grower, fixed_window)
+        inner = model_source(states["draft"], shape, fixed_window)
         return Steered(inner, self.steered) if self.steered is not None else inner
 
 

@@ -45,7 +45,7 @@ class DynamicTree(Shape):
     """EAGLE-2's dynamic tree: `depth`, `top_k`, `total_nodes`."""
 
     name = "dynamic_tree"
-    trees = True
+    kind = "grown"
 
     def __init__(self, depth: int = 5, top_k: int = 4, total_nodes: int = 16) -> None:
         self.dynamic = DynamicShape(integer(depth, "method.depth", low=1, high=MAX_DEPTH),

@@ -60,6 +60,6 @@ class Eagle3(Head):
 
     name = "eagle3"
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return Eagle3Draft(states["draft"], grower)
+        return Eagle3Draft(states["draft"], shape.grower())

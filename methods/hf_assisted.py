@@ -191,7 +191,10 @@ class HFAssisted(Method):
                  suppress_padding: bool = True, prompt_lookup_num_tokens: int | None = None,
                  max_matching_ngram_size: int | None = None, assistant_early_exit: int | None = None,
                  **options) -> None:
-        super().__init__(rule="rejection", **options)
+        super().__init__(**options)
+        if self.rule_spec != "rejection":
+            raise option_error(self.name, f"method.parts.rule: transformers' assisted generation accepts drafts by its "
+                                          f"own rejection sampling; got {self.rule_spec!r}")
         if prompt_lookup_num_tokens is not None and assistant_early_exit is not None:
             raise option_error(self.name, "method.prompt_lookup_num_tokens and method.assistant_early_exit choose two "
                                           "different draft sources; set at most one of them (the other null)")

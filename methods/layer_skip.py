@@ -38,6 +38,6 @@ class EarlyExit(Drafter):
         draft = early_exit(target, exit_layers(target) // 2 if self.exit_layer is None else self.exit_layer)
         return replace(binding, models={**binding.models, "draft": draft})
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return model_source(states["draft"], grower, fixed_window)
+        return model_source(states["draft"], shape, fixed_window)

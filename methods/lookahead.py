@@ -159,8 +159,8 @@ class Lookahead(Drafter):
     """Lookahead decoding: window width W, n-grams of N tokens, at most G n-grams per key, the window's seed."""
 
     name = "lookahead"
+    proposes = ("tree",)  # its candidates and its window: one tree
     pair_draft = False
-    trees = True
     tree_role = ""
 
     def __init__(self, width: int = 7, ngram: int = 5, guesses: int = 7, seed: int = 10) -> None:
@@ -174,9 +174,6 @@ class Lookahead(Drafter):
         for the window's deepest node (W + N - 3); the row's length and context caps still apply."""
         return max(self.guesses * (self.ngram - 1), self.width + self.ngram)
 
-    def check_shape(self, shape: Shape) -> str:
-        return "" if not shape.trees else f"the lookahead drafter grows its own trees, got shape {shape.name!r}"
-
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
         return LookaheadDraft(self)

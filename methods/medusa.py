@@ -27,6 +27,7 @@ class Medusa(Head):
     """Medusa heads: a static tree whose depth d children come from head d + 1."""
 
     name = "medusa"
+    proposes = ("grown",)
 
     def check_shape(self, shape: Shape) -> str:
         return "" if shape.name == "static_tree" else (f"the medusa drafter proposes a static tree (method.parts.shape="
@@ -39,6 +40,6 @@ class Medusa(Head):
         return (f"method.paths / method.branching: the tree is {depth} deep but the head {self.head!r} has {heads} "
                 f"heads (one per depth)") if depth > heads else ""
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return MedusaDraft(states["draft"], grower)
+        return MedusaDraft(states["draft"], shape.grower())

@@ -59,14 +59,13 @@ class PromptLookup(Drafter):
     policy's window of drafts per iteration (gamma, transformers' prompt_lookup_num_tokens)."""
 
     name = "lookup"
+    proposes = ("chain",)
     pair_draft = False
 
     def __init__(self, max_ngram: int = 2) -> None:
         self.max_ngram = integer(max_ngram, "method.max_ngram", low=1)
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
         return Lookup(self.max_ngram, binding.vocab_size, binding.eos_ids)
 
-    def check_shape(self, shape: Shape) -> str:
-        return "" if not shape.trees else f"the lookup drafter proposes chains, got shape {shape.name!r}"

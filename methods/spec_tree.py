@@ -79,7 +79,7 @@ class StaticTree(Shape):
     """A fixed tree: `branching` children per depth, or `paths` (root paths of sibling ranks) when set."""
 
     name = "static_tree"
-    trees = True
+    kind = "grown"
 
     def __init__(self, branching: list[int] | None = (2, 2, 1, 1, 1), paths: list[list[int]] | None = None) -> None:
         if paths is None:

@@ -5,9 +5,9 @@ output so far, and the run's, over the outputs of the examples decoded before it
 iteration both speculate from the row's last `max_depth` tokens and the draft with the higher score is proposed
 (the row's own on ties, as arctic-inference's SuffixDecodingCache.speculate). Its size adapts to the match: at most
 min(gamma, max_spec_factor * match length + max_spec_offset) tokens, each with an estimated probability (counts
-along the tree) of at least min_token_prob. `tree: false` proposes the path of most frequent continuations (what
-arctic-inference's vLLM integration runs); `tree: true` the best-first speculation tree of the paper (batch_size 1,
-eager). Drafts are deterministic (q one-hot), so `rejection` keeps the target's distribution.
+along the tree) of at least min_token_prob. The shape `chain` proposes the path of most frequent continuations (what
+arctic-inference's vLLM integration runs); the shape `tree` the best-first speculation tree of the paper (batch_size
+1, eager). Drafts are deterministic (q one-hot), so `rejection` keeps the target's distribution.
 
 The run's tree holds the outputs of the examples recorded so far, in the order they were decoded (a warm-up adds
 nothing; each repeat starts empty); the rows record how many it held, and a resumed run rebuilds it from the rows
@@ -34,8 +34,8 @@ from specbench.decoding.tree_drafts import Grower
 class SuffixDraft(DraftSource):
     """Each row's speculation from its own tree and the run's (SuffixIndex), as a chain or a tree of one-hot drafts."""
 
-    def __init__(self, part: "Suffix", rows: int) -> None:
-        self.m = part
+    def __init__(self, part: "Suffix", rows: int, trees: bool) -> None:
+        self.m, self.trees = part, trees  # trees: the paper's speculation tree (shape tree), else the path
         self.own = [SuffixIndex(part.max_depth) for _ in range(rows)]  # prompt + output of each row
         self.seen = [0] * rows  # tokens of buf[b] already in row b's own tree
 
@@ -51,13 +51,13 @@ class SuffixDraft(DraftSource):
                 continue
             context = own.data[max(0, len(own.data) - m.max_depth) :]
             best = own.speculate(context, cap, m.max_spec_factor, m.max_spec_offset,
-                                 m.min_token_prob, m.trees)
+                                 m.min_token_prob, self.trees)
             if m.global_cache:
                 other = m.run_index.speculate(context, cap, m.max_spec_factor, m.max_spec_offset,
-                                              m.min_token_prob, m.trees)
+                                              m.min_token_prob, self.trees)
                 best = best if best.score >= other.score else other
             drafts.append(best)
-        if not m.trees:
+        if not self.trees:
             return fixed_proposals([dr.tokens if dr is not None else [] for dr in drafts], d)
         return [self.tree_proposal(dr, d) for dr in drafts]
 
@@ -89,28 +89,24 @@ class Suffix(Drafter):
     policy's window (gamma) of nodes."""
 
     name = "suffix"
+    proposes = ("chain", "tree")  # the path of most frequent continuations, or the paper's speculation tree
     pair_draft = False
 
     def __init__(self, max_depth: int = 64, max_spec_factor: float = 1.0, max_spec_offset: float = 0.0,
-                 min_token_prob: float = 0.1, tree: bool = False, global_cache: bool = True) -> None:
+                 min_token_prob: float = 0.1, global_cache: bool = True) -> None:
         self.max_depth = integer(max_depth, "method.max_depth", low=2)
         self.max_spec_factor = real(max_spec_factor, "method.max_spec_factor", low=0)
         self.max_spec_offset = real(max_spec_offset, "method.max_spec_offset")
         self.min_token_prob = real(min_token_prob, "method.min_token_prob", low=0, high=1)
-        for key, value in (("tree", tree), ("global_cache", global_cache)):
-            if not isinstance(value, bool):
-                raise OptionError(f"method.{key} must be true or false, got {value!r}")
-        self.trees, self.global_cache = tree, global_cache
+        if not isinstance(global_cache, bool):
+            raise OptionError(f"method.global_cache must be true or false, got {global_cache!r}")
+        self.global_cache = global_cache
         self.tree_role = ""  # the tree is grown from the suffix index: only the target's mask is checked
         self.run_index = SuffixIndex(self.max_depth)  # the outputs recorded so far, one sequence each
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return SuffixDraft(self, len(next(iter(states.values())).fed))
-
-    def check_shape(self, shape: Shape) -> str:
-        return "" if not shape.trees else (f"the suffix drafter grows its own trees (method.tree=true), got shape "
-                                           f"{shape.name!r}")
+        return SuffixDraft(self, len(next(iter(states.values())).fed), shape.trees)
 
     def state(self) -> dict[str, float]:
         return {"run_outputs": len(self.run_index.starts)}

@@ -95,6 +95,7 @@ class Retokenize(Drafter):
     for the target and verified (lossless); as many target candidates per iteration as their text gives."""
 
     name = "retokenized"
+    proposes = ("chain",)
     cross_tokenizer = True
     one_row = "re-tokenizes each row's context for its draft model and decodes one row at a time"
 
@@ -105,9 +106,6 @@ class Retokenize(Drafter):
         """Target candidates per iteration: as many as the window's draft tokens' text gives (not capped)."""
         return sys.maxsize
 
-    def check_shape(self, shape: Shape) -> str:
-        return "" if not shape.trees else f"the retokenized drafter proposes chains, got shape {shape.name!r}"
-
     def check_decode(self, params: SamplingParams) -> None:
         if not params.greedy:
             raise OptionError(
@@ -115,7 +113,7 @@ class Retokenize(Drafter):
                 "transformers drafts across vocabularies by Universal Speculative Decoding (draft logits mapped onto "
                 "the shared tokens), another algorithm not implemented here; use method=hf_assisted for it")
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
         draft = binding.models["draft"]
         d_tok = (binding.pair.draft_tokenizer if binding.pair is not None else None) or binding.tokenizer

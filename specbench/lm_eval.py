@@ -103,7 +103,7 @@ class SpecbenchLM(LM):
             args.append(to_override("device", device))
         if batch_size not in (None, 1, "1"):
             log.warning("specbench decodes one sequence at a time; batch_size=%s is ignored", batch_size)
-        check_option_overrides(args, Path(config_dir or CONF_DIR))
+        args = check_option_overrides(args, Path(config_dir or CONF_DIR))
         self.cfg = compose_config(args, config_dir or CONF_DIR)
         c = OmegaConf.to_container(self.cfg, resolve=True)
         check_run_settings(c)

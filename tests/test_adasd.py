@@ -163,7 +163,7 @@ def test_fixed_t_v_is_never_updated():
 
 def test_bad_options_fail():
     with pytest.raises(ValueError, match="sample_match, rejection"):
-        build_method({"name": "adasd", "rule": "js_relaxed(sample_match)"})
+        build_method({"name": "adasd", "parts": {"rule": "js_relaxed(sample_match)"}})
     with pytest.raises(ValueError, match="no verification threshold"):
         build_method({"name": "adasd_gen_only", "fixed_t_v": 0.1})
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
@@ -318,7 +318,7 @@ def test_lossy_variants_rows(tmp_path, name):
 
 def test_verify_only_with_t_v_0_equals_vanilla_sample_match_at_t1(tmp_path):
     common = ("decode=t1", "decode.seed=7", "decode.max_new_tokens=32", "limit=8")
-    run(small("method=vanilla", "method.gamma=5", "method.rule=sample_match", *common), tmp_path / "v")
+    run(small("method=vanilla", "method.gamma=5", "method.parts.rule=sample_match", *common), tmp_path / "v")
     summary = run(small("method=adasd_verify_only", "method.fixed_t_v=0", *common), tmp_path / "a")
     v, a = rows(tmp_path / "v"), rows(tmp_path / "a")
     assert len(v) == len(a) == 8
@@ -347,7 +347,7 @@ def joint_counts(cfg: dict, n: int) -> tuple[np.ndarray, list[int]]:
 def test_gen_only_sampling_follows_the_target(persist):
     """Chi-square of the joint of the first two tokens against the exact target joint.
     persist=True carries T_G across calls, so windows grow past one token."""
-    cfg = {"name": "adasd_gen_only", "rule": "sample_match", "persist": persist}
+    cfg = {"name": "adasd_gen_only", "parts": {"rule": "sample_match"}, "persist": persist}
     counts, windows = joint_counts(cfg, 3000)
     assert counts.sum() == 3000
     assert chi2_pvalue(counts, target_joint(TableLM(V, 11))) > 1e-3

@@ -188,14 +188,15 @@ def test_every_module_imports_on_its_own():
 @pytest.mark.parametrize("registry", ["methods", "datasets", "builders", "tasks"])
 def test_registries_discover_their_plugins(registry):
     """Every module in a plugin package registers something; the registry finds it without a list (methods/: a
-    policy, a drafter or a shape, specbench.decoding.parts)."""
+    policy, a drafter, a shape (specbench.decoding.parts) or a rule (specbench.decoding.rule))."""
     from specbench.data.dataset import DATASETS
     from specbench.decoding.method import METHODS
     from specbench.decoding.parts import DRAFTERS, SHAPES
+    from specbench.decoding.rule import RULES
     from specbench.models.pairs import BUILDERS
     from specbench.runs.runner import TASKS
 
-    regs, folder = {"methods": ((METHODS, DRAFTERS, SHAPES), ROOT / "methods"),
+    regs, folder = {"methods": ((METHODS, DRAFTERS, SHAPES, RULES), ROOT / "methods"),
                     "datasets": ((DATASETS,), ROOT / "evaluators"), "builders": ((BUILDERS,), None),
                     "tasks": ((TASKS,), None)}[registry]
     names = [(reg, n) for reg in regs for n in reg.names()]

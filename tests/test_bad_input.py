@@ -49,7 +49,7 @@ BAD_VALUES = [  # override (as typed on the command line), the key the error mus
     ("method.gamma=abc", "method.gamma", "must be an integer"),
     ("method.gamma=2.5", "method.gamma", "must be an integer"),
     ("method.gamma=0", "method.gamma", "must be an integer >= 1"),
-    ("method.rule=3", "method.rule", "must be a string"),
+    ("method.parts.rule=3", "method.parts.rule", "must be a registered name"),
     ("decode.max_new_tokens=true", "decode.max_new_tokens", "must be an integer >= 1"),
     ("decode.max_new_tokens=abc", "decode.max_new_tokens", "must be an integer >= 1"),
     ("decode.max_new_tokens=2.5", "decode.max_new_tokens", "must be an integer >= 1"),  # ran as 2
@@ -187,7 +187,8 @@ def test_dataset_option_ranges_name_their_key(cfg, key):
 
 
 def test_unknown_options_list_the_valid_ones():
-    with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['gama'\]; valid options: gamma, rule"):
+    with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['gama'\]; each part's valid options: "
+                                          r"policy vanilla: gamma; drafter draft_model: none; shape chain: none"):
         build_method({"name": "vanilla", "gama": 3})
     with pytest.raises(OptionError, match=r"dataset 'toy_arith' got unknown options \['data_dir'\]; valid options: n, seed"):
         build_dataset({"name": "toy_arith", "data_dir": "x"})
@@ -363,8 +364,10 @@ def test_cli_refused_rerun_keeps_a_folder_with_results(tmp_path):
 
 
 @pytest.mark.parametrize("override, says", [
-    ("method.gama=3", r"method 'vanilla' got unknown options ['gama'] (method.gama=3); valid options: gamma, rule"),
-    ("+method.gama=3", r"method 'vanilla' got unknown options ['gama'] (+method.gama=3); valid options: gamma, rule"),
+    ("method.gama=3", "method 'vanilla' got unknown options ['gama'] (method.gama=3); each part's valid options: policy "
+                      "vanilla: gamma; drafter draft_model: none; shape chain: none"),
+    ("+method.gama=3", "method 'vanilla' got unknown options ['gama'] (+method.gama=3); each part's valid options: "
+                       "policy vanilla: gamma; drafter draft_model: none; shape chain: none"),
     ("dataset.nn=3", "dataset 'smoke' got unknown options ['nn'] (dataset.nn=3); valid options: chat_template, "),
     ("+dataset.nn=3", "dataset 'smoke' got unknown options ['nn'] (+dataset.nn=3); valid options: chat_template, "),
 ])
@@ -379,11 +382,11 @@ def test_option_keys_are_checked_for_every_choice_the_command_runs():
 
     with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['persist'\]"):
         check_option_overrides(["-m", "method=adasd,vanilla", "+method.persist=true"])  # adasd has it, vanilla not
-    with pytest.raises(OptionError, match=r"method 'draft_only' got unknown .*'gama'.*valid options: rule"):
+    with pytest.raises(OptionError, match=r"method 'draft_only' got unknown .*'gama'.*policy draft_only: none"):
         check_option_overrides(["-m", "experiment=adasd_table1", "+method.gama=1"])  # the experiment's sweep
     with pytest.raises(OptionError, match=r"dataset 'gsm8k' got unknown options \['nfewshot'\] .*num_fewshot"):
         check_option_overrides(["dataset=gsm8k", "++dataset.nfewshot=2"])
-    for fine in (["method=adasd", "+method.persist=true"], ["method.gamma=3", "dataset.n=5", "~method.rule"],
+    for fine in (["method=adasd", "+method.persist=true"], ["method.gamma=3", "dataset.n=5", "~method.parts.rule"],
                  ["dataset.limit=3"], ["method=nope", "method.gamma=2"], ["decode.nope=1"], ["-m", "method=ar,vanilla"]):
         check_option_overrides(fine)  # valid, or refused later by Hydra or the runner with their own message
 

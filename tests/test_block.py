@@ -21,7 +21,7 @@ import torch
 from scipy.stats import chisquare
 
 from specbench.decoding.acceptance import Greedy, make_rule
-from specbench.decoding.block import Block
+from specbench.methods.block import Block
 from specbench.decoding.proposal import Proposal
 from specbench.decoding.rule import Chains
 

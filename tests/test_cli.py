@@ -155,3 +155,46 @@ def test_bench_methods_writes_the_folders_run_py_writes(tmp_path, monkeypatch, c
     with pytest.raises(KeyboardInterrupt):
         bench.main([*args, "--methods", "draft_only", "warmup=0"])
     assert not (tmp_path / "tiny_random/smoke/draft_only").exists() and len(list(tmp_path.rglob("config.json"))) == 2
+
+
+COMPOSED = ("pair=tiny_random", "dataset=smoke", "limit=2", "decode.max_new_tokens=8", "warmup=0")
+
+
+def test_a_method_composed_on_the_command_line_runs_and_is_named_by_its_parts(tmp_path):
+    """`method.parts.<part>=` and a part's options with no `+` (max_depth: the suffix drafter's, which vanilla's preset
+    lacks), the `+` forms of both, and a rule part: each runs the parts it names, in a method folder named by them,
+    with rows and a summary that carry that name; the leaf holds the other overrides, without `+`."""
+    p = run_py("-m", *COMPOSED, f"paths.results={tmp_path}", "method=vanilla,gammatune", "method.parts.drafter=suffix",
+               "method.max_depth=8", "+method.gamma=3")
+    assert p.returncode == 0, p.stderr
+    p = run_py(*COMPOSED, f"paths.results={tmp_path}", "method=vanilla", "+method.parts.rule=block")
+    assert p.returncode == 0, p.stderr
+    found = {s.parent.relative_to(tmp_path / "tiny_random" / "smoke").as_posix(): json.loads(s.read_text())
+             for s in tmp_path.rglob("summary.json")}
+    leaf = "decode.max_new_tokens=8,method.gamma=3,method.max_depth=8"
+    assert set(found) == {f"vanilla+drafter=suffix/greedy/{leaf}", f"gammatune+drafter=suffix/greedy/{leaf}",
+                          "vanilla+rule=block/greedy/decode.max_new_tokens=8"}
+    for folder, s in found.items():
+        name = folder.split("/")[0]
+        assert s["method"] == name and {r["method"] for r in map(json.loads, (tmp_path / "tiny_random" / "smoke" /
+                                                                              folder / "rows.jsonl").open())} == {name}
+        parts = s["config"]["method"]["parts"]
+        assert parts["drafter"] == ("suffix" if "suffix" in name else "draft_model")
+        assert parts["rule"] == ("block" if "block" in name else "rejection")
+        if "suffix" in name:
+            assert s["config"]["method"]["max_depth"] == 8 and s["config"]["method"]["gamma"] == 3
+            assert "draft" not in s["runtime"]["models"]  # the suffix drafter needs no draft model
+
+
+def test_an_unknown_option_names_each_part_and_its_options(tmp_path):
+    p = run_py(*COMPOSED, f"paths.results={tmp_path}", "method=vanilla", "method.parts.drafter=suffix",
+               "method.max_dept=8")
+    assert p.returncode != 0 and not any(tmp_path.iterdir())
+    assert ("method 'vanilla+drafter=suffix' got unknown options ['max_dept'] (method.max_dept=8); each part's valid "
+            "options: policy vanilla: gamma; drafter suffix: global_cache, max_depth, max_spec_factor, "
+            "max_spec_offset, min_token_prob; shape chain: none") in p.stderr
+    p = run_py(*COMPOSED, f"paths.results={tmp_path}", "method=gammatune_pld", "method.parts.drafter=suffix")
+    assert p.returncode != 0 and "max_ngram is an option of the preset 'gammatune_pld': drop it with ~method.max_ngram" \
+        in p.stderr
+    p = run_py(*COMPOSED, f"paths.results={tmp_path}", "method=vanilla", "method.rule=block")
+    assert p.returncode != 0 and "the rule is a part: method.parts.rule" in p.stderr

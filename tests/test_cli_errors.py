@@ -134,7 +134,7 @@ def test_a_method_plugin_with_a_syntax_error_names_its_file_and_line(tmp_path):
 
 METHOD_OPTIONS = [  # method options out of range or in conflict: each names its key (and the method)
     ({"name": "confidence", "threshold": 1.5}, "method.threshold must be a finite number in [0, 1]"),
-    ({"name": "adasd", "rule": "greedy2"}, "method.rule must be one of sample_match, rejection"),
+    ({"name": "adasd", "parts": {"rule": "greedy2"}}, "method.parts.rule must be one of sample_match, rejection"),
     ({"name": "adasd_gen_only", "fixed_t_v": 0.1}, "method.fixed_t_v must be null"),
     ({"name": "adasd", "fixed_t_v": 1.5}, "method.fixed_t_v must be a finite number in [0, 1] or null"),
     ({"name": "gammatune", "gamma_min": 5, "gamma_max": 3}, "method.gamma_min must be <= method.gamma_max"),

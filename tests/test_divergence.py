@@ -23,7 +23,7 @@ def cache_free_top2(model, ids: list[int], vocab: int) -> tuple[float, int]:
 
 
 @pytest.mark.parametrize("method", [{"name": "ar"}, {"name": "vanilla", "gamma": 4},
-                                    {"name": "dyn_tree", "total_nodes": 8, "depth": 3, "top_k": 3, "rule": "greedy"}])
+                                    {"name": "dyn_tree", "total_nodes": 8, "depth": 3, "top_k": 3, "parts": {"rule": "greedy"}}])
 def test_margins_are_the_targets_top2_at_each_committed_token(tiny_pair, method):
     """Every lossless greedy method records, per token, the margin a cache-free forward of the target gives at that
     prefix, and commits its top-1 (off_top1 empty)."""

@@ -82,7 +82,7 @@ def test_gammatune_jobs_start_every_method_at_the_initial_gamma():
 def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
     (job,) = [j for j in sweep_jobs(compose_cfg("experiment=adasd_table1")) if {"method=adasd", "dataset=mmlu"} <= set(j)]
     c = compose_cfg(*job)
-    assert (c.method.name, c.method.gamma, c.method.rule) == ("adasd", 20, "sample_match")
+    assert (c.method.name, c.method.gamma, c.method.parts.rule) == ("adasd", 20, "sample_match")
     assert (c.decode.temperature, c.decode.top_k, c.decode.top_p) == (1.0, None, None) and c.dataset.split == "validation"
     assert job_dir(c).name == "decode.max_new_tokens=512,decode.seed=48763"
     paths = ["paths.drafters.distilled=/d/distilled", "paths.drafters.sd2=/d/sd2"]
@@ -91,7 +91,7 @@ def test_adasd_and_sd2_jobs_compose_to_the_papers_settings():
                   if {"dataset=gsm8k", f"method={row}", "decode.seed=0"} <= set(j)]
         c = compose_cfg(*job)
         temp = "t1" if table == "sd2_table1" else "greedy"
-        assert (c.method.name, c.method.gamma, c.method.rule) == (row, 8, "rejection")
+        assert (c.method.name, c.method.gamma, c.method.parts.rule) == (row, 8, "rejection")
         assert c.method.get("drafter") == {"vanilla": None, "distilled": "/d/distilled", "sd2": "/d/sd2"}[row]
         assert c.decode.temperature == (1.0 if temp == "t1" else 0.0)
         assert c.limit == 96 and c.decode.max_new_tokens == 128

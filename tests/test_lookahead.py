@@ -14,7 +14,7 @@ import torch
 
 from helpers import pair_engine
 from specbench.common.options import OptionError
-from specbench.decoding.parts import Parts, Shape
+from specbench.decoding.parts import OwnTree, Parts
 from specbench.methods.lookahead import Lookahead, Window, trie
 from specbench.methods.vanilla import Vanilla
 from specbench.runs.runner import build_method
@@ -144,7 +144,7 @@ def test_lookahead_equals_the_cache_free_lade_loop(tiny_pair, W, N, G):
             return src
 
     prompt = tiny_pair.tokenizer(PROMPT)["input_ids"]
-    method = Vanilla(rule="greedy", parts=Parts(Keep(width=W, ngram=N, guesses=G), Shape()), name="lookahead")
+    method = Vanilla(rule="greedy", parts=Parts(Keep(width=W, ngram=N, guesses=G), OwnTree()), name="lookahead")
     gen = pair_engine(tiny_pair, method).generate(prompt, 48)
     want, accepted, pool = reference(tiny_pair.target, prompt, 48, W, N, G, 10)
     assert gen.token_ids == want

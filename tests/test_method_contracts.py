@@ -56,9 +56,9 @@ SETTINGS = (*SAME_VOCAB, "decode=greedy", f"decode.max_new_tokens={MAX_NEW}", f"
             "trace=true")
 # a part that is not a method of its own (a rule) joins the contracts on a method that takes it: name -> (the
 # registered method, its overrides)
-VARIANTS = {"vanilla[rule=block]": ("vanilla", ("method.rule=block",)),
-            "gammatune[rule=block]": ("gammatune", ("method.rule=block",)),
-            "suffix[tree=true]": ("suffix", ("method.tree=true",))}
+VARIANTS = {"vanilla[rule=block]": ("vanilla", ("method.parts.rule=block",)),
+            "gammatune[rule=block]": ("gammatune", ("method.parts.rule=block",)),
+            "suffix[shape=tree]": ("suffix", ("method.parts.shape=tree",))}
 NAMES = method_names() + list(VARIANTS)
 
 
@@ -207,7 +207,7 @@ def test_every_registered_method_is_checked():
             "uag"} <= set(NAMES)
     lossless = lossless_names()
     assert {"ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "distilled",
-            "sd2", "hf_assisted", "pld", "layer_skip", "uag", "vanilla[rule=block]", "gammatune[rule=block]", "suffix", "suffix[tree=true]"} <= set(lossless)
+            "sd2", "hf_assisted", "pld", "layer_skip", "uag", "vanilla[rule=block]", "gammatune[rule=block]", "suffix", "suffix[shape=tree]"} <= set(lossless)
     assert "draft_only" not in lossless and "adasd" not in lossless
 
 
@@ -334,7 +334,7 @@ P_PASS = 1e-4
 REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
            ("hf_assisted", 4): "batch size 1 only", ("spec_tree", 4): "one row at a time",
            ("dyn_tree", 4): "one row at a time", ("eagle3", 4): "one row's states", ("eagle3_tree", 4): "one row's states",
-           ("medusa", 4): "one row's states", ("suffix[tree=true]", 4): "one row at a time",
+           ("medusa", 4): "one row's states", ("suffix[shape=tree]", 4): "one row at a time",
            ("lookahead", 4): "one row at a time"}
 
 

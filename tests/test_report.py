@@ -405,12 +405,12 @@ def test_an_ambiguous_cell_names_the_keys_and_the_where_of_each_run(tmp_path):
     runs = load.load_runs(tmp_path)
     rep = report.build_report(runs, ["adasd_table1_2"])
     (note,) = [n for n in rep.notes if n.startswith("adasd_table1_2")]
-    assert "2 runs fit Vanilla (vanilla:gamma=5) on p/gsm8k; they differ in method.rule" in note
-    assert f"{tmp_path / 'a'}: --where method.rule=rejection" in note and "--where method.rule=sample_match" in note
-    assert list(load.where(runs, ["method.rule=rejection"]).sort_values("run_dir")["run_dir"]) == [
+    assert "2 runs fit Vanilla (vanilla:gamma=5) on p/gsm8k; they differ in method.parts.rule" in note
+    assert f"{tmp_path / 'a'}: --where method.parts.rule=rejection" in note and "--where method.parts.rule=sample_match" in note
+    assert list(load.where(runs, ["method.parts.rule=rejection"]).sort_values("run_dir")["run_dir"]) == [
         str(tmp_path / "a"), str(tmp_path / "c")]  # adasd has no rule option: it stays
     assert rep.left_out == 1 and [t.name for t in rep.tables] == ["overview"]
-    assert report.main([str(tmp_path), "--table", "adasd_table1_2", "--where", "method.rule=rejection"]) == 0
+    assert report.main([str(tmp_path), "--table", "adasd_table1_2", "--where", "method.parts.rule=rejection"]) == 0
 
 
 def test_repeats_acceptance_truncation_and_predicted_speedup(tmp_path):
@@ -615,3 +615,19 @@ def test_runs_of_one_setting_over_other_examples_are_told_apart(tmp_path):
     assert notes == [] and ov.values.index.get_level_values(1).tolist() == [
         "ar [all/ar]", "vanilla [all/vanilla]", "ar [few/ar]", "vanilla [few/vanilla]"]
     assert ov.values[("", "speedup vs ar")].tolist() == [1.0, 2.0, 1.0, 2.0]
+
+
+def test_a_paper_table_takes_only_its_own_methods(tmp_path):
+    """GammaTune's Table 2 over gammatune and vanilla runs and a gammatune composed with another drafter: the composed
+    run keeps its own name (its summary's method) and is not one of the table's GammaTune rows."""
+    for g in (1, 2):
+        write_run(tmp_path, f"v{g}", "vanilla", [{"new": 10, "s": 1.0, "drafted": 4, "accepted": 2, "k": 2}], gamma=g)
+        write_run(tmp_path, f"g{g}", "gammatune", [{"new": 10, "s": 0.5, "drafted": 4, "accepted": 3, "k": 2}], gamma=g)
+        composed = write_run(tmp_path, f"c{g}", "gammatune", [{"new": 10, "s": 0.1, "drafted": 4, "accepted": 4, "k": 2}],
+                             gamma=g, parts={"policy": "gammatune", "drafter": "suffix"})
+        add_fields(composed, {"method": "gammatune+drafter=suffix"})
+    runs = load.load_runs(tmp_path)
+    assert sorted(runs["method"].unique()) == ["gammatune", "gammatune+drafter=suffix", "vanilla"]
+    speedups = tables.gammatune_speedups(runs)
+    gt = speedups[speedups["row"] == "GammaTune"]
+    assert sorted(gt["gamma"]) == [1, 2] and list(gt["speedup"]) == pytest.approx([2.0, 2.0])

@@ -2,7 +2,7 @@
 answers on 600 speculations are stored in tests/data/suffix_reference.json (docs/fidelity/cmp_suffix.py wrote them
 from the reference's C++ module: random sequences with many count ties, path and tree speculation, every setting);
 the method's run-wide tree across examples; what it refuses. Greedy equality with ar, the sampling chi-square,
-windows and traces are the method contracts' (tests/test_method_contracts.py: suffix and suffix[tree=true]); a
+windows and traces are the method contracts' (tests/test_method_contracts.py: suffix and suffix[shape=tree]); a
 resumed and a warmed-up run give the uninterrupted rows (tests/test_carried_state.py)."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_a_row_proposes_what_its_prompt_repeats():
     buf[1, :3] = torch.tensor([7, 8, 6])
     buf[2, :9] = torch.tensor(prompt)
     d = Drafting([9, 3, 9], [16, 16, 0], [m, m, m], [None] * 3, Sampler(SamplingParams(0.0), 16), frozenset())
-    props = SuffixDraft(m.parts.drafter, 3).propose(buf, d)
+    props = SuffixDraft(m.parts.drafter, 3, False).propose(buf, d)
     assert props[0].tokens == [4, 5, 9] and props[0].is_chain and props[0].q is None
     assert props[1].tokens == [] and props[2].tokens == []
     assert SuffixIndex(64).speculate(prompt, 16).tokens == []  # an empty tree speculates nothing
@@ -104,11 +104,13 @@ def test_a_row_proposes_what_its_prompt_repeats():
 
 
 def test_options_and_refusals():
-    with pytest.raises(OptionError, match="method.tree must be true or false"):
-        build_method({"name": "suffix", "tree": "yes"})
+    with pytest.raises(OptionError, match="method.global_cache must be true or false"):
+        build_method({"name": "suffix", "global_cache": "yes"})
+    with pytest.raises(OptionError, match="the lookup drafter proposes chains .shape chain.; got method.parts.shape=tree"):
+        build_method({"name": "pld", "parts": {"shape": "tree"}})
     with pytest.raises(OptionError, match="method.min_token_prob"):
         build_method({"name": "suffix", "min_token_prob": 2})
-    m = build_method({"name": "suffix", "tree": True})
+    m = build_method({"name": "suffix", "parts": {"shape": "tree"}})
     with pytest.raises(OptionError, match="one row at a time"):
         m.check_batch(4)
     with pytest.raises(OptionError, match="verifies chains only"):

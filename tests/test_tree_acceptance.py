@@ -18,7 +18,7 @@ import torch
 
 from helpers import chi2_pvalue_groups, warped_probs
 from specbench.decoding.acceptance import JSRelaxed, Rejection, SampleMatch, leading_true
-from specbench.decoding.block import Block
+from specbench.methods.block import Block
 from specbench.decoding.proposal import SAMPLED, TOP_K, WITHOUT_REPLACEMENT, Proposal, chain
 from specbench.decoding.trees import greedy_path, multi_step_path, recursive_rejection_path
 

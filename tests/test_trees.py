@@ -150,7 +150,7 @@ def test_trees_are_refused_in_a_batch_and_on_the_compiled_path(tmp_path, name):
     ({"branching": [], "paths": None}, "method.branching"),
     ({"branching": [2, 0]}, "method.branching"),
     ({"drafter_kind": "eagle"}, "method.drafter_kind must be one of distilled, sd2"),
-    ({"rule": "js_relaxed(rejection)"}, "method.rule must be one of greedy, rejection, sample_match"),
+    ({"parts": {"rule": "js_relaxed(rejection)"}}, "method.parts.rule must be one of greedy, rejection, sample_match"),
     ({"branching": [10, 10, 10]}, r"1110 nodes per tree; at most 1024"),
     ({"name": "dyn_tree", "total_nodes": 2000}, r"method.total_nodes must be an integer in \[1, 1024\]"),
     ({"name": "dyn_tree", "top_k": 0}, "method.top_k"),

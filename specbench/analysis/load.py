@@ -224,7 +224,8 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
     setting = setting_of(record)
     return {
         "run_dir": str(run_dir), "pair": cfg["pair"]["name"], "pair_label": pair_label(cfg["pair"]),
-        "dataset": cfg["dataset"]["name"], "method": method["name"], "options": options,
+        # the method by its parts as the run named it (vanilla+drafter=suffix: specbench.decoding.compose.method_label)
+        "dataset": cfg["dataset"]["name"], "method": summary.get("method") or method["name"], "options": options,
         "decode": record.get("choices", {}).get("decode"), "temperature": float(decode["temperature"]),
         "top_k": decode.get("top_k"), "top_p": decode.get("top_p"), "max_new_tokens": budget(cfg),
         "seed": int(decode["seed"]), "batch_size": batch_size(cfg), "device": record.get("device_info", {}).get("device"),
@@ -277,7 +278,7 @@ def labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
     out = []
     for _, run in runs.iterrows():
         same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
-        keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset.") + skip)
+        keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset.", "method.parts.") + skip)
         out.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
     return out
 

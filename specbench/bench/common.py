@@ -115,7 +115,7 @@ def engines(pair: Pair, gamma: int, max_new: int, paths: tuple[str, ...]) -> dic
     params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
     out = {}
     for path in paths:
-        for name, cfg in (("vanilla", {"name": "vanilla", "gamma": gamma, "rule": "rejection"}), ("ar", {"name": "ar"})):
+        for name, cfg in (("vanilla", {"name": "vanilla", "gamma": gamma, "parts": {"rule": "rejection"}}), ("ar", {"name": "ar"})):
             out[f"{name} {path}"] = make_engine(pair, build_method(cfg), params, (), path == "compiled")
     return out
 

@@ -108,7 +108,7 @@ def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], method
     """tokens/s of each method (ar among them) at each B (eager; tree methods at B = 1 only), speedup over ar at the
     same B; the budget is checked before each B."""
     params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
-    specs = {"ar": {"name": "ar"}, "vanilla": {"name": "vanilla", "gamma": gamma, "rule": "rejection"}}
+    specs = {"ar": {"name": "ar"}, "vanilla": {"name": "vanilla", "gamma": gamma, "parts": {"rule": "rejection"}}}
     specs = {m: specs.get(m) or OmegaConf.to_container(compose_config([f"method={m}"]).method, resolve=True)
              for m in ("ar", *methods)}
     ours = {name: make_engine(pair, build_method(spec), params, ()) for name, spec in specs.items()}

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|")
     for decode in decodes:
         params = sampling_params({"temperature": DECODES[decode], "max_new_tokens": args.max_new_tokens})
-        engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "rule": "rejection"}),
+        engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "parts": {"rule": "rejection"}}),
                              params, ())
         measure(engine, prompts[: min(batch)], args.max_new_tokens, decode == "sample")  # warm-up
         got: dict[int, list[dict]] = {b: [] for b in batch}

@@ -3,7 +3,7 @@
 The pair decodes the dataset's first prompts with vanilla (γ drafts from the pair's draft) under sampling; the first
 rule listed decides every iteration, so the trajectory is that rule's. At every iteration each listed rule's exact
 expected number of accepted drafts given those very drafts and the target's p there is computed (Rule.expected:
-rejection sum_j prod_{i<=j} min(1, p_i(x_i)/q_i(x_i)); block sum_j P(τ >= j), specbench.decoding.block), so the rules
+rejection sum_j prod_{i<=j} min(1, p_i(x_i)/q_i(x_i)); block sum_j P(τ >= j), specbench.methods.block), so the rules
 are compared on identical drafts without the noise of their own draws. Printed per rule: the mean over iterations of
 E[accepted | drafts], τ = 1 + that mean, and the ratio to the first rule with its 95% bootstrap interval over
 iterations (paired: the same iterations resampled for both rules); and, as a check, the deciding rule's realised
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     rules = [make_rule(n) for n in names]  # an unknown name fails here, listing the valid ones
     pair = load(args.pair, torch.device(args.device))
     params = sampling_params({"temperature": args.temperature, "max_new_tokens": args.max_new_tokens})
-    engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "rule": names[0]}), params, ())
+    engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "parts": {"rule": names[0]}}), params, ())
     comparing = Comparing(rules)
     engine.method.rule = comparing  # the bound method decides with the first rule and records all of them
     for i, ids in enumerate(dataset_prompts(pair, args.dataset, args.prompts)):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import torch
 
-from specbench.decoding import block  # noqa: F401 - registers the rule `block` (Sun et al.'s block verification)
 from specbench.decoding import trees
 from specbench.decoding.proposal import SAMPLED
 from specbench.decoding.rule import RULES, Chains, Rule, leading_product, leading_true  # noqa: F401 - re-exported

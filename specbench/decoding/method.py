@@ -64,7 +64,7 @@ class Method:
         """Fail with an OptionError naming the key when the parts do not go together (a relaxed rule on a tree, a
         drafter that cannot propose the shape)."""
         if self.parts.trees and self.uses_draft and not self.rule.walks_trees:
-            raise option_error(self.name, f"method.rule must be one of {', '.join(tree_rules())} for a tree "
+            raise option_error(self.name, f"method.parts.rule must be one of {', '.join(tree_rules())} for a tree "
                                           f"({self.rule.chains_only}), got {self.rule_spec!r}")
         why = self.parts.drafter.check_shape(self.parts.shape)
         if why:
@@ -142,7 +142,7 @@ class Method:
         drafter part's, for the shape's grower (None without drafting)."""
         if not self.uses_draft:
             return None
-        return self.parts.drafter.source(states, self.bound, self.parts.shape.grower(), self.fixed_window)
+        return self.parts.drafter.source(states, self.bound, self.parts.shape, self.fixed_window)
 
     def reset(self) -> None:
         """Start of a generation call (per example)."""

@@ -28,12 +28,21 @@ DRAFTERS: Registry[type["Drafter"]] = Registry("drafter", plugins="specbench.met
 SHAPES: Registry[type["Shape"]] = Registry("shape", plugins="specbench.methods")
 
 
+KINDS = ("chain", "tree", "grown")  # what a shape is: a chain; the drafter's own tree; a tree a grower picks
+
+
 class Shape:
     """How a verify's nodes hang together: `chain` (the policy's window of tokens, each the child of the one
-    before), or a tree (methods/spec_tree.py, methods/dyn_tree.py) whose grower picks the children."""
+    before), `tree` (the drafter's own tree: suffix's speculation tree, Lookahead's n-grams and window), or a tree a
+    grower picks the children of (methods/spec_tree.py, methods/dyn_tree.py: kind `grown`)."""
 
     name = "chain"
-    trees = False  # True: a tree of nodes per verify (one row, eager path)
+    kind = "chain"  # one of KINDS
+
+    @property
+    def trees(self) -> bool:
+        """Is a tree of nodes verified per call (one row, eager path)?"""
+        return self.kind != "chain"
 
     def grower(self) -> Grower | None:
         """What grows a tree (None: a chain)."""
@@ -51,14 +60,22 @@ class Shape:
 SHAPES.register("chain")(Shape)
 
 
+@SHAPES.register("tree")
+class OwnTree(Shape):
+    """The tree the drafter builds itself (no grower): its nodes per verify are the drafter's budget."""
+
+    name = "tree"
+    kind = "tree"
+
+
 class Drafter:
     """What proposes the drafts: the models it needs, what it loads when the method binds, the verifier states it
     reads, and the DraftSource of one generation. The default, `draft_model`, is methods/draft_model.py."""
 
     name = "base"
+    proposes: tuple[str, ...] = ("chain", "grown")  # the shape kinds (KINDS) it can draft
     pair_draft = True  # drafts with the pair's draft model (or one trained from it): the pair's draft is loaded
     cross_tokenizer = False  # may run a pair whose draft has another tokenizer (re-tokenized drafts)
-    trees = False  # proposes trees whatever the shape (suffix's speculation tree)
     reads_states = False  # reads the verifier's hidden states (a head, SD²'s steering): the eager path only
     one_row = ""  # why it decodes one row at a time ("" : it drafts for a batch)
     tree_role = "draft"  # the model that grows a tree with tree attention (checked at bind), "" for none
@@ -72,10 +89,10 @@ class Drafter:
         """The verifier's hidden_states indices this drafter reads (known after bind)."""
         return ()
 
-    def source(self, states: dict[str, Counted], binding: Binding, grower: Grower | None,
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        """The proposer of one generation, given the models' states by pair role, the shape's grower (None: a
-        chain) and whether the policy drafts its whole window whatever the tokens (its window, and a row's cap, come
+        """The proposer of one generation, given the models' states by pair role, the shape (its grower: None for a
+        chain or the drafter's own tree) and whether the policy drafts its whole window whatever the tokens (its window, and a row's cap, come
         with each request: Drafting.policies, Drafting.w_max)."""
         raise NotImplementedError
 
@@ -89,8 +106,13 @@ class Drafter:
         return ""
 
     def check_shape(self, shape: Shape) -> str:
-        """Why this drafter cannot propose `shape` ("" : it can)."""
-        return ""
+        """Why this drafter cannot propose `shape` ("" : it can): the shape's kind must be one it proposes."""
+        if shape.kind in self.proposes:
+            return ""
+        what = {"chain": "chains (shape chain)", "tree": "its own trees (shape tree)",
+                "grown": "trees grown by a shape (static_tree, dynamic_tree)"}
+        return (f"the {self.name} drafter proposes {' or '.join(what[k] for k in self.proposes)}; got "
+                f"method.parts.shape={shape.name}")
 
     def check_decode(self, params: SamplingParams) -> None:
         """Fail with an OptionError naming the key when the decode settings are out of this drafter's reach."""
@@ -110,8 +132,10 @@ class Drafter:
         """A recorded example's new tokens (see Method.observe_output)."""
 
 
-def model_source(state: ModelState, grower: Grower | None, fixed_window: bool) -> DraftSource:
-    """A draft model's proposer: a chain drawn token by token, or a tree grown by `grower` (its state a TreeState)."""
+def model_source(state: ModelState, shape: Shape, fixed_window: bool) -> DraftSource:
+    """A draft model's proposer: a chain drawn token by token, or a tree grown by the shape's grower (its state a
+    TreeState)."""
+    grower = shape.grower()
     return ModelDraft(state, fixed_window) if grower is None else TreeDraft(state, grower)
 
 
@@ -124,8 +148,8 @@ class Parts:
 
     @property
     def trees(self) -> bool:
-        """Are trees verified (the shape's or the drafter's own)?"""
-        return self.shape.trees or self.drafter.trees
+        """Are trees verified (the shape's kind)?"""
+        return self.shape.trees
 
     def one_row(self) -> str:
         """Why the method decodes one row at a time, "" when it decodes batches (the drafter's reason first)."""

@@ -1,7 +1,7 @@
 """The rule interface: the batch's chains in the verify's layout (`Chains`), the `Rule` base class and the registry
 of rules by config name (`RULES`). The rules themselves are in specbench.decoding.acceptance (greedy, rejection,
-sample_match, js_relaxed) and in a file each beside it (block: specbench.decoding.block); the layout and the way a
-rule draws its random numbers are described there.
+sample_match, js_relaxed) and, as every other part, in a file each under methods/, found on the first lookup
+(block: methods/block.py); the layout and the way a rule draws its random numbers are described there.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.sampling import exponentials
 from specbench.decoding.state import to_device
 
-RULES: Registry[type[Rule]] = Registry("acceptance rule")
+RULES: Registry[type[Rule]] = Registry("rule", plugins="specbench.methods")  # a rule file in methods/ registers itself
 
 
 def leading_true(ok: torch.Tensor) -> int:

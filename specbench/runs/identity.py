@@ -107,9 +107,10 @@ def with_defaults(config: dict) -> dict:
 
 
 def names_folder(key: str, task: str = "bench") -> bool:
-    """Whether an override of `key` (a dotted key or a group) can name a `task` run's folder (module docstring)."""
+    """Whether an override of `key` (a dotted key or a group) can name a `task` run's folder (module docstring); a
+    method's parts name its method folder instead (specbench.runs.layout.run_method)."""
     parts = tuple(key.split("."))
-    if len(parts) == 1 and parts[0] in UNNAMED_GROUPS:
+    if len(parts) == 1 and parts[0] in UNNAMED_GROUPS or parts[:2] == ("method", "parts"):
         return False
     if parts[0] == "task" and task in TASK_PATH_KEY:
         return len(parts) > 1 and parts[1] not in ("name", TASK_PATH_KEY[task], *TASK_RESUMABLE[task])
@@ -117,7 +118,8 @@ def names_folder(key: str, task: str = "bench") -> bool:
 
 
 def folder_overrides(cfg: DictConfig) -> list[str]:
-    """The overrides of a composed config (hydra node included) that name its run folder, as typed, sorted."""
+    """The overrides of a composed config (hydra node included) that name its run folder, as typed without a leading
+    `+` / `++` (adding a key or replacing it names the same run), sorted."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     lines = [str(x) for x in cfg.hydra.overrides.task]
@@ -145,7 +147,7 @@ def folder_overrides(cfg: DictConfig) -> list[str]:
             log.warning("run folder name: cannot tell whether %s is a default value (%s); it names the folder", line, e)
             default = False
         if not default:
-            out.append(line)
+            out.append(line.lstrip("+"))
     return sorted(out)
 
 

@@ -6,6 +6,9 @@ conf/config.yaml builds the folders with the OmegaConf resolvers registered on i
   one folder name (`leaf`), `default` when there are none, so a run with overrides is never nested inside
   the default run's folder; a '/' in a value would nest folders, so a shard `i/n` reads `iofn` and any
   other '/' (a path, a model id) `--`.
+- `specbench.method` (`${specbench.method:}`): the method folder, the method's name by its parts
+  (`vanilla+drafter=suffix` when `method.parts.drafter=suffix` changed a part of the preset `vanilla`), so the
+  leaf holds the other overrides only;
 - `specbench.under`: a path below a base folder unless it is absolute (os.path.join). A sweep's own
   folder is `<results>/.sweeps/<start time>/` (its multirun.yaml and submitit logs, kept per sweep);
   its jobs' sub-folder is their `hydra.run.dir` made absolute, which os.path.join puts in place of the
@@ -58,6 +61,14 @@ def run_leaf(*, _root_: DictConfig) -> str:
     return leaf(",".join(folder_overrides(_root_)))
 
 
+def run_method(*, _root_: DictConfig) -> str:
+    """The `specbench.method` resolver: the method's name by its parts (specbench.decoding.compose.method_label:
+    `vanilla`, or `vanilla+drafter=suffix` when the command line changed a part of the preset)."""
+    from specbench.decoding.compose import method_label
+
+    return method_label(OmegaConf.to_container(_root_.method, resolve=False))
+
+
 def unsharded(name: str) -> str | None:
     """The leaf of the same overrides without `shard=iofn` (None unless the name holds exactly one)."""
     rest, hits = SHARD_ITEM.subn("", name)
@@ -72,6 +83,7 @@ def under(base: str, path: str) -> str:
 def register_resolvers() -> None:
     """Register `specbench.leaf` and `specbench.under` (conf/config.yaml's folder names) with OmegaConf."""
     OmegaConf.register_new_resolver("specbench.leaf", run_leaf, replace=True)
+    OmegaConf.register_new_resolver("specbench.method", run_method, replace=True)
     OmegaConf.register_new_resolver("specbench.under", under, replace=True)
 
 

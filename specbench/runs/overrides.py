@@ -9,6 +9,12 @@ config node's own keys and the options of the class it builds (its constructor's
 `check_top_level_keys`, called first, does the same for a top-level key no config has (`limt=5`, which
 Hydra would advise to write `+limt=5`, a run that ignores it). Any other problem with the overrides is left
 to Hydra, which reports it itself.
+
+A method is composed on the command line from its preset and parts (`method=vanilla method.parts.drafter=suffix
+method.max_depth=8`): `check_option_overrides` returns the arguments with every valid `method.<key>` override written
+`++method.<key>=...` (add or replace), so a key the preset lacks (max_depth: the suffix drafter's) needs no `+` and a
+key it has takes one (`+method.gamma=3`) without Hydra refusing either; the options are checked against the parts the
+command composes (each `method.parts.<part>` override applied to the preset's parts).
 """
 
 from __future__ import annotations
@@ -40,12 +46,39 @@ SELECTED = re.compile(r"oc\.select:\s*([A-Za-z_]\w*)")  # ${oc.select:slurm.part
 
 
 def valid_keys(group: str, node: dict[str, Any]) -> set[str]:
-    """The keys `<group>.<key>` may set: the node's own keys and the constructor options of the class it builds."""
+    """The keys `<group>.<key>` may set: the node's own keys and the constructor options of the class(es) it builds."""
     if group == "method":
         from specbench.decoding.compose import option_names
 
         return set(node) | option_names(node)
     return set(node) | set(init_options(evaluator_class(node)))
+
+
+def with_parts(node: dict[str, Any], lines: dict[str, list[str]]) -> dict[str, Any]:
+    """A method node with the command line's `method.parts.<part>=<name>` overrides applied to its parts."""
+    parts = dict(node.get("parts") or {})
+    for line, key in lines.items():
+        if key[:2] == ["method", "parts"] and len(key) == 3:
+            parts[key[2]] = line.split("=", 1)[1]
+    return {**node, "parts": parts}
+
+
+def has_key(node: dict[str, Any], path: list[str]) -> bool:
+    """Does the config node hold the dotted key `path` (below the group)?"""
+    for k in path:
+        if not isinstance(node, dict) or k not in node:
+            return False
+        node = node[k]
+    return True
+
+
+def replacing(line: str, everywhere: bool) -> str:
+    """A `method.<key>=...` line as Hydra takes it: as typed where every method the command runs has the key and it
+    has no `+` (a sweep's own values for the key stay overridable); else `++method.<key>=...`, added where a config
+    lacks the key and replaced where it has it."""
+    if everywhere and not line.startswith("+"):
+        return line
+    return "++" + line.lstrip("+")
 
 
 def group_choices(group: str, overrides: list[Override], cfg: Any) -> list[str]:
@@ -70,22 +103,24 @@ def choices_of(line: str) -> list[str]:
     return values(OverridesParser.create().parse_overrides([line])[0])
 
 
-def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> None:
+def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> list[str]:
     """Fail, listing the valid keys, for an unknown top-level key (check_top_level_keys) or a method or dataset
-    option key (`method.gama=3`, `+dataset.nn=5`) that the chosen method or dataset does not accept; every other
+    option key (`method.gama=3`, `+dataset.nn=5`) that the chosen method or dataset does not accept; return the
+    arguments with each checked `method.<key>` override written `++method.<key>` (module docstring). Every other
     override is left to Hydra."""
     lines = [a for a in args if "=" in a and not a.startswith("-")]
     try:
         parsed = OverridesParser.create().parse_overrides(lines)
     except HydraException:
-        return  # Hydra reports the syntax error
+        return args  # Hydra reports the syntax error
     if not any(a.split("=")[0] in CONFIG_FLAGS for a in args):
         check_top_level_keys(lines, parsed, config_dir)
     keyed = {line: o.key_or_group.split(".") for line, o in zip(lines, parsed)
              if o.key_or_group.split(".")[0] in GROUPS and "." in o.key_or_group and not o.is_delete()}
     if not keyed:
-        return
+        return args
     rest = [line for line, o in zip(lines, parsed) if line not in keyed and not o.is_sweep_override()]
+    everywhere = {line: True for line in keyed}  # a method line's key is in every method the command runs
     try:
         cfg = compose_config(rest, config_dir, hydra=True)
         for group in GROUPS:
@@ -93,9 +128,14 @@ def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> None
             for name in group_choices(group, parsed, cfg) if given else []:
                 same = name == cfg.hydra.runtime.choices[group]
                 node = cfg[group] if same else compose_config([*rest, f"{group}={name}"], config_dir, hydra=True)[group]
-                check_node(group, OmegaConf.to_container(node, resolve=False), given)
+                plain = OmegaConf.to_container(node, resolve=False)
+                check_node(group, with_parts(plain, keyed) if group == "method" else plain, given)
+                for line, _ in given:
+                    everywhere[line] = everywhere[line] and has_key(plain, keyed[line][1:])
     except (HydraException, OmegaConfBaseException, UnknownNameError) as err:  # Hydra or the run reports these
         log.debug("option keys not checked: %s", err)
+        return args
+    return [replacing(a, everywhere[a]) if keyed.get(a, [""])[0] == "method" else a for a in args]
 
 
 def check_node(group: str, node: dict[str, Any], given: list[tuple[str, str]]) -> None:
@@ -106,6 +146,10 @@ def check_node(group: str, node: dict[str, Any], given: list[tuple[str, str]]) -
     bad = [(line, key) for line, key in given if key not in valid | skip]
     if bad:
         shown = f" ({', '.join(line for line, _ in bad)})"
+        if group == "method":
+            from specbench.decoding.compose import unknown_option
+
+            raise unknown_option(node, sorted({k for _, k in bad}), shown)
         raise unknown_options(f"{group} {node['name']!r}", sorted({k for _, k in bad}), valid - set(NAME_KEYS) - {"parts"},
                               shown)
 
