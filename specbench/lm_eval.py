@@ -54,7 +54,9 @@ from specbench.decoding.engine import Engine
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.models.pairs import load_pair, resolve_device
 from specbench.runs.overrides import check_option_overrides
-from specbench.runs.runner import build_method, example_seed, fit_prompt, make_engine, sampling_params, set_threads
+from specbench.runs.binding import build_method, make_engine
+from specbench.runs.job import example_seed, fit_prompt
+from specbench.runs.validation import sampling_params, set_threads
 from specbench.decoding.sampling import SamplingParams
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ def untimed(rows: list[dict], drop: tuple[str, ...] = ()) -> list[dict]:
 
 def batch_sizes(monkeypatch) -> list[int]:
     """Record the rows of every Engine.generate_batch call of the run's method (the list fills as the run goes;
-    the `ar` decodes of the summary's target_1 calibration, runner.calibrate_target_1, are left out)."""
+    the `ar` decodes of the summary's target_1 calibration, calibration.calibrate_target_1, are left out)."""
     real, sizes = Engine.generate_batch, []
 
     def counting(self, prompts, *args, **kwargs):

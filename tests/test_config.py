@@ -16,11 +16,11 @@ from specbench.runs.layout import job_dir, leaf, unsharded
 from specbench.common.configs import differences, flatten
 from specbench.common.options import OptionError
 from specbench.data.dataset import DATASETS, build_dataset, select
-from specbench.decoding.compose import PART_KEYS, part_classes
+from specbench.decoding.compose import PART_KEYS, part_classes, part_names
 from specbench.decoding.method import METHODS
 from specbench.models.pairs import check_vocab, load_model
 from specbench.common.registry import UnknownNameError
-from specbench.runs import runner
+from specbench.runs import runner, validation
 from specbench.runs.identity import RESUMABLE_KEYS, TASK_RESUMABLE, names_folder
 from specbench.runs.identity import identity as run_identity
 from specbench.runs.runner import build_method, run
@@ -44,9 +44,10 @@ def test_every_option_composes(group, option):
 
 
 def test_config_names_are_registered():
-    for m in options("method"):  # a method's parts (its policy, drafter and shape) are registered names
-        cfg = compose_cfg(f"method={m}").method
-        assert cfg.name == m and (m in METHODS or set(part_classes(OmegaConf.to_container(cfg))) == set(PART_KEYS))
+    for m in options("method"):  # a method's parts (its policy, drafter, shape and rule) are registered names
+        cfg = OmegaConf.to_container(compose_cfg(f"method={m}").method)
+        assert cfg["name"] == m and set(part_names(cfg)) == set(PART_KEYS)
+        assert m in METHODS or set(part_classes(cfg)) == {"policy", "drafter", "shape"}
     for d in options("dataset"):  # a dataset runs the evaluator registered under its name, or its `evaluator`
         dataset = compose_cfg(f"dataset={d}").dataset
         assert dataset.name == d and dataset.get("evaluator", d) in DATASETS
@@ -139,7 +140,7 @@ def folder(cfg: DictConfig) -> Path:
 
 def identity(cfg: DictConfig) -> dict:
     """What the resume check compares: the resolved config without the resumable keys."""
-    return run_identity(runner.resolved(cfg))
+    return run_identity(validation.resolved(cfg))
 
 
 def other(value: Any) -> str:
@@ -186,7 +187,7 @@ def test_every_key_typed_at_its_default_value_names_no_folder():
     """`python run.py` and the same command with every key of the composed config typed at the value it already
     has (batch_size=1, engine.compile=false, device=auto, method.gamma=5, ...) write one folder."""
     base = compose_cfg()
-    keys = flatten(runner.resolved(base))
+    keys = flatten(validation.resolved(base))
     assert {"batch_size", "engine.compile", "device", "method.gamma", "decode.seed", "threads"} <= set(keys)
     every = compose_cfg(*(f"{k}={typed(v)}" for k, v in keys.items()))
     assert len(every.hydra.overrides.task) == len(keys) and identity(every) == identity(base)
@@ -237,7 +238,7 @@ def test_the_resume_check_the_report_and_merge_share_one_identity():
     """specbench.runs.identity is the one definition: the report's setting is the identity less the method (with
     the budget that ran and the device), merge's shard group the identity less the shard with limit kept; a config
     from before batch_size and engine.compile existed is the run at their defaults for all three."""
-    cfg = runner.resolved(compose_cfg())
+    cfg = validation.resolved(compose_cfg())
     old = {k: v for k, v in cfg.items() if k not in ("batch_size", "engine")}
     assert run_identity(old) == run_identity(cfg) != run_identity({**cfg, "batch_size": 2})
     assert run_identity(cfg) != run_identity({**cfg, "engine": {"compile": True}})

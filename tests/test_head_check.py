@@ -148,7 +148,7 @@ def test_a_head_of_the_other_kind(tmp_path):
 
 def test_a_head_for_another_vocabulary_is_refused_when_it_binds(tiny_pair, tmp_path):
     from specbench.models.heads import load_head
-    from specbench.runs.runner import build_method, pair_binding
+    from specbench.runs.binding import build_method, pair_binding
     from specbench.decoding.sampling import SamplingParams
 
     width = tiny_pair.target.config.hidden_size

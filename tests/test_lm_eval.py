@@ -119,5 +119,5 @@ def test_threads_are_set_as_in_a_run():
 
 def test_a_mistyped_option_key_lists_the_valid_ones():
     with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['gama'\] \(method.gama=3\); "
-                                          r"valid options: gamma, rule"):
+                                          r"each part.s valid options: policy vanilla: gamma; drafter draft_model: none"):
         SpecbenchLM(pair="tiny_random", device="cpu", **{"method.gama": 3})

@@ -5,6 +5,7 @@ import json
 import pytest
 
 import specbench.runs.runner as runner
+from specbench.runs import validation
 from helpers import TEST_DEVICE, small
 from specbench.runs.results import ROWS, RowWriter, read_rows
 
@@ -106,13 +107,13 @@ def test_resume_refuses_rows_of_another_code_version(tmp_path):
     job = ("method=ar", "decode.max_new_tokens=8")
     runner.run(small(*job, "limit=2"), tmp_path)
     record = json.loads((tmp_path / "config.json").read_text())
-    now = runner.code_version(record)
+    now = validation.code_version(record)
     old = {"git_hash": "0123456789abcdef" * 2 + "01234567", "git_dirty": False}
     (tmp_path / "config.json").write_text(json.dumps({**record, **old}))
     with pytest.raises(ValueError) as refused:
         runner.run(small(*job, "limit=3"), tmp_path)
     msg = str(refused.value)
-    assert f"holds rows of git {old['git_hash']}, but this is {runner.describe_version(now)}" in msg
+    assert f"holds rows of git {old['git_hash']}, but this is {validation.describe_version(now)}" in msg
     assert "resume_any_version=true" in msg
     assert len(read_rows(tmp_path / ROWS)) == 2
     s = runner.run(small(*job, "limit=2"), tmp_path)  # nothing left to decode: nothing is mixed
@@ -124,9 +125,9 @@ def test_resume_refuses_rows_of_another_code_version(tmp_path):
 
 
 def test_versions_in_words():
-    assert runner.describe_version({"git_hash": "abc", "git_dirty": True}) == "git abc with uncommitted changes"
-    assert runner.describe_version({"git_hash": "abc", "git_dirty": False}) == "git abc"
-    assert "unknown version" in runner.describe_version({"git_hash": None, "git_dirty": None})
+    assert validation.describe_version({"git_hash": "abc", "git_dirty": True}) == "git abc with uncommitted changes"
+    assert validation.describe_version({"git_hash": "abc", "git_dirty": False}) == "git abc"
+    assert "unknown version" in validation.describe_version({"git_hash": None, "git_dirty": None})
 
 
 def test_measurements_are_appended_whole_and_a_cut_last_line_is_skipped(tmp_path):

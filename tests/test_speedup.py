@@ -10,7 +10,7 @@ import specbench.runs.runner as runner
 from helpers import small
 from specbench.decoding import speedup
 from specbench.decoding.method import IterationRecord
-from specbench.runs import measurements
+from specbench.runs import calibration, measurements
 from specbench.runs.results import ROWS
 
 
@@ -102,14 +102,14 @@ def summary_of(run_dir):
 
 
 def counting_calibration(monkeypatch) -> list[int]:
-    """runner.calibrate_target_1, recording the rows of each call (the batch size it measured at)."""
-    calls, real = [], runner.calibrate_target_1
+    """calibration.calibrate_target_1, recording the rows of each call (the batch size it measured at)."""
+    calls, real = [], calibration.calibrate_target_1
 
     def counting(job, examples, tokens=32):
         calls.append(len(examples))
         return real(job, examples, tokens)
 
-    monkeypatch.setattr(runner, "calibrate_target_1", counting)
+    monkeypatch.setattr(calibration, "calibrate_target_1", counting)
     return calls
 
 
@@ -186,7 +186,7 @@ def test_the_calibration_prefills_each_whole_prompt_once(tmp_path, monkeypatch):
         return real(self, prompts, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "generate_batch", recording)
-    monkeypatch.setattr(runner, "calibrate_target_1", functools.partial(runner.calibrate_target_1, tokens=8))
+    monkeypatch.setattr(calibration, "calibrate_target_1", functools.partial(calibration.calibrate_target_1, tokens=8))
     job = small("method=vanilla", "limit=2", "decode.max_new_tokens=12", "threads=1", "warmup=0")
     runner.run(job, tmp_path)
     rows = without_one_token_verifies(tmp_path)  # a summary that had none calibrated, this one must

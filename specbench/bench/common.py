@@ -20,7 +20,8 @@ from specbench.decoding.records import Generation
 from specbench.bench.profile import forward_seconds, tree_seconds
 from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair
-from specbench.runs.runner import build_method, make_engine, sampling_params
+from specbench.runs.binding import build_method, make_engine
+from specbench.runs.validation import sampling_params
 
 
 def load_cfg(name: str) -> dict:

@@ -28,7 +28,8 @@ from specbench.common.configs import compose_config
 from specbench.common.files import ROOT
 from specbench.models.pairs import Pair, load_pair
 from specbench.models.shaped import chain, shrink, successor
-from specbench.runs.runner import build_method, make_engine, sampling_params
+from specbench.runs.binding import build_method, make_engine
+from specbench.runs.validation import sampling_params
 
 PAIRS = ("llama31_8b_1b_shaped", "qwen3_8b_0p6b_shaped")
 GOAL_PAIR = "llama31_8b_1b_shaped"

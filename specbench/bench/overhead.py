@@ -27,7 +27,8 @@ from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.metrics import example_metrics
 from specbench.models.pairs import load_pair, resolve_device
-from specbench.runs.runner import build_method, make_engine, sampling_params
+from specbench.runs.binding import build_method, make_engine
+from specbench.runs.validation import sampling_params
 
 DECODES = {"greedy": 0.0, "sample": 1.0}  # decode name -> temperature
 

@@ -21,7 +21,8 @@ from specbench.decoding.acceptance import make_rule
 from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.rule import Chains, Rule
 from specbench.bench.common import dataset_prompts, load
-from specbench.runs.runner import build_method, make_engine, sampling_params
+from specbench.runs.binding import build_method, make_engine
+from specbench.runs.validation import sampling_params
 
 
 class Comparing(Rule):

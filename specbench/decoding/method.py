@@ -111,7 +111,7 @@ class Method:
         """The binding; a clear error before bind()."""
         if self.binding is None:
             raise ValueError(f"method {self.name!r} is not bound to a pair: call method.bind(binding) before decoding "
-                             "(specbench.runs.runner.make_engine does)")
+                             "(specbench.runs.binding.make_engine does)")
         return self.binding
 
     @property

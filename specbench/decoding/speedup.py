@@ -30,7 +30,7 @@ k tokens shared a call as wide as the batch's widest), so c_target(1), ar's cost
 must be a call over B rows verifying one token each: it is always taken from a calibration at B, never from
 the rows. At B = 1 c_target(1) comes from the rows' one-token verifies where there are any; a run that never
 verified one token (e.g. vanilla without a short last block) takes it from the calibration. The
-calibration is a short `ar` decode at the run's batch size (runner.calibrate_target_1), measured once per
+calibration is a short `ar` decode at the run's batch size (specbench.runs.calibration.calibrate_target_1), measured once per
 set of repeats and recorded in the run folder (specbench.runs.measurements), so recomputing a summary from
 the same rows gives the same prediction.
 """

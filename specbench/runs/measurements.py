@@ -6,7 +6,7 @@ a pure resume rewrites the same summary.json. Beside the rows, two things are me
 here as JSON lines, each for one set of repeats (`measure_from`, see specbench.runs.results.measured_rows):
 
 - `{"kind": "target_1", ...}`: the seconds of one target call verifying one token per row at the run's
-  `batch_size` (specbench.runs.runner.calibrate_target_1), the c_target(1) of a predicted speedup
+  `batch_size` (specbench.runs.calibration.calibrate_target_1), the c_target(1) of a predicted speedup
   (specbench.decoding.speedup) whose rows never observed it: written by the first summary that needs it,
   with the batch size, the example ids and the tokens it decoded; later summaries read it;
 - `{"kind": "process", ...}`: a process that decoded rows of the set records its peak memory

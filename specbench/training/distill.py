@@ -63,7 +63,9 @@ from specbench.runs.identity import TASK_RESUMABLE
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar, switch_progress
-from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
+from specbench.runs.job import example_seed
+from specbench.runs.runner import TASKS, output_dir
+from specbench.runs.validation import set_threads
 from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS
 from specbench.training.heads import HeadTrainer

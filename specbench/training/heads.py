@@ -37,7 +37,7 @@ from specbench.common.errors import InputError
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
 from specbench.models.heads import FORMATS, eagle3_layers, save_head
 from specbench.models.medusa import MedusaConfig, MedusaHeads
-from specbench.runs.runner import example_seed
+from specbench.runs.job import example_seed
 
 DECAY = 0.8  # per-step (EAGLE-3) and per-head (Medusa) loss weight
 

@@ -1,0 +1,69 @@
+"""A run's summary beyond its pooled metrics: the predicted speedup and its call costs, acceptance by depth and
+category, the processes' peak memory, all from what the folder recorded (the same rows give the same summary on
+every resume)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specbench.common.aggregate import positions
+from specbench.data.dataset import Example
+from specbench.decoding import speedup
+from specbench.runs import measurements, provenance
+from specbench.runs.calibration import recorded_target_1
+from specbench.runs.job import Job
+
+
+def speedup_summary(job: Job, rows: list[dict], examples: list[Example], run_dir: Path, measure_from: int,
+                    batch_size: int) -> dict[str, Any]:
+    """`call_costs` and `predicted_speedup` of a drafting run from its rows' call_stats (null for ar and
+    draft_only, or rows without call_stats) and, for a target_1 the rows cannot give, the folder's calibration.
+
+    At batch_size > 1 the rows' call times are those of batched calls, so c_target / c_draft are the costs of a
+    call over the batch, and target_1 is a calibrated call over a batch of that size (speedup.call_costs).
+    Everything comes from what the folder recorded: the same rows give the same numbers on every resume.
+    """
+    stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
+    if not job.method.uses_draft or not stats["iterations"]:
+        return {"call_costs": None, "predicted_speedup": None, "acceptance_by_depth": None, "reach_by_depth": None,
+                "accepted_length_hist": None, "positions_by_category": None}
+    costs = speedup.call_costs(stats, None, batch_size)
+    if costs["target_1"] is None:
+        costs = speedup.call_costs(stats, recorded_target_1(job, examples, run_dir, measure_from, batch_size),
+                                   batch_size)
+    at = positions(stats, speedup.alphas(stats))
+    return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs),
+            "acceptance_by_depth": at.get("alpha"),  # alpha_i: P(depth i accepted | depth i - 1 accepted)
+            "reach_by_depth": at.get("at_least"), "accepted_length_hist": at.get("hist"),  # P(>= i), h(n)
+            "positions_by_category": category_positions(rows)}
+
+
+def category_positions(rows: list[dict]) -> dict[str, dict[str, list[float]]] | None:
+    """{category: aggregate.positions of its rows} for rows with a `category` (Spec-Bench, SPEED-Bench), else None."""
+    cats = sorted({str(r["category"]) for r in rows if r.get("category") is not None})
+    out = {}
+    for cat in cats:
+        stats = speedup.merge_stats(speedup.from_row(r) for r in rows if str(r.get("category")) == cat)
+        if stats["iterations"]:
+            out[cat] = positions(stats, speedup.alphas(stats))
+    return out or None
+
+
+def recorded_processes(run_dir: Path, measure_from: int, decoded: int, device: torch.device) -> dict[str, Any]:
+    """The summary's peak memory and `finished` from the set's `process` records (specbench.runs.measurements),
+    this process's appended first when it decoded rows or the set has none yet (a folder of an older version)."""
+    if decoded or not measurements.processes(run_dir, measure_from):
+        measurements.append(run_dir, {"kind": "process", "measure_from": measure_from, "decoded": decoded,
+                                      **provenance.peak_memory(device),
+                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return measurements.peak_and_finished(measurements.processes(run_dir, measure_from))
+
+
+def rounded(x: float | None, digits: int = 3) -> float | None:
+    """x rounded for the log line (None stays None)."""
+    return None if x is None else round(x, digits)
+
