@@ -88,6 +88,25 @@ class Row:
     off_top1: list[int] = field(default_factory=list)  # offsets in out of tokens not the target's top-1 there
 
 
+@dataclass
+class Iteration:
+    """What one iteration decided for the batch's B rows, for the records (Engine.record)."""
+
+    props: list[Proposal]  # [B]
+    verdicts: list[Verdict]  # [B]
+    blocks: list[list[int]]  # [B][n_b + 1] the committed tokens
+    drafts_fed: list[int]  # [B] tokens each row's draft forwards fed
+    draft_s: float
+    verify_s: float
+    p_all: torch.Tensor | None  # [B, keep, V] when H(q) and d_JS are computed
+    keep: int
+    margin: list[list[float]]  # [B][keep] the target's top-2 margins
+    top: list[list[float]]  # [B][keep] its top-1 logits
+    chosen: list[list[float]]  # [B][n_b + 1] the committed tokens' logits
+    cols: list[list[int]]  # [B][n_b + 1] the columns that chose them
+    trace: bool
+
+
 def split_time(rows: list[Row], wall: float, forwards: dict[str, float], verifier: str) -> None:
     """Split an iteration's wall seconds (the batch's) in each row's record: the verifier's forwards, the other
     roles' (the drafter's) and the rest, host work outside every forward (sampling, acceptance, bookkeeping), which
@@ -174,44 +193,56 @@ class Engine:
             blocks = self.commit(buf, rows, props, verdicts, verify, target, source)
             cols = [committed_columns(keep, prop, v) for prop, v in zip(props, verdicts)]
             margin, top, chosen = to_host(vals, chosen_values(logits, cols, blocks), cols)  # one copy: [B][keep] x2, [B][n_b + 1]
-            # 5. record the iteration and update each row's policy
-            draft_s, verify_s = clock.seconds(t_iter, t1), clock.seconds(t1, t2)
-            for b, (r, prop, v, block) in enumerate(zip(rows, props, verdicts, blocks)):
-                n = v.accepted
-                m, off = committed(margin[b], top[b], cols[b], chosen[b])
-                r.margins += m
-                r.off_top1 += [len(r.out) + i for i in off]
-                r.out += block
-                r.L += n + 1
-                rec = IterationRecord(drafted=len(prop), accepted=n, stop=prop.why, draft_s=draft_s,
-                                      verify_s=verify_s, accepted_relaxed=v.relaxed, draft_steps=prop.steps,
-                                      draft_tokens=drafts_fed[b])
-                if stats and len(prop):
-                    rec.entropy, rec.js = self.statistics(prop, p_all[b, keep - len(prop) - 1 :], v)
-                if not prop.is_chain:
-                    rec.depth = max(prop.depths())
-                if trace and len(prop):  # a chain is the tree whose node j has parent j - 1
-                    rec.tree = {"tokens": prop.tokens, "parents": prop.parents, "path": v.path}
-                r.method.update(rec)
-                rec.state = r.method.state()
-                r.records.append(rec)
-                # 6. stop where an autoregressive decoder would: the first of the block's tokens that ends it
-                r.stop_reason, k = self.stop.first_stop(r.out, len(r.out) - n - 1, max_new_tokens, r.ctx - r.P)
-                del r.out[k:], r.margins[k:]  # the block's tokens after the stop
-                r.off_top1 = [i for i in r.off_top1 if i < k]
+            # 5. record the iteration and update each row's policy; 6. stop where an autoregressive decoder would
+            iteration = Iteration(props, verdicts, blocks, drafts_fed, clock.seconds(t_iter, t1), clock.seconds(t1, t2),
+                                  p_all if stats else None, keep, margin, top, chosen, cols, trace)
+            for b, r in enumerate(rows):
+                self.record(r, b, iteration, max_new_tokens)
             sync(self.device)
             now = time.perf_counter()
-            for s in states.values():
-                s.settle()
-            split_time(rows, now - t_prev, {role: s.seconds - forward_before[role] for role, s in states.items()},
-                       method.verifier)
-            if not first_block_s:
-                first_block_s = now - t_start
-            for r in rows:  # the shares of all iterations sum to the batch's wall time
-                r.decode_s += (now - t_prev) / len(rows)
+            self.share_time(rows, states, forward_before, now - t_prev)
+            first_block_s = first_block_s or now - t_start
             t_prev = now
             rows, buf = self.leave(rows, buf, states, source, done, now - t_start)
         return [self.result(r, first_block_s, B) for r in sorted(done, key=lambda r: r.index)]
+
+    def record(self, r: Row, b: int, it: Iteration, max_new_tokens: int) -> None:
+        """Steps 5 and 6 for row b: its block committed to r.out with its margins, the iteration's record (the
+        statistics H(q), d_JS when asked, the tree when tracing), its policy updated, then the stop an autoregressive
+        decoder would make: the block's tokens after the first that ends the generation are dropped."""
+        prop, v, block = it.props[b], it.verdicts[b], it.blocks[b]
+        n = v.accepted
+        m, off = committed(it.margin[b], it.top[b], it.cols[b], it.chosen[b])
+        r.margins += m
+        r.off_top1 += [len(r.out) + i for i in off]
+        r.out += block
+        r.L += n + 1
+        rec = IterationRecord(drafted=len(prop), accepted=n, stop=prop.why, draft_s=it.draft_s, verify_s=it.verify_s,
+                              accepted_relaxed=v.relaxed, draft_steps=prop.steps, draft_tokens=it.drafts_fed[b])
+        if it.p_all is not None and len(prop):
+            rec.entropy, rec.js = self.statistics(prop, it.p_all[b, it.keep - len(prop) - 1 :], v)
+        if not prop.is_chain:
+            rec.depth = max(prop.depths())
+        if it.trace and len(prop):  # a chain is the tree whose node j has parent j - 1
+            rec.tree = {"tokens": prop.tokens, "parents": prop.parents, "path": v.path}
+        r.method.update(rec)
+        rec.state = r.method.state()
+        r.records.append(rec)
+        r.stop_reason, k = self.stop.first_stop(r.out, len(r.out) - n - 1, max_new_tokens, r.ctx - r.P)
+        del r.out[k:], r.margins[k:]  # the block's tokens after the stop
+        r.off_top1 = [i for i in r.off_top1 if i < k]
+
+    def share_time(self, rows: list[Row], states: dict[str, Counted], forward_before: dict[str, float], wall: float
+                   ) -> None:
+        """After an iteration of `wall` seconds: each state's forward seconds settled and split in each row's record
+        (split_time), and each row's decode_s its share of the wall time (the shares of all iterations sum to the
+        batch's wall time)."""
+        for s in states.values():
+            s.settle()
+        split_time(rows, wall, {role: s.seconds - forward_before[role] for role, s in states.items()},
+                   self.method.verifier)
+        for r in rows:
+            r.decode_s += wall / len(rows)
 
     def propose(self, source: DraftSource | None, buf: torch.Tensor, rows: list[Row], max_new_tokens: int
                 ) -> list[Proposal]:
