@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import write_run
-from specbench.analysis import load, report
+from specbench.analysis import load, report, selection
 from specbench.analysis.conventions import CONVENTIONS
 
 # row a: 4 iterations, all drafting 4 nodes (D 16), A 10 accepted, N = A + I = 14 tokens, no cut
@@ -31,7 +31,7 @@ def test_each_convention_by_hand(tmp_path, name):
     if name == "specbench":  # the overview is specbench's own: no extra table
         assert not tables
         from specbench.analysis.conventions import convention_table
-        tables = [convention_table(load.groups(load.load_runs(tmp_path))[0], name)]
+        tables = [convention_table(selection.groups(load.load_runs(tmp_path))[0], name)]
     (table,) = tables
     row = table.values.loc[("p · gsm8k", "vanilla")].droplevel(0)
     assert dict(row) == pytest.approx(TRUTH[name])

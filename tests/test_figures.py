@@ -12,7 +12,7 @@ import pytest
 
 from specbench.analysis import figures
 from specbench.analysis import load
-from specbench.analysis.load import ReportError
+from specbench.analysis.selection import ReportError
 from helpers import at_batch_size, small, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -74,9 +74,9 @@ def test_every_figure_is_a_png(tmp_path):
         check_png(p)
     assert (tmp_path / "fig" / "fig_thresholds__tiny_random__smoke__adasd.png") in paths
     # task throughput numbers: vanilla writing 20, 40 tok/s over γ = 2, 4 -> mean 30 ± 10 (ddof 0)
-    from specbench.analysis import tables
+    from specbench.analysis.gammatune_tables import task_throughput
 
-    data = tables.task_throughput(runs, load.load_examples(runs))
+    data = task_throughput(runs, load.load_examples(runs))
     w = data[(data["row"] == "SpecDecode") & (data["task"] == "writing")].iloc[0]
     assert (w["mean"], w["std"], w["n"]) == (pytest.approx(30.0), pytest.approx(10.0), 2)
     traces = load.load_traces(runs)

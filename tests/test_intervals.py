@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from helpers import write_run
-from specbench.analysis import intervals, load, report
+from specbench.analysis import intervals, load, overview, report
+from specbench.analysis.selection import ReportError
 from specbench.analysis.intervals import paired_interval, paired_value, prompt_arrays
 
 
@@ -140,14 +141,14 @@ def test_the_report_prints_intervals_and_marks_a_score_difference(tmp_path):
     rep = report.build_report(load.load_runs(tmp_path))
     ov = next(t for t in rep.tables if t.name == "overview")
     cells = ov.cells.droplevel(0)
-    assert cells.loc["adasd", ("", "Δscore vs ar")].endswith(report.DIFFERS)
+    assert cells.loc["adasd", ("", "Δscore vs ar")].endswith(overview.DIFFERS)
     assert cells.loc["vanilla", ("", "Δscore vs ar")] == "+0.000 [+0.000–+0.000]"
     runs = load.load_runs(tmp_path).set_index("method")
     lo, hi = intervals.of_pair(runs.loc["vanilla"], runs.loc["ar"], "speedup")[1:]
     assert cells.loc["vanilla", ("", "speedup vs ar")] == f"{ov.values.droplevel(0).loc['vanilla', ('', 'speedup vs ar')]:.2f} [{lo:.2f}–{hi:.2f}]"
     assert lo < 1000 / 50 / (1000 / 120) < hi  # 50 tokens per prompt: vanilla 20 prompts in 50 s, ar in 120 s
     assert "95% bootstrap interval over prompts" in ov.title and intervals.TIMES["decode"] in ov.title
-    with pytest.raises(load.ReportError, match="valid times are decode, after_first_block"):
+    with pytest.raises(ReportError, match="valid times are decode, after_first_block"):
         load.timed(load.load_runs(tmp_path), "wall")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import add_fields, write_run
-from specbench.analysis import load, report
+from specbench.analysis import load, report, selection
 from specbench.analysis.figures import plot_positions
 from specbench.common.aggregate import positions
 from specbench.decoding.speedup import alphas
@@ -41,7 +41,7 @@ def test_the_report_tables_and_figure(tmp_path):
     hist = tables["accepted_length"].values.loc[("p · gsm8k", "vanilla")].droplevel(0)
     assert list(hist) == pytest.approx([0.5, 0.25, 0.0, 0.25])
     assert ("p · gsm8k", "ar") not in tables["per_position"].values.index  # ar drafted nothing
-    runs = load.load_runs(tmp_path / "res").assign(label=lambda r: load.labels(r))
+    runs = load.load_runs(tmp_path / "res").assign(label=lambda r: selection.labels(r))
     path = plot_positions(runs, tmp_path / "figs", "p · gsm8k · greedy", "p__gsm8k")
     assert path.name == "fig_per_position__p__gsm8k.png" and path.stat().st_size > 1000
     assert plot_positions(runs[runs["method"] == "ar"], tmp_path / "figs", "t", "none") is None

@@ -1,4 +1,4 @@
-"""specbench.analysis.report / specbench.analysis.tables: numbers recomputed by hand from small fixed run folders,
+"""specbench.analysis.report and its tables (specbench.analysis.*_tables): numbers recomputed by hand from small fixed run folders,
 refusals of mismatched or ambiguous comparisons, rendering, and the CLI on real tiny_random runs."""
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from specbench.analysis import load, report
-from specbench.analysis import catalog, tables
+from specbench.analysis import baselines, catalog, load, report, selection
+from specbench.analysis.adasd_tables import ADASD_COLUMNS, adasd_tables, adasd_tables_3_5
+from specbench.analysis.gammatune_tables import gammatune_speedups, gammatune_table2
+from specbench.analysis.sd2_tables import sd2_table, sd2_welch
 from helpers import add_fields, at_batch_size, small, write_run
 from specbench.bench import methods as bench
-from specbench.analysis.load import ReportError
+from specbench.analysis.selection import ReportError
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.engine import Generation
 from specbench.decoding.method import IterationRecord
@@ -125,7 +127,7 @@ def test_report_summary_and_bench_print_the_same_numbers(tmp_path):
 
 def test_adasd_tables_by_hand(adasd_runs):
     runs = load.load_runs(adasd_runs)
-    t1, t2 = tables.adasd_tables(runs)
+    t1, t2 = adasd_tables(runs)
     v = t1.values
     assert v.loc[("p", "AdaSD"), ("GSM8K", "tk/sec")] == pytest.approx(45.0)
     assert v.loc[("p", "AdaSD"), ("GSM8K", "JSDist")] == pytest.approx(0.45)
@@ -149,8 +151,8 @@ def test_adasd_tables_by_hand(adasd_runs):
     back = pd.read_csv(io.StringIO(t2.csv())).set_index(["pair", "method"])
     assert back.loc[("p", "AdaSD"), "GSM8K AccRate"] == pytest.approx(70 / 120)
     assert math.isnan(back.loc[("p", "Gen-Only"), "GSM8K #cand"])
-    (t3,) = tables.adasd_tables_3_5(runs)
-    assert t3.name == "adasd_table3" and list(t3.values.columns.get_level_values(1)) == list(tables.ADASD_COLUMNS)
+    (t3,) = adasd_tables_3_5(runs)
+    assert t3.name == "adasd_table3" and list(t3.values.columns.get_level_values(1)) == list(ADASD_COLUMNS)
     assert t3.values.loc[("p", "Variant A")].isna().all()
 
 
@@ -160,40 +162,40 @@ def test_refuses_mismatched_baseline(adasd_runs, tmp_path):
     runs = load.load_runs(tmp_path / "t1")
     run = runs[runs["run_dir"] == str(hot)].iloc[0]
     with pytest.raises(ReportError, match=r"differ in decode\.temperature \(1\.0 vs 0\.0\)"):
-        load.speedup(run, runs, "vanilla")
+        baselines.speedup(run, runs, "vanilla")
     with pytest.raises(ReportError, match="decode.temperature"):
-        tables.adasd_tables(runs)
+        adasd_tables(runs)
     # another device, other examples
     write_run(tmp_path / "dev", "adasd", "adasd", tps(50))
     write_run(tmp_path / "dev", "vanilla", "vanilla", tps(25), device="cuda:0", gamma=5)
     with pytest.raises(ReportError, match=r"device_info\.device \('cpu' vs 'cuda:0'\)"):
-        load.add_speedup(load.load_runs(tmp_path / "dev"))
+        baselines.add_speedup(load.load_runs(tmp_path / "dev"))
     write_run(tmp_path / "ids", "adasd", "adasd", [{"new": 5, "s": 1.0, "id": "a"}])
     write_run(tmp_path / "ids", "vanilla", "vanilla", [{"new": 5, "s": 1.0, "id": "b"}], gamma=5)
     with pytest.raises(ReportError, match="different example ids"):
-        load.add_speedup(load.load_runs(tmp_path / "ids"))
+        baselines.add_speedup(load.load_runs(tmp_path / "ids"))
     # the CLI reports the refusal in a note and exits 0 (the report was built); --strict makes it fail
     assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2"]) == 0
     assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2", "--strict"]) == 1
     # no baseline run at all for the pair/dataset: empty speedup, not a number
     write_run(tmp_path / "none", "adasd", "adasd", tps(50))
-    assert math.isnan(load.add_speedup(load.load_runs(tmp_path / "none"))["speedup"].iloc[0])
+    assert math.isnan(baselines.add_speedup(load.load_runs(tmp_path / "none"))["speedup"].iloc[0])
 
 
 def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
     write_run(adasd_runs, "adasd_t1", "adasd", tps(50), temperature=1.0)
     runs = load.load_runs(adasd_runs)
     with pytest.raises(ReportError, match="2 runs fit AdaSD"):
-        tables.adasd_tables(runs)
+        adasd_tables(runs)
     greedy = load.where(runs, ["decode.temperature=0"])
-    assert len(greedy) == 3 and len(tables.adasd_tables(greedy)) == 2
+    assert len(greedy) == 3 and len(adasd_tables(greedy)) == 2
     with pytest.raises(ReportError, match="no run has 'decode.temprature'; valid keys:.*decode.temperature"):
         load.where(runs, ["decode.temprature=0"])
     with pytest.raises(ReportError, match="unknown table 'adasd'; valid tables: adasd_table1_2"):
         catalog.build("adasd", runs)
     with pytest.raises(ReportError, match="key=value"):
-        load.MethodSpec.parse("vanilla:gamma")
-    assert load.MethodSpec.parse("vanilla:gamma=8").options == (("gamma", 8),)
+        baselines.MethodSpec.parse("vanilla:gamma")
+    assert baselines.MethodSpec.parse("vanilla:gamma=8").options == (("gamma", 8),)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load.load_runs(tmp_path / "missing")
     write_run(tmp_path / "twice", "a", "vanilla", tps(5), gamma=5)
@@ -201,7 +203,7 @@ def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
     write_run(tmp_path / "twice", "c", "ar", tps(6))
     twice = load.load_runs(tmp_path / "twice")
     with pytest.raises(ReportError, match=r"ambiguous .*give its options"):
-        load.add_speedup(twice)
+        baselines.add_speedup(twice)
 
 
 def test_gammatune_table_by_hand(tmp_path):
@@ -211,7 +213,7 @@ def test_gammatune_table_by_hand(tmp_path):
         write_run(tmp_path, f"q/vanilla{g}", "vanilla", tps(v_q), pair="q", gamma=g)
         write_run(tmp_path, f"q/gammatune{g}", "gammatune", tps(t_q), pair="q", gamma=g)
     runs = load.load_runs(tmp_path)
-    (t,) = tables.gammatune_table2(runs)
+    (t,) = gammatune_table2(runs)
     v = t.values
     # pair p: vanilla mean over the grid = 20; gammatune 22/20, 24/20, 26/20 = 1.1, 1.2, 1.3
     assert v.loc[("", "GammaTune"), ("p", "mean")] == pytest.approx(1.2)
@@ -223,12 +225,12 @@ def test_gammatune_table_by_hand(tmp_path):
     assert v.loc[("", "GammaTune"), ("Average", "mean")] == pytest.approx(1.2)
     assert t.cells.loc[("", "GammaTune"), ("p", "")] == "1.20 ± 0.08×"
     assert t.cells.loc[("", "HFHeuristic"), ("Average", "")] == ""
-    paired = tables.gammatune_speedups(runs, normalize="paired")
+    paired = gammatune_speedups(runs, normalize="paired")
     p = paired[(paired["pair"] == "p") & (paired["row"] == "GammaTune")]
     assert p["speedup"].mean() == pytest.approx((22 / 10 + 24 / 20 + 26 / 30) / 3)
     write_run(tmp_path, "p/heuristic1", "heuristic", tps(15), gamma=1)  # only γ0 = 1 of the grid 1, 2, 4
     with pytest.raises(ReportError, match=r"ran initial γ \[1\.0\], the baseline vanilla γ \[1\.0, 2\.0, 4\.0\]"):
-        tables.gammatune_table2(load.load_runs(tmp_path))
+        gammatune_table2(load.load_runs(tmp_path))
 
 
 def test_sd2_tables_by_hand(tmp_path):
@@ -240,7 +242,7 @@ def test_sd2_tables_by_hand(tmp_path):
                   temperature=1.0, seed=s, gamma=8)
     write_run(tmp_path, "v5", "vanilla", [{"new": 99, "s": 1.0, "calls": 10}], temperature=1.0, gamma=5)  # not γ=8
     runs = load.load_runs(tmp_path)
-    (t,) = tables.sd2_table(runs, temperature=1.0)
+    (t,) = sd2_table(runs, temperature=1.0)
     v = t.values
     assert v.loc[("p", "SD²"), ("GSM8K", "τ")] == pytest.approx(3.2)
     assert v.loc[("p", "SD²"), ("GSM8K", "τ std")] == pytest.approx(math.sqrt(0.07))  # sample std over 3 seeds
@@ -251,8 +253,8 @@ def test_sd2_tables_by_hand(tmp_path):
     assert math.isnan(v.loc[("p", "SD²"), ("Mean", "τ")])  # no SD² run on HumanEval: no mean
     assert t.cells.loc[("p", "SD²"), ("GSM8K", "τ")] == "3.20 ± 0.26"
     assert t.cells.loc[("p", "Distilled"), ("GSM8K", "τ")] == ""
-    assert tables.sd2_table(runs, temperature=0.0) == []  # no T=0 runs: no Table 5
-    (w,) = tables.sd2_welch(runs)
+    assert sd2_table(runs, temperature=0.0) == []  # no T=0 runs: no Table 5
+    (w,) = sd2_welch(runs)
     # Welch: (3.2 - 2.2) / sqrt(0.07/3 + 0.04/3)
     assert w.values.loc[("p", "SD²"), ("GSM8K", "t")] == pytest.approx(1 / math.sqrt(0.11 / 3))
     want = stats.ttest_ind([3.0, 3.1, 3.5], [2.0, 2.2, 2.4], equal_var=False)
@@ -332,7 +334,7 @@ def test_cli_on_real_runs(tmp_path):
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke", "overview",
                                                 "per_position", "accepted_length") for e in ("md", "tex", "csv"))
-    (t1, _) = tables.adasd_tables(runs)
+    (t1, _) = adasd_tables(runs)
     assert (out / "adasd_table1.md").read_text() == t1.markdown()
     speed = t1.values.loc[("tiny_random", "AdaSD"), ("smoke", "speedup")]
     by = runs.set_index("method")["tokens_per_s"]
@@ -369,7 +371,7 @@ def test_a_mixed_folder_is_reported_group_by_group(tmp_path, caplog):
     assert "left out" in caplog.text and "crashed: unfinished: no summary.json" in caplog.text
     assert "stale: unfinished: summary.json counts 1 rows, rows.jsonl holds 2" in caplog.text
     assert len(runs) == 6
-    groups = load.groups(runs)
+    groups = selection.groups(runs)
     assert [g.title for g in groups] == ["greedy, max_new_tokens=128", "t1, max_new_tokens=128",
                                          "greedy, max_new_tokens=32"]
     for g in groups:  # each group's --where selects exactly its runs
@@ -399,8 +401,8 @@ def test_a_mixed_folder_is_reported_group_by_group(tmp_path, caplog):
 
 
 def test_an_ambiguous_cell_names_the_keys_and_the_where_of_each_run(tmp_path):
-    write_run(tmp_path, "a", "vanilla", tps(30), gamma=5, rule="rejection")
-    write_run(tmp_path, "b", "vanilla", tps(31), gamma=5, rule="sample_match")
+    write_run(tmp_path, "a", "vanilla", tps(30), gamma=5, parts={"rule": "rejection"})
+    write_run(tmp_path, "b", "vanilla", tps(31), gamma=5, parts={"rule": "sample_match"})
     write_run(tmp_path, "c", "adasd", tps(45))
     runs = load.load_runs(tmp_path)
     rep = report.build_report(runs, ["adasd_table1_2"])
@@ -431,7 +433,7 @@ def test_repeats_acceptance_truncation_and_predicted_speedup(tmp_path):
     runs = load.load_runs(tmp_path)
     by = runs.set_index("method")
     assert by.loc["adasd", "missing"] == ("n_truncated", "truncated_frac", "decoded", "resumed")
-    (t1, _) = tables.adasd_tables(runs)
+    (t1, _) = adasd_tables(runs)
     # median throughputs: tk/sec 45, speedup 45 / 30; the intervals are over prompts: one prompt of 45 tok/s in
     # 1 s (the rows hold one repeat), so the interval of tk/sec is [45–45] and the paired speedup's [45/28–45/28]
     assert t1.values.loc[("p", "AdaSD"), ("GSM8K", "speedup")] == pytest.approx(1.5)
@@ -478,13 +480,13 @@ def test_speedups_over_ar_pair_runs_of_the_same_batch_size(tmp_path):
     by = runs.set_index(runs["run_dir"].map(lambda d: Path(d).name))
     assert by["batch_size"].to_dict() == {"ar1": 1, "ar2": 2, "v1": 1, "v2": 2, "v4": 4}
     assert by.loc["ar1", "setting"] == by.loc["v1", "setting"] != by.loc["v2", "setting"]
-    assert load.find_baseline(by.loc["v1"], runs, "ar")["run_dir"] == str(tmp_path / "ar1")
-    assert load.find_baseline(by.loc["v2"], runs, "ar")["run_dir"] == str(tmp_path / "ar2")
+    assert baselines.find_baseline(by.loc["v1"], runs, "ar")["run_dir"] == str(tmp_path / "ar1")
+    assert baselines.find_baseline(by.loc["v2"], runs, "ar")["run_dir"] == str(tmp_path / "ar2")
     with pytest.raises(ReportError, match=r"differ in batch_size \(4 vs 1\)"):  # never ar of another batch size
-        load.find_baseline(by.loc["v4"], runs, "ar")
+        baselines.find_baseline(by.loc["v4"], runs, "ar")
     assert list(load.where(runs, ["batch_size=1"])["run_dir"]) == [str(tmp_path / "ar1"), str(tmp_path / "v1")]
-    (g,) = load.groups(runs)  # batch_size is a table axis, like the seed: one group
-    assert load.labels(runs) == ["ar batch_size=1", "ar batch_size=2", "vanilla batch_size=1",
+    (g,) = selection.groups(runs)  # batch_size is a table axis, like the seed: one group
+    assert selection.labels(runs) == ["ar batch_size=1", "ar batch_size=2", "vanilla batch_size=1",
                                  "vanilla batch_size=2", "vanilla batch_size=4"]
     ov, notes = report.overview(g)
     assert ov.index_names == ("pair · dataset · batch_size", "run")
@@ -496,7 +498,7 @@ def test_speedups_over_ar_pair_runs_of_the_same_batch_size(tmp_path):
     assert [n.split(":")[0] for n in notes] == [f"speedup vs ar of {tmp_path / 'v4'} left out"]
     assert "*p · gsm8k · batch_size=2*" in ov.markdown()
     # one batch size: the overview as before, no batch_size in the headings
-    (one,) = load.groups(load.where(runs, ["batch_size=2"]))
+    (one,) = selection.groups(load.where(runs, ["batch_size=2"]))
     assert report.overview(one)[0].values.index.get_level_values(0).tolist() == ["p · gsm8k", "p · gsm8k"]
 
 
@@ -512,11 +514,11 @@ def test_runs_in_another_dtype_are_another_group(tmp_path):
             record = json.loads((d / "config.json").read_text())
             record["config"]["pair"]["target"] = {"dtype": dtype}
             (d / "config.json").write_text(json.dumps(record))
-    groups = load.groups(load.load_runs(tmp_path))
+    groups = selection.groups(load.load_runs(tmp_path))
     assert len(groups) == 2 and all(sorted(g.runs["method"]) == ["ar", "pld"] for g in groups)
     for g in groups:
         ar, pld = (g.runs[g.runs["method"] == m].iloc[0] for m in ("ar", "pld"))
-        assert load.speedup_over(pld, ar) == pytest.approx(2.0)
+        assert baselines.speedup_over(pld, ar) == pytest.approx(2.0)
 
 
 def test_eager_runs_from_before_engine_compile_compare_with_eager_runs(tmp_path):
@@ -534,12 +536,12 @@ def test_eager_runs_from_before_engine_compile_compare_with_eager_runs(tmp_path)
             record["config"]["engine"] = {"compile": engine}
             (d / "config.json").write_text(json.dumps(record))
     runs = load.load_runs(tmp_path)
-    groups = load.groups(runs)
+    groups = selection.groups(runs)
     assert sorted(sorted(g.runs["run_dir"].map(lambda d: Path(d).parent.name)) for g in groups) == [
         ["comp", "comp"], ["eager", "old"]]
     for g in groups:
         ar, pld = (g.runs[g.runs["method"] == m].iloc[0] for m in ("ar", "pld"))
-        assert load.speedup_over(pld, ar) == pytest.approx(2.0 if not ar["flat"]["engine.compile"] else 4.0)
+        assert baselines.speedup_over(pld, ar) == pytest.approx(2.0 if not ar["flat"]["engine.compile"] else 4.0)
 
 
 def test_a_default_run_and_a_batch_size_sweep_report_each_setting_once(tmp_path):
@@ -557,7 +559,7 @@ def test_a_default_run_and_a_batch_size_sweep_report_each_setting_once(tmp_path)
             run(cfg, job_dir(cfg))
     runs = load.load_runs(tmp_path)
     assert sorted(zip(runs["method"], runs["batch_size"])) == [("ar", 1), ("ar", 2), ("vanilla", 1), ("vanilla", 2)]
-    (g,) = load.groups(runs)
+    (g,) = selection.groups(runs)
     ov, notes = report.overview(g)
     assert notes == [] and list(ov.values.index) == [(f"tiny_random · smoke · batch_size={b}", m)
                                                      for b in (1, 2) for m in ("ar", "vanilla")]
@@ -587,7 +589,7 @@ def test_folders_of_one_run_from_older_versions_are_reported_once(tmp_path, capl
         "ar/batch_size=1", "ar/batch_size=2", "vanilla/batch_size=1", "vanilla/batch_size=2"]
     assert f"left out {tmp_path / 'ar/default'}: the same run (method, setting and examples) as " \
            f"{tmp_path / 'ar/batch_size=1'}" in caplog.text
-    (g,) = load.groups(runs)
+    (g,) = selection.groups(runs)
     ov, notes = report.overview(g)
     assert notes == [] and ov.values.index.is_unique and len(ov.values) == 4
     assert ov.values[("", "speedup vs ar")][("p · gsm8k · batch_size=1", "vanilla")] == pytest.approx(2.5)
@@ -606,11 +608,11 @@ def test_runs_of_one_setting_over_other_examples_are_told_apart(tmp_path):
         write_run(tmp_path, f"{folder}/ar", "ar", rows)
         write_run(tmp_path, f"{folder}/vanilla", "vanilla", [{**r, "new": 20} for r in rows], gamma=5)
     runs = load.load_runs(tmp_path)
-    assert sorted(load.unique_labels(runs)) == ["ar [all/ar]", "ar [few/ar]", "vanilla [all/vanilla]",
+    assert sorted(selection.unique_labels(runs)) == ["ar [all/ar]", "ar [few/ar]", "vanilla [all/vanilla]",
                                                 "vanilla [few/vanilla]"]
     few = runs[runs["run_dir"] == str(tmp_path / "few/vanilla")].iloc[0]
-    assert load.find_baseline(few, runs, "ar")["run_dir"] == str(tmp_path / "few/ar")
-    (g,) = load.groups(runs)
+    assert baselines.find_baseline(few, runs, "ar")["run_dir"] == str(tmp_path / "few/ar")
+    (g,) = selection.groups(runs)
     ov, notes = report.overview(g)
     assert notes == [] and ov.values.index.get_level_values(1).tolist() == [
         "ar [all/ar]", "vanilla [all/vanilla]", "ar [few/ar]", "vanilla [few/vanilla]"]
@@ -628,6 +630,6 @@ def test_a_paper_table_takes_only_its_own_methods(tmp_path):
         add_fields(composed, {"method": "gammatune+drafter=suffix"})
     runs = load.load_runs(tmp_path)
     assert sorted(runs["method"].unique()) == ["gammatune", "gammatune+drafter=suffix", "vanilla"]
-    speedups = tables.gammatune_speedups(runs)
+    speedups = gammatune_speedups(runs)
     gt = speedups[speedups["row"] == "GammaTune"]
     assert sorted(gt["gamma"]) == [1, 2] and list(gt["speedup"]) == pytest.approx([2.0, 2.0])

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from helpers import write_run
-from specbench.analysis import catalog, figures, load, report, sd2_fig5, tables
-from specbench.analysis.load import ReportError
+from specbench.analysis import catalog, figures, load, report, sd2_fig5, selection
+from specbench.analysis.selection import ReportError
+from specbench.analysis.spec_bench_table import spec_bench_table
 
 PNG = b"\x89PNG\r\n\x1a\n"
 METHODS = {"eagle3": "EAGLE-3*", "vanilla": "Pretrained", "distilled": "Distilled", "sd2": "SD²"}
@@ -98,7 +99,7 @@ def test_missing_runs_leave_empty_cells_and_duplicates_are_refused(fig5_runs, fi
 
 
 def test_the_report_builds_it_across_the_temperature_groups(fig5_runs):
-    assert [g.title for g in load.groups(fig5_runs)] == ["t1", "greedy"]  # per group, one temperature each
+    assert [g.title for g in selection.groups(fig5_runs)] == ["t1", "greedy"]  # per group, one temperature each
     rep = report.build_report(fig5_runs, ["sd2_fig5"])
     (t,) = [x for x in rep.tables if x.name.startswith("sd2_fig5")]
     assert t.name == "sd2_fig5" and t.values.notna().all().all()
@@ -151,12 +152,12 @@ def test_the_spec_bench_table_has_rows_for_the_head_methods(tmp_path):
     spec_run(tmp_path, "eagle3_tree", "eagle3_tree", 0.4)
     spec_run(tmp_path, "medusa", "medusa", 0.8)
     spec_run(tmp_path, "dyn_tree", "dyn_tree", 0.9)
-    (t,) = tables.spec_bench_table(load.load_runs(tmp_path))
+    (t,) = spec_bench_table(load.load_runs(tmp_path))
     rows = [r for _, r in t.values.index]
     assert rows == ["ar", "EAGLE-3 (tree)", "EAGLE-3", "Medusa", "dyn_tree", "vanilla"]  # ar, then by Overall
     assert t.values.loc[("p", "EAGLE-3"), ("Overall", "")] == pytest.approx(4.0)
     assert t.cells.loc[("p", "EAGLE-3 (tree)"), ("Overall", "")].startswith("5.00x [")
     # two eagle3 runs with other heads: each a row, told apart by the option
     spec_run(tmp_path, "eagle3_b", "eagle3", 1.0, head="b")
-    (t,) = tables.spec_bench_table(load.load_runs(tmp_path))
+    (t,) = spec_bench_table(load.load_runs(tmp_path))
     assert {r for _, r in t.values.index if r.startswith("EAGLE-3 head")} == {"EAGLE-3 head=None", "EAGLE-3 head=b"}

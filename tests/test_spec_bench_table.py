@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 
 from helpers import SYNTHETIC, at_batch_size, small, write_run
-from specbench.analysis import catalog, load, report, tables
-from specbench.analysis.load import ReportError
+from specbench.analysis import catalog, load, report
+from specbench.analysis.selection import ReportError
+from specbench.analysis.spec_bench_table import spec_bench_table
+from specbench.analysis.tables import Table
 
 COLUMNS = ["Multi-turn Conversation", "Translation", "Summarization", "Question Answering", "Mathematical Reasoning",
            "Retrieval-aug. Generation", "#Mean Accepted Tokens", "Overall"]
@@ -51,7 +53,7 @@ def truth(run_dir: Path, ar_dir: Path) -> dict[str, float]:
     return out
 
 
-def assert_row(table: tables.Table, at: tuple[str, str], want: dict[str, float]) -> None:
+def assert_row(table: Table, at: tuple[str, str], want: dict[str, float]) -> None:
     got = table.values.loc[at]
     for col in COLUMNS:
         if math.isnan(want[col]):
@@ -99,7 +101,7 @@ def test_speedups_divide_by_the_ar_run_of_the_same_batch_size(tmp_path):
     spec_run(tmp_path, "ar1", "ar", [1.0] * 6)
     at_batch_size(spec_run(tmp_path, "ar2", "ar", [0.5, 0.5, 0.25, 1.0, 0.5, 0.5]), 2)
     at_batch_size(spec_run(tmp_path, "v2", "vanilla", [0.25] * 6, gamma=5), 2)
-    (t,) = tables.spec_bench_table(load.load_runs(tmp_path))
+    (t,) = spec_bench_table(load.load_runs(tmp_path))
     assert [r for _, r in t.values.index] == ["ar batch_size=1", "ar batch_size=2", "vanilla"]
     assert_row(t, ("p", "vanilla"), truth(tmp_path / "v2", tmp_path / "ar2"))
     # translation: 10 tokens in 0.25 s against 0.25 s: 1.00x (against the batch-size-1 ar it would be 4.00x)
@@ -113,7 +115,7 @@ def test_refusals_and_runs_without_a_table(tmp_path):
     spec_run(lone, "p/vanilla", "vanilla", [0.5] * 6, gamma=5)
     spec_run(lone, "q/vanilla", "vanilla", [0.5] * 6, pair="q", gamma=5)
     with pytest.raises(ReportError, match=r"spec_bench: no ar run on q/spec_bench: the speedups are over ar"):
-        tables.spec_bench_table(load.load_runs(lone))
+        spec_bench_table(load.load_runs(lone))
     rep = report.build_report(load.load_runs(lone), ["spec_bench"])
     assert rep.left_out == 1 and any("left out: spec_bench: no ar run on q/spec_bench" in n for n in rep.notes)
     assert report.main([str(lone), "--table", "spec_bench", "--no-figures"]) == 0
@@ -124,17 +126,17 @@ def test_refusals_and_runs_without_a_table(tmp_path):
     spec_run(twice, "vanilla", "vanilla", [0.5] * 6, gamma=5)
     spec_run(twice, "vanilla_again", "vanilla", [0.4] * 6, gamma=5, device="cuda:0")  # not one run: another device
     with pytest.raises(ReportError, match=r"spec_bench: 2 runs fit vanilla on p/spec_bench"):
-        tables.spec_bench_table(load.load_runs(twice))
+        spec_bench_table(load.load_runs(twice))
     # no spec_bench run, or ar alone: no table
     write_run(tmp_path / "gsm", "ar", "ar", [{"new": 5, "s": 1.0}])
     write_run(tmp_path / "gsm", "vanilla", "vanilla", [{"new": 5, "s": 0.5}], gamma=5)
-    assert tables.spec_bench_table(load.load_runs(tmp_path / "gsm")) == []
+    assert spec_bench_table(load.load_runs(tmp_path / "gsm")) == []
     spec_run(tmp_path / "alone", "ar", "ar", [1.0] * 6)
-    assert tables.spec_bench_table(load.load_runs(tmp_path / "alone")) == []
+    assert spec_bench_table(load.load_runs(tmp_path / "alone")) == []
     # a sweep without any ar run (as gammatune_table2's): no leaderboard, and the full report is not failed by it
     spec_run(tmp_path / "sweep", "vanilla", "vanilla", [0.5] * 6, gamma=5)
     spec_run(tmp_path / "sweep", "heuristic", "heuristic", [0.4] * 6, gamma=5)
-    assert tables.spec_bench_table(load.load_runs(tmp_path / "sweep")) == []
+    assert spec_bench_table(load.load_runs(tmp_path / "sweep")) == []
     assert not any("spec_bench" in n for n in report.build_report(load.load_runs(tmp_path / "sweep")).notes)
 
 
@@ -155,7 +157,7 @@ def test_real_spec_bench_runs(tmp_path, monkeypatch):
     for m in ("ar", "vanilla"):
         run(small(f"method={m}", "dataset=spec_bench", "limit=2", "decode.max_new_tokens=8", "threads=1"),
             tmp_path / m)
-    (t,) = tables.spec_bench_table(load.load_runs(tmp_path))
+    (t,) = spec_bench_table(load.load_runs(tmp_path))
     assert_row(t, ("tiny_random", "vanilla"), truth(tmp_path / "vanilla", tmp_path / "ar"))
     assert t.values.loc[("tiny_random", "vanilla"), ("Multi-turn Conversation", "")] > 0
     assert list(t.cells.loc[("tiny_random", "ar")]) == ["1.00x", "", "", "", "", "", "1.00", "1.00x"]

@@ -1,5 +1,6 @@
-"""The tables a report can build, by name (`--table`): each paper's and Spec-Bench's (specbench.analysis.tables,
-SD² Figure 5 in specbench.analysis.sd2_fig5), the keys a table compares across, and each table's default baseline."""
+"""The tables a report can build, by name (`--table`): each paper's and Spec-Bench's (specbench.analysis's
+adasd_tables, gammatune_tables, sd2_tables, sd2_fig5 and spec_bench_table), the keys a table compares across, and
+each table's default baseline."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Callable
 import pandas as pd
 
 from specbench.analysis import sd2_fig5
-from specbench.analysis.load import ReportError
-from specbench.analysis.tables import (BASELINES, Table, adasd_tables, adasd_tables_3_5, gammatune_table2,
-                                       sd2_table, sd2_welch, spec_bench_table)
+from specbench.analysis.adasd_tables import adasd_tables, adasd_tables_3_5
+from specbench.analysis.gammatune_tables import gammatune_table2
+from specbench.analysis.sd2_tables import sd2_table, sd2_welch
+from specbench.analysis.selection import ReportError
+from specbench.analysis.spec_bench_table import spec_bench_table
+from specbench.analysis.tables import BASELINES, Table
 
 
 TABLES: dict[str, Callable[[pd.DataFrame, str | None], list[Table]]] = {

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from specbench.analysis import intervals
+from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.conventions import OVERVIEW_COLUMNS
-from specbench.analysis.load import Group, ReportError, find_baseline
+from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
 
 ALPHAS = 3  # the positions shown
@@ -32,10 +33,7 @@ def category_table(group: Group, convention: str = "specbench") -> Table | None:
     for _, run in group.runs.iterrows():
         if not run["categories"]:
             continue
-        try:
-            base = find_baseline(run, group.runs, "ar")
-        except ReportError:
-            base = None
+        base, _ = baseline_or_refusal(run, group.runs, "ar")
         for cat, c in sorted(run["categories"].items()):
             mine = intervals.subset(run["prompts"], set(c["ids"]))
             tps, tau = intervals.value(mine, "tok/s", run["time"]), intervals.value(mine, stat, run["time"])

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.load import Group
+from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
 from specbench.common.aggregate import accept_length, ratio
 

@@ -4,7 +4,7 @@ Greedy decoding with any lossless method commits, at every position, the target'
 arithmetic its rows equal `ar`'s. In floating point the target's logits depend a little on the verify's width (the
 reductions run in another order), so where the top-2 logits are within that noise the method and `ar` can pick
 different tokens and both be right; after that the two generations go their own ways. For each prompt where a
-lossless run at temperature 0 differs from the `ar` run of its setting (load.find_baseline), at the first differing
+lossless run at temperature 0 differs from the `ar` run of its setting (baselines.find_baseline), at the first differing
 position t:
 
     margin_t = min(ar's top-2 margin at t, the run's at t)   (specbench.decoding.margins; the one recorded where the
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.load import Group, ReportError, find_baseline
+from specbench.analysis.baselines import find_baseline
+from specbench.analysis.selection import Group, ReportError
 from specbench.analysis.tables import Table
 
 NEAR_TIE = {"bfloat16": 0.5, "float16": 0.1, "float32": 0.01}

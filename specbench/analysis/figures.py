@@ -19,9 +19,9 @@ importing this module changes no global backend (a notebook keeps its own).
 - sd2_fig5: SD² Figure 5 from each built `sd2_fig5` table (`make_figures(..., built=tables)`): a group of bars
   per pair, per method (EAGLE-3*, Pretrained, Distilled, SD²) τ at T = 1 solid beside T = 0 hatched.
 
-`make_figures` draws per comparable group of runs (`load.groups`: same setting but pair, dataset, seed)
+`make_figures` draws per comparable group of runs (`selection.groups`: same setting but pair, dataset, seed)
 and per pair and dataset, titled "pair · dataset · decode"; a legend names each run only by the keys
-that differ between the runs drawn together (`load.labels`) and sits outside the axes.
+that differ between the runs drawn together (`selection.labels`) and sits outside the axes.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from specbench.analysis import load
-from specbench.analysis import tables
-from specbench.analysis.load import ReportError
+from specbench.analysis import baselines, gammatune_tables, load, selection, tables
+from specbench.analysis.selection import ReportError, labels, slug, unique_labels
 from specbench.analysis.per_position import drafting
 from specbench.common.files import atomic_path
 
@@ -202,7 +201,7 @@ def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None
 def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path | None:
     """<out>/fig_per_position__<stem>.png: alpha_i (solid) and P(>= i) (dashed) against position i, a line per drafting
     run of `runs` (one pair and dataset; per_position.drafting); None when no run drafted."""
-    per = {label: p for (_, label), p in drafting(runs.assign(label=load.unique_labels(runs))).items()}  # a line a run
+    per = {label: p for (_, label), p in drafting(runs.assign(label=unique_labels(runs))).items()}  # a line a run
     if not per:
         return None
     fig, (ax,) = _figure()
@@ -218,19 +217,19 @@ def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path
 
 def batch_speedups(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run but `ar` of one comparable group: pair, dataset, label (batch_size left out), batch_size,
-    speedup = median tokens_per_s / that of the `ar` run with the same setting and batch size (load.find_baseline).
+    speedup = median tokens_per_s / that of the `ar` run with the same setting and batch size (baselines.find_baseline).
     A run with no such `ar` run is left out, with a log line."""
-    runs = runs.assign(label=load.labels(runs, ("batch_size",)))
+    runs = runs.assign(label=labels(runs, ("batch_size",)))
     recs = []
     for _, r in runs[runs["method"] != "ar"].iterrows():
         try:
-            base = load.find_baseline(r, runs, "ar")
+            base = baselines.find_baseline(r, runs, "ar")
         except ReportError as e:
             log.info("batch-size figure: %s at batch_size=%d left out: %s", r["label"], r["batch_size"], e)
             continue
         if base is not None:
             recs.append({"pair": r["pair"], "dataset": r["dataset"], "label": r["label"],
-                         "batch_size": r["batch_size"], "speedup": load.speedup_over(r, base)})
+                         "batch_size": r["batch_size"], "speedup": baselines.speedup_over(r, base)})
     return pd.DataFrame(recs, columns=["pair", "dataset", "label", "batch_size", "speedup"])
 
 
@@ -302,7 +301,7 @@ def _batch_figure(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ...
             continue
         data = batch_speedups(g)
         if not data.empty:
-            paths.append(plot_batch_speedup(data, out / f"fig_batch_speedup__{load.slug(pair, d, *tag)}.png",
+            paths.append(plot_batch_speedup(data, out / f"fig_batch_speedup__{slug(pair, d, *tag)}.png",
                                             f"{pair} · {d} · {title}"))
     return paths
 
@@ -310,17 +309,17 @@ def _batch_figure(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ...
 def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ...], baseline: str | None) -> list[Path]:
     """The figures of one comparable group of runs, per pair and dataset, file names ending in `tag`."""
     paths = _batch_figure(runs, out, title, tag)
-    runs = runs.assign(label=load.labels(runs))
+    runs = runs.assign(label=labels(runs))
     for (pair, d), g in runs.groupby(["pair", "dataset"], sort=False):
-        paths.append(plot_positions(g, out, f"{pair} · {d} · {title}", load.slug(pair, d, *tag)))
+        paths.append(plot_positions(g, out, f"{pair} · {d} · {title}", slug(pair, d, *tag)))
     paths = [p for p in paths if p is not None]
     traces = load.load_traces(runs)
     for (pair, d), t in (traces.groupby(["pair", "dataset"], sort=False) if len(traces) else []):
-        where, stem = f"{pair} · {d} · {title}", load.slug(pair, d, *tag)
+        where, stem = f"{pair} · {d} · {title}", slug(pair, d, *tag)
         paths += [plot_accept_hist(t, out / f"fig_accept_hist__{stem}.png", where),
                   plot_position(t, out / f"fig_position__{stem}.png", where)]
         for label, r in t.groupby("label", sort=False):
-            one = load.slug(pair, d, *tag, label)
+            one = slug(pair, d, *tag, label)
             if any(k in r and r[k].notna().any() for k in ("t_g", "t_v")):
                 paths.append(plot_thresholds(r, out / f"fig_thresholds__{one}.png", f"{where} · {label}"))
             if "gamma" in r and r["gamma"].notna().any():
@@ -330,9 +329,9 @@ def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ..
                           plot_js_hist(r, out / f"fig_js_hist__{one}.png", f"{where} · {label}")]
     examples = load.load_examples(runs)
     if "category" in examples:
-        data = tables.task_throughput(runs, examples, baseline)
+        data = gammatune_tables.task_throughput(runs, examples, baseline)
         for (pair, d), g in data.groupby(["pair", "dataset"], sort=False):
-            paths.append(plot_task_throughput(g, out / f"fig_task_throughput__{load.slug(pair, d, *tag)}.png",
+            paths.append(plot_task_throughput(g, out / f"fig_task_throughput__{slug(pair, d, *tag)}.png",
                                               f"{pair} · {d} · {title}"))
     return paths
 
@@ -346,7 +345,7 @@ def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = Non
     out = Path(out)
     paths = [plot_sd2_fig5(t.values, out / f"fig_{t.name}.png", t.title) for t in built
              if t.name.split("__")[0] == "sd2_fig5" and t.values.notna().any().any()]
-    groups = load.groups(runs)
+    groups = selection.groups(runs)
     spread = pd.Series([(r["pair"], r["dataset"]) for g in groups for _, r in g.runs.drop_duplicates(
         ["pair", "dataset"]).iterrows()]).value_counts()
     for g in groups:

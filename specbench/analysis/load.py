@@ -1,4 +1,5 @@
-"""Finished runs as pandas frames: load run folders, select runs, pair each run with its speedup baseline.
+"""Finished runs as pandas frames: read run folders into the runs table, its examples and its traces, and
+select runs by config value (`where`) or time (`timed`).
 
 `load_runs` reads every finished run folder (config.json + rows.jsonl + a summary.json that counts
 every row) under the given paths into a DataFrame with one row per run; unfinished folders are left out
@@ -11,29 +12,16 @@ recomputed from rows.jsonl with the same function. Throughput and speedups use `
 (the median over the run's repeats; a run without repeats: its tokens_per_s). Fields newer than a run
 (repeats, acceptance_exact/relaxed, truncation, predicted_speedup) are NaN and listed in `missing`.
 
-`groups` splits runs into comparable groups: runs that share their setting except the table axes
-(pair, dataset, decode.seed, batch_size); each group has the exact `--where` expressions that select it alone.
-
-A speedup divides a run's tokens_per_s by that of one baseline run (`MethodSpec`, e.g. `vanilla` or
-`vanilla:gamma=8`) with the same *setting*: the resolved config without the method node and the keys a
-resumed run may change, plus the recorded device (device, CPU, platform, torch threads, GPU). So pair,
-dataset, decode settings, seed, batch_size and device must agree, and both runs must hold the same example
-ids. A config without `batch_size` (runs older than the key) counts as batch_size 1.
-A baseline that exists but differs is refused (`ReportError` naming the differing keys); with no
-baseline run at all for the pair and dataset the speedup is empty. Git hash and package versions are
-recorded per run (columns `git_hash`, `versions`) but not compared: a sweep may span commits.
-The tables live in `specbench.analysis.tables`, the figures in `specbench.analysis.figures`, the
-CLI that writes both in `specbench.analysis.report`.
+A run's setting (`setting_of`) is what a speedup baseline must share with it (`specbench.analysis.baselines`);
+labels and comparable groups are `specbench.analysis.selection`'s. The tables live in the modules named for
+their papers (`specbench.analysis.adasd_tables`, ...), the figures in `specbench.analysis.figures`, the CLI that
+writes both in `specbench.analysis.report`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
-import shlex
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
@@ -41,11 +29,12 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from specbench.common.aggregate import counts, run_metrics
-from specbench.common.configs import MISSING, differences, flatten
-from specbench.common.options import OptionError, max_new_tokens
 from specbench.analysis.intervals import TIMES, prompt_arrays
-from specbench.runs.identity import RESUMABLE_KEYS, identity
+from specbench.analysis.selection import ReportError, labels, select
+from specbench.common.aggregate import counts, run_metrics
+from specbench.common.configs import flatten
+from specbench.common.options import OptionError, max_new_tokens
+from specbench.runs.identity import identity
 from specbench.runs.projection import run_stats
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, measured_rows, read_measured, read_rows
 from specbench.runs.traces import read_traces
@@ -59,50 +48,6 @@ SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", 
 # summary.json fields newer than some runs: NaN (and named in the run's `missing`) where a summary lacks them
 NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptance_relaxed", "n_truncated",
                 "truncated_frac", "predicted_speedup", "decoded", "resumed", "nodes_per_call"]
-# the table axes: a table spans pairs, datasets, seeds and batch sizes; every other setting key must agree within it
-AXES = ("pair.", "dataset.", "decode.seed", "batch_size")
-# keys that say how a run ran, not what it measured (the resumable keys): never part of a label
-RUNTIME = tuple(".".join(k) for k in sorted(RESUMABLE_KEYS))
-
-
-class ReportError(ValueError):
-    """A comparison or table the report refuses to make (mismatched or ambiguous runs)."""
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A method name plus option values a run must have, written `name` or `name:key=value,key=value`."""
-
-    name: str
-    options: tuple[tuple[str, Any], ...] = ()
-
-    @classmethod
-    def parse(cls, text: str | MethodSpec) -> MethodSpec:
-        """'vanilla:gamma=8' -> MethodSpec('vanilla', (('gamma', 8),)); values are parsed as YAML scalars."""
-        if isinstance(text, MethodSpec):
-            return text
-        name, _, rest = str(text).partition(":")
-        opts = []
-        for item in filter(None, rest.split(",")):
-            key, eq, value = item.partition("=")
-            if not eq or not key.strip():
-                raise ReportError(f"baseline {text!r}: options must look like key=value (e.g. vanilla:gamma=8)")
-            opts.append((key.strip(), yaml.safe_load(value)))
-        if not name.strip():
-            raise ReportError(f"baseline {text!r}: no method name (e.g. vanilla or vanilla:gamma=8)")
-        return cls(name.strip(), tuple(opts))
-
-    def matches(self, run: pd.Series) -> bool:
-        """The run is this method with these option values."""
-        return run["method"] == self.name and all(run["options"].get(k) == v for k, v in self.options)
-
-    def __str__(self) -> str:
-        return self.name + (":" + ",".join(f"{k}={v}" for k, v in self.options) if self.options else "")
-
-
-def select(runs: pd.DataFrame, keep: Iterable[bool]) -> pd.DataFrame:
-    """runs[keep] for a per-run list of booleans (also when runs is empty)."""
-    return runs[pd.Series(list(keep), index=runs.index, dtype=bool)]
 
 
 def batch_size(config: dict) -> int:
@@ -253,115 +198,6 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
     }
 
 
-def slug(*parts: str) -> str:
-    """Parts joined by '__' with every run of characters outside [A-Za-z0-9_.=+-] made '_' (file names)."""
-    return re.sub(r"[^A-Za-z0-9_.=+-]+", "_", "__".join(parts)).strip("_")
-
-
-def _is(key: str, prefixes: tuple[str, ...]) -> bool:
-    """key is one of prefixes or lies under one (e.g. 'logger.mode' under 'logger')."""
-    return any(key == p or key.startswith(p.rstrip(".") + ".") for p in prefixes)
-
-
-def differing_keys(flats: Iterable[dict], skip: tuple[str, ...] = ()) -> list[str]:
-    """The flat keys whose values are not all equal over the configs (a missing key counts as a value), sorted."""
-    flats = list(flats)
-    keys = {k for f in flats for k in f if not _is(k, skip)}
-    return sorted(k for k in keys if len({json.dumps(f.get(k, MISSING), default=str) for f in flats}) > 1)
-
-
-def labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
-    """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8');
-    runtime-only keys (threads, trace, limit, ...), the device and the `skip` keys (shown elsewhere) never name a run.
-    Runs the config does not tell apart (other examples, another device) share a label: `unique_labels` tells them
-    apart."""
-    out = []
-    for _, run in runs.iterrows():
-        same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
-        keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset.", "method.parts.") + skip)
-        out.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
-    return out
-
-
-def unique_labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
-    """`labels`, each with its run's folder added (relative to the folder the runs sharing it share,
-    'ar [all/ar]') where runs of one pair and dataset, with one value of every `skip` key, share one."""
-    names = labels(runs, skip)
-    shown = [json.dumps([r["pair"], r["dataset"], name, {k: v for k, v in r["flat"].items() if _is(k, skip)}],
-                        sort_keys=True, default=str) for (_, r), name in zip(runs.iterrows(), names)]
-    out = list(names)
-    for key in set(shown):
-        at = [i for i, k in enumerate(shown) if k == key]
-        if len(at) < 2:
-            continue
-        dirs = [str(runs["run_dir"].iloc[i]) for i in at]
-        rel = [os.path.relpath(d, os.path.commonpath(dirs)) for d in dirs]
-        if len(set(rel)) < len(rel):  # one folder twice: number them
-            rel = [f"{r} #{n}" for n, r in enumerate(rel, 1)]
-        for i, r in zip(at, rel):
-            out[i] = f"{names[i]} [{r}]"
-    return out
-
-
-def where_value(value: Any) -> str:
-    """A config value written so that `where` reads it back equal (YAML: null, true, 1.0, [1, 2], text)."""
-    if isinstance(value, str) and yaml.safe_load(value) == value and "=" not in value:
-        return value
-    return json.dumps(value)
-
-
-def selectors(runs: pd.DataFrame, keys: list[str]) -> list[list[str]]:
-    """Per run, the `--where KEY=VALUE` expressions on keys that select it (keys a run lacks are left out)."""
-    return [[f"{k}={where_value(f[k])}" for k in keys if k in f] for f in runs["flat"]]
-
-
-def where_args(exprs: list[str]) -> str:
-    """The expressions as command-line arguments: --where 'a=1' --where b=2 (shell-quoted)."""
-    return " ".join(f"--where {shlex.quote(e)}" for e in exprs)
-
-
-@dataclass
-class Group:
-    """Runs comparable in one table: the same setting but for the table axes (pair, dataset, seed, batch_size)."""
-
-    runs: pd.DataFrame
-    keys: list[str]  # the setting keys whose values tell this group from the others
-    where: list[str]  # `--where` expressions that select this group alone
-    title: str  # what the group's runs decoded with, e.g. 'greedy' or 't1, max_new_tokens=32'
-
-
-PAIR_SETTINGS = ("pair.target.dtype", "pair.draft.dtype", "pair.dtype")  # pair keys that split groups, not axes
-
-
-def _comparable(run: pd.Series) -> dict:
-    """The run's setting without the table axes, flat (a pair's dtypes stay: runs in another dtype are another
-    group, as their rows would otherwise share one label)."""
-    return {k: v for k, v in flatten(json.loads(run["setting"])).items() if not _is(k, AXES) or k in PAIR_SETTINGS}
-
-
-def _decode_title(runs: pd.DataFrame, keys: list[str]) -> str:
-    """'greedy', 't1, max_new_tokens=32': the decode config's name plus the group's other distinguishing values;
-    the temperature is left out where the decode name fixes it."""
-    names = sorted({str(d) for d in runs["decode"] if d is not None and d == d})
-    flat = runs["flat"].iloc[0]
-    shown = [k for k in keys if not (k == "decode.temperature" and names)]
-    return ", ".join([*names, *(f"{k.split('.')[-1]}={flat.get(k, MISSING)}" for k in shown)]) or "all runs"
-
-
-def groups(runs: pd.DataFrame) -> list[Group]:
-    """Runs split into groups with equal setting but for the table axes, the largest first."""
-    comp = [_comparable(r) for _, r in runs.iterrows()]
-    keys = differing_keys(comp)
-    ids = [json.dumps([c.get(k, MISSING) for k in keys], default=str) for c in comp]
-    out = []
-    for gid in sorted(set(ids), key=lambda g: (-ids.count(g), g)):
-        mine = select(runs, (i == gid for i in ids))
-        first = comp[ids.index(gid)]
-        where_exprs = [f"{k}={where_value(first[k])}" for k in keys if k in first]
-        out.append(Group(mine, keys, where_exprs, _decode_title(mine, keys)))
-    return out
-
-
 def one_folder_per_run(loaded: list[dict], finished: list[str]) -> tuple[list[dict], dict[str, str]]:
     """The loaded runs (with their summaries' `finished` times), one per run, and {folder left out: folder kept}:
     of several folders holding one run (the same method, setting and example ids; e.g. `.../default` and
@@ -470,58 +306,3 @@ def where(runs: pd.DataFrame, conditions: Iterable[str]) -> pd.DataFrame:
             raise ReportError(f"--where {cond!r}: no run has {key!r}; valid keys: {', '.join(valid)}")
         runs = select(runs, (g is KeyError or g == want for g in got))
     return runs
-
-
-def full_setting(run: pd.Series) -> dict:
-    """The run's setting with its batch_size also where it is 1 (for naming differences)."""
-    return {"batch_size": int(run["batch_size"]), **json.loads(run["setting"])}
-
-
-def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> pd.Series | None:
-    """The baseline run with run's pair, dataset and setting; None if the pair and dataset have no baseline run.
-
-    Raises ReportError if baseline runs exist but none has the same setting and example ids.
-    """
-    spec = MethodSpec.parse(baseline)
-    cands = runs[(runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
-    cands = select(cands, (spec.matches(c) for _, c in cands.iterrows()))
-    if cands.empty:
-        return None
-    same = cands[cands["setting"] == run["setting"]]
-    if len(same) > 1:  # runs of one setting over other examples (limit): the one over the run's examples
-        mine = select(same, (ids == run["example_ids"] for ids in same["example_ids"]))
-        same = mine if len(mine) else same
-    if len(same) > 1:
-        raise ReportError(f"baseline {spec} is ambiguous for {run['run_dir']}: {', '.join(same['run_dir'])} "
-                          "have the same setting; give its options (e.g. --baseline vanilla:gamma=5)")
-    if len(same) == 1:
-        base = same.iloc[0]
-        if base["example_ids"] != run["example_ids"]:
-            raise ReportError(f"refusing to compare {run['run_dir']} ({run['n_examples']} examples) with baseline "
-                              f"{base['run_dir']} ({base['n_examples']} examples): they hold different example ids")
-        return base
-    mine = full_setting(run)
-    diffs, other = min(((differences(mine, full_setting(c)), c["run_dir"]) for _, c in cands.iterrows()),
-                       key=lambda d: len(d[0]))  # the closest baseline run
-    raise ReportError(f"refusing to compare {run['run_dir']} ({run['method']}) with baseline {spec} at {other}: "
-                      f"they differ in {'; '.join(diffs)}. A speedup needs the same pair, dataset, decode "
-                      "settings, seed, batch_size and device; run the baseline with those settings or select runs with --where.")
-
-
-def speedup_over(run: pd.Series, base: pd.Series | None) -> float:
-    """median tokens_per_s of run / that of the baseline run `base` (NaN without one)."""
-    return float("nan") if base is None else run["tokens_per_s_median"] / base["tokens_per_s_median"]
-
-
-def speedup(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> float:
-    """speedup_over the run's baseline run among `runs` (NaN when there is none)."""
-    return speedup_over(run, find_baseline(run, runs, baseline))
-
-
-def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> pd.DataFrame:
-    """runs with `speedup` and `baseline_dir` columns (empty where the pair and dataset have no baseline run)."""
-    out = runs.copy()
-    bases = [find_baseline(r, runs, baseline) for _, r in runs.iterrows()]
-    out["baseline_dir"] = [None if b is None else b["run_dir"] for b in bases]
-    out["speedup"] = [speedup_over(r, b) for (_, r), b in zip(runs.iterrows(), bases)]
-    return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.load import Group
+from specbench.analysis.selection import Group
 from specbench.common.aggregate import positions
 from specbench.analysis.tables import Table
 
@@ -46,7 +46,7 @@ def _pad(values: list[float], n: int) -> list[float]:
 
 def drafting(runs: pd.DataFrame) -> dict[tuple[str, str], dict[str, list[float]]]:
     """{(pair · dataset, run label): positions} of the runs that drafted (runs without call_stats left out); the
-    labels must tell every run apart (load.unique_labels, as the report and plot_positions give them)."""
+    labels must tell every run apart (selection.unique_labels, as the report and plot_positions give them)."""
     runs = runs[runs["call_stats"].notna()]
     keys = zip(runs["pair"] + " · " + runs["dataset"], runs["label"])
     return {k: p for k, p in ((k, positions(s, a)) for k, s, a in zip(keys, runs["call_stats"], runs["alphas"])) if p}

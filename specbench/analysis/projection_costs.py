@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.load import Group, ReportError, find_baseline
+from specbench.analysis.baselines import baseline_or_refusal
+from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
 from specbench.runs.projection import ProfileError, at_own_forwards, price
 
@@ -47,10 +48,7 @@ def costs_table(group: Group, projection: Projection) -> Table:
     v = pd.DataFrame(np.nan, index=index, columns=columns)
     cells = pd.DataFrame("", index=index, columns=columns)
     for at, (_, r) in zip(index, runs.iterrows()):
-        try:
-            base = find_baseline(r, runs, "ar")
-        except ReportError:
-            base = None
+        base, _ = baseline_or_refusal(r, runs, "ar")
         try:
             got = price(r, projection.profile, projection.pair) if r["call_stats"] is not None else None
         except ProfileError:

@@ -2,14 +2,12 @@
 
     python -m specbench.analysis.report results/ --out report/ --format all
 
-Runs are read by `specbench.analysis.load`; the tables are `specbench.analysis.tables`, the figures
+Runs are read by `specbench.analysis.load`; the tables are `specbench.analysis.catalog`'s, the figures
 `specbench.analysis.figures`. A folder of mixed runs (greedy and sampled, other max_new_tokens, ...) is
-split into comparable groups (`load.groups`) and every table is built per group; the notes say what each
+split into comparable groups (`selection.groups`) and every table is built per group; the notes say what each
 group is, the exact `--where` that selects it, and every table, cell, speedup or unfinished run left out and why.
-Each group also gets an overview table: per run the median tok/s (with its spread over repeats), the
-measured speedup over the `ar` run of the same batch_size beside the run's predicted speedup, acceptance
-(exact and JS-relaxed where relaxed is nonzero), τ, the drafted nodes verified per target call, score and
-truncated rows; a group of runs at several batch sizes gets a block of rows per batch size.
+Each group also gets an overview table (`specbench.analysis.overview`): per run tok/s, speedup over `ar` beside the
+predicted one, acceptance, score and truncated rows.
 A table that compares across a setting key (`catalog.SPANS`: SD² Figure 5, T = 0 beside T = 1) is built per group
 of runs that differ only in it; with --out, SD² Figure 5 is drawn beside each sd2_fig5 table (fig_sd2_fig5.png).
 """
@@ -24,21 +22,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
 import pandas as pd
 
-from specbench.analysis import catalog, categories, divergence, figures, intervals, load
-from specbench.common.aggregate import TRUNCATED_WARN_FRAC
-from specbench.analysis.load import SUMMARY_COLUMNS, Group, ReportError, load_runs, where
-from specbench.analysis.tables import Table
-from specbench.common.files import write_text_atomic
-from specbench.analysis.conventions import CONVENTIONS, OVERVIEW_COLUMNS, convention_table
+from specbench.analysis import catalog, categories, divergence, figures, intervals, load, selection
+from specbench.analysis.baselines import MethodSpec
+from specbench.analysis.conventions import CONVENTIONS, convention_table
+from specbench.analysis.load import SUMMARY_COLUMNS, load_runs, where
+from specbench.analysis.overview import overview
 from specbench.analysis.per_position import position_tables
 from specbench.analysis.projection_costs import Projection, costs_table
-from specbench.runs.projection import ProfileError, host_per_iteration, project, project_whole, read as read_profile
+from specbench.analysis.selection import Group, ReportError, labels, unique_labels, where_args
+from specbench.analysis.tables import Table, in_group, runs_on
+from specbench.common.aggregate import TRUNCATED_WARN_FRAC
+from specbench.common.files import write_text_atomic
+from specbench.runs.projection import ProfileError, read as read_profile
 
 log = logging.getLogger(__name__)
-
 
 
 def build_tables(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None) -> list:
@@ -58,13 +57,6 @@ class Report:
     left_out: int = 0  # tables, cells, speedups or runs refused or missing because of mismatched or unfinished runs
 
 
-def _in_group(t: Table, group: Group, many: bool) -> Table:
-    """The table named and titled for its group where the runs form several groups."""
-    if not many:
-        return t
-    return replace(t, name=f"{t.name}__{load.slug(group.title)}", title=f"{t.title} [{group.title}]")
-
-
 def _by_batch_size(runs: pd.DataFrame) -> list[tuple[int | None, pd.DataFrame]]:
     """[(None, runs)] where the runs share one batch size, else [(B, the runs at B)] per batch size."""
     if runs["batch_size"].nunique() <= 1:
@@ -77,137 +69,6 @@ def _at_batch_size(t: Table, b: int | None) -> Table:
     return t if b is None else replace(t, name=f"{t.name}__batch_size={b}", title=f"{t.title} · batch_size={b}")
 
 
-def _cell(x: float, spec: str, missing: bool) -> str:
-    return "missing" if missing else "" if pd.isna(x) else format(x, spec)
-
-
-def _fraction_cell(n: float, frac: float, missing: bool) -> str:
-    return "missing" if missing else "" if pd.isna(frac) else f"{n:.0f} ({frac:.0%})"
-
-
-OVERVIEW = ["tok/s", "speedup vs ar", "mean ratio", "predicted", "AccRate", "exact", "relaxed", "τ", "nodes/call",
-            "score", "Δscore vs ar", "diverged from ar", "truncated"]
-DIFFERS = " ≠0"  # marks a Δscore whose 95% interval leaves out 0
-VS_MEASURED = "projected / measured - 1"  # with a profile: the projection's relative difference from the measured
-AFTER_FIRST = "measured after 1st block"  # the measured speedup of the generations after their first blocks
-VS_AFTER_FIRST = "projected / after 1st block - 1"
-WHOLE = "projected with 1st blocks"  # with a profile that has prefills: every generation's first block priced too
-VS_WHOLE = "that / measured - 1"
-
-
-def overview(group: Group, many: bool = False, projection: Projection | None = None,
-             convention: str = "specbench") -> tuple[Table, list[str]]:
-    """One row per run of the group: median tok/s [min–max], measured speedup over the same setting's `ar`
-    run (same batch_size) beside predicted_speedup and, with a `projection`, the speedup of the run's own iterations
-    at the profile's costs (specbench.runs.projection) and its relative difference from the measured one and from
-    the measured speedup of the generations after their first blocks (what both predictions model: the prompt's
-    forwards left out; specbench.runs.projection.after_first_block);
-    AccRate (exact + relaxed where relaxed > 0), τ, score, truncated rows; and the notes on speedups and projections
-    left empty. A group of several batch sizes has a block of rows per batch size. ProfileError when the profile
-    has no entry for a drafting run's pair."""
-    runs, notes = group.runs.copy(), []
-    found = {r["run_dir"]: divergence.divergences(r, group.runs) for _, r in group.runs.iterrows()}
-    by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading
-    if by_batch:
-        runs = runs.sort_values(["pair", "dataset", "batch_size"], kind="stable")
-    runs["label"] = load.unique_labels(runs, ("batch_size",) if by_batch else ())  # one row per run
-    where = runs["pair"] + " · " + runs["dataset"]
-    if by_batch:
-        where += " · batch_size=" + runs["batch_size"].astype(str)
-    index = pd.MultiIndex.from_arrays([where, runs["label"]])
-    cols = [c for c in OVERVIEW if (c not in ("exact", "relaxed") or (runs["acceptance_relaxed"] > 0).any())
-            and (c != "Δscore vs ar" or runs["score"].notna().any())
-            and (c != "diverged from ar" or any(found[d] is not None for d in runs["run_dir"]))]
-    if projection is not None:
-        at = cols.index("predicted") + 1
-        cols[at:at] = [projection.column, VS_MEASURED, AFTER_FIRST, VS_AFTER_FIRST] + (
-            [WHOLE, VS_WHOLE] if any(e.get("target_prefill_s") for e in projection.profile["entries"]) else [])
-    accept = [] if convention == "specbench" else OVERVIEW_COLUMNS[convention]  # in place of AccRate and τ
-    if accept:
-        at = cols.index("AccRate")
-        cols = [c for c in cols if c not in ("AccRate", "τ")]
-        cols[at:at] = [c for c, _, _ in accept]
-    v = pd.DataFrame(np.nan, index=index, columns=pd.MultiIndex.from_product([[""], cols]))
-    cells = pd.DataFrame("", index=index, columns=v.columns)
-    for at, (_, r) in zip(index, runs.iterrows()):
-        try:
-            base = load.find_baseline(r, runs, "ar")
-        except ReportError as e:
-            base, notes = None, notes + [f"speedup vs ar of {r['run_dir']} left out: {e}"]
-        sp = load.speedup_over(r, base)
-        _, *sp_ci = intervals.of_pair(r, base, "speedup")
-        ratio, *ratio_ci = intervals.of_pair(r, base, "mean ratio")
-        dscore, *dscore_ci = intervals.of_pair(r, base, "Δscore")
-        gone = set(r["missing"])
-        nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": sp, "mean ratio": ratio,
-                "predicted": r["predicted_speedup"],
-                "AccRate": r["acceptance_rate"], "exact": r["acceptance_exact"], "relaxed": r["acceptance_relaxed"],
-                "τ": r["block_efficiency"], "nodes/call": r["nodes_per_call"], "score": r["score"],
-                "Δscore vs ar": dscore, "truncated": r["truncated_frac"]}
-        nums["diverged from ar"], diverged = divergence.summary_cell(found[r["run_dir"]], len(r["outputs"]))  # prompts
-        ci = {c: intervals.of_run(r, s) for c, s in (("tok/s", "tok/s"), ("AccRate", "AccRate"), ("τ", "τ"),
-                                                     ("score", "score"))}
-        text = {"tok/s": intervals.text(nums["tok/s"], *ci["tok/s"], ".1f"),
-                "speedup vs ar": intervals.text(sp, *sp_ci, ".2f"), "mean ratio": intervals.text(ratio, *ratio_ci, ".2f"),
-                "predicted": _cell(nums["predicted"], ".2f", "predicted_speedup" in gone),
-                "AccRate": intervals.text(nums["AccRate"], *ci["AccRate"], ".3f"),
-                "exact": _cell(nums["exact"], ".3f", "acceptance_exact" in gone),
-                "relaxed": _cell(nums["relaxed"], ".3f", "acceptance_relaxed" in gone),
-                "τ": intervals.text(nums["τ"], *ci["τ"], ".2f"),
-                "nodes/call": _cell(nums["nodes/call"], ".1f", "nodes_per_call" in gone),
-                "score": intervals.text(nums["score"], *ci["score"], ".3f"),
-                "Δscore vs ar": intervals.text(dscore, *dscore_ci, "+.3f")
-                + (DIFFERS if intervals.excludes_zero(*dscore_ci) else ""),
-                "diverged from ar": diverged,
-                "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in gone)}
-        for c, stat, spec in accept:  # the convention's acceptance, from the same pooled counts (NaN: ar, draft_only)
-            nums[c] = intervals.value(r["prompts"], stat, r["time"]) if r["drafted_total"] else np.nan
-            text[c] = intervals.text(nums[c], *intervals.of_run(r, stat), spec) if r["drafted_total"] else ""
-        if projection is not None:
-            drafting = r["call_stats"] is not None and r["drafted_total"] > 0  # ar, draft_only: nothing to project
-            try:
-                host = None if base is None else host_per_iteration(base["call_stats"])  # ar's, per token
-                value, why = project(r, projection.profile, projection.pair, host) if drafting else (None, "")
-            except ProfileError as e:
-                raise ProfileError(f"{e} [run {r['run_dir']}]") from None
-            if value is None and drafting:
-                notes.append(f"projection of {r['run_dir']} at {projection.profile['name']!r} left out: {why}")
-            nums[projection.column] = np.nan if value is None else value
-            nums[VS_MEASURED] = nums[projection.column] / sp - 1
-            nums[AFTER_FIRST] = np.nan if base is None else r["after_first_block_tps"] / base["after_first_block_tps"]
-            nums[VS_AFTER_FIRST] = nums[projection.column] / nums[AFTER_FIRST] - 1
-            whole, why = (None, "") if not drafting or base is None else project_whole(
-                r, base, projection.profile, projection.pair, host)
-            if whole is None and why and WHOLE in cols:
-                notes.append(f"projection of {r['run_dir']} with its first blocks left out: {why}")
-            nums[WHOLE] = np.nan if whole is None else whole
-            nums[VS_WHOLE] = nums[WHOLE] / sp - 1
-            for c, spec in ((projection.column, ".2f"), (VS_MEASURED, "+.1%"), (AFTER_FIRST, ".2f"),
-                            (VS_AFTER_FIRST, "+.1%"), (WHOLE, ".2f"), (VS_WHOLE, "+.1%")):
-                text[c] = _cell(nums[c], spec, False)
-        for c in cols:
-            v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
-    title = ("Runs: median tok/s, measured speedup over ar (Σ tokens / Σ time of the run over the same of ar's) and "
-             "the mean of the per-prompt speedups beside the predicted one, "
-             + (f"the projection of its iterations onto the cost profile {projection.profile['name']!r}"
-                + (f" (pair {projection.pair})" if projection.pair else "")
-                + " and its difference from the measured speedup and from the measured speedup after each "
-                "generation's first block (prompt and first iteration left out, as in the predictions), and where "
-                "the profile has prefill costs the projection with every first block priced too (the prompt's "
-                "forwards and the first drafts: the measured speedup's own scope) and its difference from it, "
-                if projection is not None else "")
-             + ("acceptance (exact / JS-relaxed), τ, " if not accept else
-                f"acceptance in {CONVENTIONS[convention][0]} convention ({'; '.join(c for c, _, _ in accept)}; "
-                "A accepted drafts, steps the verify steps, num_drafts the steps that drafted), ")
-             + "score and its difference from ar's (≠0: the interval leaves out "
-             "0), the rows of a lossless greedy run that differ from ar's (near-tie or suspect: the divergences table), "
-             "rows truncated at max_new_tokens; [95% bootstrap interval over prompts and repeats, paired by "
-             f"prompt against ar; seed {intervals.SEED}]; time: {intervals.TIMES[runs['time'].iloc[0]]}")
-    t = Table("overview", title, v, cells,
-              index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"))
-    return _in_group(t, group, many), notes
-
-
 def _truncation_notes(runs: pd.DataFrame) -> list[str]:
     """A warning per run with more than TRUNCATED_WARN_FRAC of its rows truncated at max_new_tokens."""
     bad = runs[runs["truncated_frac"] > TRUNCATED_WARN_FRAC]
@@ -218,12 +79,12 @@ def _truncation_notes(runs: pd.DataFrame) -> list[str]:
 
 def _baseline_elsewhere(group: Group, groups: list[Group], spec: str) -> list[str]:
     """Notes for pairs/datasets of the group with no `spec` run in the group while other groups have one."""
-    notes, base = [], load.MethodSpec.parse(spec)
+    notes, base = [], MethodSpec.parse(spec)
     for (pair, d), mine in group.runs.groupby(["pair", "dataset"]):
-        if any(base.matches(r) for _, r in mine.iterrows()):
+        if not base.runs_in(mine).empty:
             continue
-        picks = [f"[{g.title}] {load.where_args(g.where)}" for g in groups if g is not group and any(
-            base.matches(r) and (r["pair"], r["dataset"]) == (pair, d) for _, r in g.runs.iterrows())]
+        picks = [f"[{g.title}] {where_args(g.where)}" for g in groups
+                 if g is not group and not runs_on(g.runs, base, pair, d).empty]
         if picks:
             notes.append(f"[{group.title}] {pair}/{d}: speedups over {spec} left empty: no {spec} run with this "
                          f"setting; {spec} runs are in other groups ({'; '.join(picks)}), which differ in "
@@ -258,10 +119,10 @@ def _without(setting: str, keys: Iterable[str]) -> str:
 
 
 def spanning_groups(runs: pd.DataFrame, keys: Iterable[str]) -> list[Group]:
-    """`load.groups` with the setting keys `keys` table axes too: runs that differ only in them share a group."""
+    """`selection.groups` with the setting keys `keys` table axes too: runs that differ only in them share a group."""
     keys = tuple(keys)
     stripped = runs.assign(setting=[_without(s, keys) for s in runs["setting"]])
-    return [replace(g, runs=runs.loc[g.runs.index]) for g in load.groups(stripped)]
+    return [replace(g, runs=runs.loc[g.runs.index]) for g in selection.groups(stripped)]
 
 
 def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None,
@@ -271,13 +132,13 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
     conventions.CONVENTIONS; specbench's is the overview's own, so no extra table for it); a table of catalog.SPANS per group of runs that
     differ only in its keys (e.g. SD² Figure 5's two temperatures); refusals and mismatches become notes, never an
     abort, but for a profile that has no entry for a drafting run's pair (ProfileError)."""
-    out, groups = Report(), load.groups(runs)
+    out, groups = Report(), selection.groups(runs)
     names = list(names or catalog.TABLES)
     many = len(groups) > 1
     for g in groups:
         if many:
-            out.notes.append(f"group [{g.title}]: {len(g.runs)} runs ({', '.join(load.labels(g.runs))}); they differ "
-                             f"from the other groups in {', '.join(g.keys)}; alone: {load.where_args(g.where)}")
+            out.notes.append(f"group [{g.title}]: {len(g.runs)} runs ({', '.join(labels(g.runs))}); they differ "
+                             f"from the other groups in {', '.join(g.keys)}; alone: {where_args(g.where)}")
         built = _build(g, [n for n in names if n not in catalog.SPANS], baseline, out)
         specs = {baseline or catalog.baseline_of(n) for n, _ in built} | {"ar"}
         for spec in sorted(specs):
@@ -285,24 +146,24 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             out.notes += missing
             out.left_out += len(missing)
         table, notes = overview(g, many, projection, convention)
-        out.tables += [_in_group(t, g, many) for _, t in built] + [table]
-        each = replace(g, runs=g.runs.assign(label=load.unique_labels(g.runs)))  # a row per run, as in the overview
+        out.tables += [in_group(t, g, many) for _, t in built] + [table]
+        each = replace(g, runs=g.runs.assign(label=unique_labels(g.runs)))  # a row per run, as in the overview
         if projection is not None:
-            out.tables.append(_in_group(costs_table(each, projection), g, many))
-        out.tables += [_in_group(t, g, many) for t in position_tables(each)]
+            out.tables.append(in_group(costs_table(each, projection), g, many))
+        out.tables += [in_group(t, g, many) for t in position_tables(each)]
         by_category = categories.category_table(each, convention)
         if by_category is not None:
-            out.tables.append(_in_group(by_category, g, many))
+            out.tables.append(in_group(by_category, g, many))
         parted = divergence.divergence_table(each)
         if parted is not None:
-            out.tables.append(_in_group(parted, g, many))
+            out.tables.append(in_group(parted, g, many))
         if convention != "specbench":
-            out.tables.append(_in_group(convention_table(each, convention), g, many))
+            out.tables.append(in_group(convention_table(each, convention), g, many))
         out.notes += notes
         out.left_out += len(notes)
     for name in (n for n in names if n in catalog.SPANS):
         spans = spanning_groups(runs, catalog.SPANS[name])
-        out.tables += [_in_group(t, g, len(spans) > 1) for g in spans for _, t in _build(g, [name], baseline, out)]
+        out.tables += [in_group(t, g, len(spans) > 1) for g in spans for _, t in _build(g, [name], baseline, out)]
     out.notes += _truncation_notes(runs)
     return out
 
@@ -367,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ReportError(f"--table {', '.join(unknown)}: unknown; valid tables: {', '.join(catalog.TABLES)}")
         if args.baseline:
-            load.MethodSpec.parse(args.baseline)  # a malformed --baseline is an error, not a table left out
+            MethodSpec.parse(args.baseline)  # a malformed --baseline is an error, not a table left out
         projection = Projection(read_profile(Path(args.profile)), args.profile_pair) if args.profile else None
         found = load_runs(*args.results)  # logs why it leaves out each unfinished run folder
         same_run = found.attrs.get("same_run_as", {})  # folders of a run reported from another folder

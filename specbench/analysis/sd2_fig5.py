@@ -18,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 from specbench.analysis import tables
-from specbench.analysis.load import MethodSpec
+from specbench.analysis.baselines import MethodSpec
+from specbench.analysis.sd2_tables import SD2_ROWS, sd2_seed_runs
 
 log = logging.getLogger(__name__)
 
-FIG5_ROWS = [("EAGLE-3*", "eagle3"), *tables.SD2_ROWS]  # the paper's order, left to right
+FIG5_ROWS = [("EAGLE-3*", "eagle3"), *SD2_ROWS]  # the paper's order, left to right
 TEMPERATURES = [("T = 0", 0.0), ("T = 1", 1.0)]  # column name, decode.temperature
 
 
@@ -33,7 +34,7 @@ def sd2_fig5_numbers(runs: pd.DataFrame, baseline: str | None = None) -> pd.Data
     recs = [{"pair": r["pair"], "pair_label": r["pair_label"], "dataset": r["dataset"], "row": label,
              "temperature": t, "seed": r["seed"], "tau": r["block_efficiency"]}
             for _, t in TEMPERATURES
-            for label, r in tables.sd2_seed_runs(runs[runs["temperature"] == t], rows, "sd2_fig5")]
+            for label, r in sd2_seed_runs(runs[runs["temperature"] == t], rows, "sd2_fig5")]
     return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "temperature", "seed", "tau"])
 
 
