@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import specbench.data.dataset as data
+import specbench.data.sources as data
 import specbench.runs.runner as runner
 from helpers import CONF, ROOT, compose_cfg, small
 from specbench.data.dataset import DataSourceError, build_dataset, load_source, read_local

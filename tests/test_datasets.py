@@ -16,6 +16,7 @@ import datasets
 import pytest
 
 import specbench.data.dataset as data
+import specbench.data.sources as sources
 from helpers import DATA, SOURCES, SYNTHETIC, compose_cfg, data_folder, small
 from specbench.evaluators import gsm8k, mmlu, mt_bench
 from specbench.data.dataset import DataSourceError, NoLocalCopyError, build_dataset, load_source, read_local
@@ -276,8 +277,8 @@ def test_local_and_hub_loaders_give_the_same_examples(monkeypatch, name, options
         calls.append(("url", None, None))
         return json.loads(json.dumps(rows))  # what a download of the same file gives
 
-    monkeypatch.setattr(data, "load_hub", fake_hub)
-    monkeypatch.setattr(data, "load_url", fake_url)
+    monkeypatch.setattr(sources, "load_hub", fake_hub)
+    monkeypatch.setattr(sources, "load_url", fake_url)
     from_hub = build_dataset({"name": name, "data_dir": None, **options}).examples()
     from_local = local(folder, name, **options).examples()
     assert calls == [hub]
@@ -319,9 +320,9 @@ def test_sets_without_a_local_copy_fail_offline_naming_the_source(name, options,
 
 
 def test_data_dir_defaults_to_the_environment_variable(monkeypatch):
-    monkeypatch.setenv(data.DATA_DIR_ENV, str(SYNTHETIC))
+    monkeypatch.setenv(sources.DATA_DIR_ENV, str(SYNTHETIC))
     assert compose_cfg("dataset=gsm8k").dataset.data_dir == str(SYNTHETIC)
-    monkeypatch.delenv(data.DATA_DIR_ENV)
+    monkeypatch.delenv(sources.DATA_DIR_ENV)
     assert compose_cfg("dataset=gsm8k").dataset.data_dir is None
 
 

@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import specbench.data.dataset as data
+import specbench.data.sources as sources
 from helpers import ROOT, compose_cfg, small
 from specbench.common.options import OptionError
 from specbench.common.registry import UnknownNameError
@@ -123,7 +124,7 @@ def test_hub_sets_load_through_datasets(monkeypatch):
         calls.append((path, config, split, data_files))
         return [dict(r) for r in ROWS]
 
-    monkeypatch.setattr(data, "load_hub", fake_hub)
+    monkeypatch.setattr(sources, "load_hub", fake_hub)
     ev = dataset(path=None, hub="org/prompts", split="test", subset="en")
     assert [key(e) for e in ev.examples()] == [key(e) for e in dataset().examples()]
     assert calls == [("org/prompts", "en", "test", None)]

@@ -20,7 +20,7 @@ import pytest
 
 from helpers import ROOT
 from specbench.data.dataset import build_dataset
-from specbench.data.sandbox import namespaces_available
+from specbench.data.isolation import namespaces_available
 
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]

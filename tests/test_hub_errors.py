@@ -19,7 +19,7 @@ import torch
 from huggingface_hub import constants as hf_constants
 from omegaconf import OmegaConf
 
-import specbench.data.dataset as data
+import specbench.data.sources as data
 from helpers import ROOT, compose_cfg
 from specbench.evaluators import gsm8k
 from specbench.common import hub
@@ -320,7 +320,7 @@ def test_a_sweep_on_a_missing_model_reports_every_job(tmp_path, env):
 
 
 def test_a_single_failed_run_prints_the_message_and_hydra_full_error_the_traceback(tmp_path):
-    args = ("pair=smollm2_135m", f"pair.target.path={MISSING}")
+    args = ("pair=smollm2_135m", "method=ar", f"pair.target.path={MISSING}")  # the pair has no draft: ar runs there
     p = run_py(tmp_path, *args, env={"HF_HUB_OFFLINE": "1"})
     assert p.returncode != 0 and f"hf download {MISSING}" in p.stderr and "Traceback" not in p.stderr
     assert "jobs failed" not in p.stdout + p.stderr  # a single run has no sweep summary

@@ -11,9 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-import specbench.data.sandbox as sandbox
+import specbench.data.isolation as isolation_module
 from helpers import SYNTHETIC
-from specbench.data.sandbox import Check, Limits, decode_value, encode_value, namespaces_available, resolve_isolation, run_check
+from specbench.data.isolation import Limits, namespaces_available, resolve_isolation
+from specbench.data.sandbox import Check, decode_value, encode_value, run_check
 
 NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]
@@ -252,8 +253,8 @@ def test_the_candidate_sees_only_the_interpreter(tmp_path, harness_sockets):
     """Without reliability_guard and the audit hook: what the OS alone refuses."""
     addresses, hits = harness_sockets
     (tmp_path / "keep.txt").write_text("keep me")
-    binds, links, _ = sandbox.read_only_paths()
-    view = {"/dev", "/proc", "/.old", "/sandbox", *links, *(f"/dev/{d}" for d in sandbox.DEVICES)}
+    binds, links, _ = isolation_module.read_only_paths()
+    view = {"/dev", "/proc", "/.old", "/sandbox", *links, *(f"/dev/{d}" for d in isolation_module.DEVICES)}
     for path in binds:  # each bound path and the folders leading to it, nothing else
         view |= {str(p) for p in Path(path).parents if str(p) != "/"} | {path}
     body = f"""import os, socket
@@ -300,7 +301,7 @@ def test_bad_isolation_value():
 
 
 def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
-    monkeypatch.setattr(sandbox, "namespace_problem", lambda: "unshare: unshare failed: Operation not permitted")
+    monkeypatch.setattr(isolation_module, "namespace_problem", lambda: "unshare: unshare failed: Operation not permitted")
     for isolation in ("auto", "namespace"):
         with pytest.raises(RuntimeError, match=r"dataset\.isolation=.*\(unshare: unshare failed: Operation not "
                                                r"permitted\).*auto, namespace, process.*dataset\.isolation=process"):
@@ -314,7 +315,7 @@ def test_without_namespaces_only_an_explicit_process_mode_runs(monkeypatch):
 def test_humaneval_refuses_weak_isolation_unless_asked_and_records_it(monkeypatch):
     from specbench.data.dataset import build_dataset
 
-    monkeypatch.setattr(sandbox, "namespace_problem", lambda: "no unshare")
+    monkeypatch.setattr(isolation_module, "namespace_problem", lambda: "no unshare")
     with pytest.raises(RuntimeError, match=r"dataset\.isolation=auto .*\(no unshare\)\. Valid values: auto, namespace, process"):
         build_dataset({"name": "humaneval", "data_dir": str(SYNTHETIC)})
     ev = build_dataset({"name": "humaneval", "data_dir": str(SYNTHETIC), "isolation": "process"})
