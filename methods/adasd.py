@@ -122,11 +122,13 @@ class AdaSD(Method):
         w, n = record.drafted, record.accepted
         if w == 0:  # nothing drafted (length cap): nothing to record
             return
-        self.acc_js.add(record.js[:n])  # line 16, JS-relaxed acceptances included
+        js, entropy = record.js, record.entropy
+        assert js is not None and entropy is not None  # needs_stats: the engine computes both for every draft
+        self.acc_js.add(js[:n])  # line 16, JS-relaxed acceptances included
         self.c_a += int(n > 0)
         if n < w:  # lines 12-13: the first rejected draft, position n+1
-            self.rej_entropy.add([record.entropy[n]])
-            self.rej_js.add([record.js[n]])
+            self.rej_entropy.add([entropy[n]])
+            self.rej_js.add([js[n]])
             self.c_r += 1
         if self.rej_entropy.mean is not None:
             self.t_g = self.rej_entropy.mean  # line 18: T_G = average(L_E^R)
@@ -153,7 +155,7 @@ class AdaSD(Method):
             setattr(self, k, RunningMean(float(total), int(n)))
 
     def policy_state(self) -> dict[str, float]:
-        out = {"t_g": self.t_g} if self.entropy_stop else {"gamma": self.max_window}
+        out: dict[str, float] = {"t_g": self.t_g} if self.entropy_stop else {"gamma": self.max_window}
         if self.relaxed:
             out["t_v"] = self.t_v
         return out

@@ -21,9 +21,8 @@ import torch
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.common.options import OptionError
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, model_source
+from specbench.decoding.parts import DRAFTERS, Drafter, Shape, model_source
 from specbench.decoding.proposal import Proposal
-from specbench.decoding.tree_drafts import Grower
 from specbench.decoding.state import Counted
 from specbench.models.steering import SteeredDrafter
 
@@ -84,6 +83,9 @@ class Trained(Drafter):
             return binding
         from specbench.models.drafters import load_trained
 
+        if binding.pair is None:
+            raise ValueError("a trained drafter is checked against the pair it was trained for: bind the method to a "
+                             "loaded pair (Binding.pair)")
         drafter, self.steered = load_trained(self.folder, binding.pair, self.distill_kind)
         return replace(binding, models={**binding.models, "draft": drafter})
 

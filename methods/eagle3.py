@@ -14,10 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from specbench.decoding.drafts import DraftSource
-from specbench.decoding.head_drafts import DraftHead, Eagle3Draft
+from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, head_state
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter
-from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.state import Counted
 
 
@@ -62,4 +61,4 @@ class Eagle3(Head):
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return Eagle3Draft(states["draft"], shape.grower())
+        return Eagle3Draft(head_state(states["draft"]), shape.grower())

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationMixin, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import is_sklearn_available
 
 from specbench.decoding.engine import sync
@@ -128,9 +128,12 @@ class Recorder(StoppingCriteria):
                                                       self.room)
             self.stop = (reason, k) if reason else None
         if len(self.records) == 1:
+            assert self.t_first is not None  # set by the iteration's first model call (_pre)
             self.first_block_s = time.perf_counter() - self.t_first
         self.t_iter = time.perf_counter()
-        return torch.full((input_ids.shape[0],), self.stop is not None, dtype=torch.bool, device=input_ids.device)
+        # transformers annotates the result as torch.BoolTensor, a legacy type no tensor op returns
+        return torch.full((input_ids.shape[0],), self.stop is not None, dtype=torch.bool,  # type: ignore[return-value]
+                          device=input_ids.device)
 
 
 @METHODS.register("hf_assisted")
@@ -248,7 +251,9 @@ class HFAssisted(Method):
     def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
                           generator: torch.Generator | None, trace: bool) -> Generation:
         """One transformers assisted generation on the bound pair, returned as the engine's Generation."""
-        target, draft = self.verifier_model, self.assistant()
+        target, draft = transformers_model(self.verifier_model), self.assistant()
+        if not isinstance(target, GenerationMixin):
+            raise OptionError(f"method 'hf_assisted': the target {type(target).__name__} has no generate()")
         cross = self.bound.pair is not None and self.pair_draft and self.bound.pair.draft_tokenizer is not None
         if draft is not None and draft is not target and not cross:
             check_vocab_sizes(target, draft)
@@ -292,7 +297,8 @@ class HFAssisted(Method):
         (prompt lookup)."""
         if self.lookup:
             return None
-        return self.verifier_model if self.early_exit is not None else self.draft_model
+        model = self.verifier_model if self.early_exit is not None else self.draft_model
+        return transformers_model(model) if model is not None else None
 
     def source_kwargs(self, draft: PreTrainedModel | None, cross: bool) -> dict[str, Any]:
         """generate() keyword arguments that choose transformers' draft source: prompt lookup, early exit, an
@@ -303,7 +309,9 @@ class HFAssisted(Method):
             return {"assistant_early_exit": self.early_exit}
         kw: dict[str, Any] = {"assistant_model": draft}
         if cross:
-            kw |= {"tokenizer": self.bound.tokenizer, "assistant_tokenizer": self.bound.pair.draft_tokenizer}
+            pair = self.bound.pair
+            assert pair is not None  # cross: the bound pair's draft has its own tokenizer
+            kw |= {"tokenizer": self.bound.tokenizer, "assistant_tokenizer": pair.draft_tokenizer}
         return kw
 
     def generate_kwargs(self, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
@@ -336,6 +344,14 @@ class HFAssisted(Method):
                           draft_model_s=rec.seconds["draft"], target_calls=rec.calls["target"],
                           draft_calls=rec.calls["draft"], text=stop.text(out, reason),
                           extra={"assistant_settings_after": dict(self.carried or {})})
+
+
+def transformers_model(model: torch.nn.Module) -> PreTrainedModel:
+    """A bound model as the transformers model whose generate() runs (the pair's models are)."""
+    if not isinstance(model, PreTrainedModel):
+        raise OptionError(f"method 'hf_assisted' runs transformers' generate(), which a {type(model).__name__} does "
+                          "not have: it needs the pair's transformers models")
+    return model
 
 
 def check_vocab_sizes(target: PreTrainedModel, draft: PreTrainedModel) -> None:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from transformers import PreTrainedModel
+
+from specbench.common.options import OptionError
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, model_source
-from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.parts import DRAFTERS, Drafter, Shape, model_source
 from specbench.decoding.state import Counted
 
 
@@ -35,6 +37,9 @@ class EarlyExit(Drafter):
         from specbench.models.early_exit import early_exit, exit_layers
 
         target = binding.models["target"]
+        if not isinstance(target, PreTrainedModel):
+            raise OptionError(f"method.exit_layer: an early-exit view copies the first layers of a transformers model; "
+                              f"the target is a {type(target).__name__}")
         draft = early_exit(target, exit_layers(target) // 2 if self.exit_layer is None else self.exit_layer)
         return replace(binding, models={**binding.models, "draft": draft})
 

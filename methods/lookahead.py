@@ -65,7 +65,7 @@ class Window:
         for lv in range(1, len(levels)):
             for j, x in enumerate(levels[lv]):
                 at[(lv, j)] = len(tokens)
-                below = at.get((lv - 1, j)) if lv > 1 else at.get((0, j), -1)  # L_{l-1}[j], or B_0[j] (c: -1)
+                below = at[(lv - 1, j)] if lv > 1 else at.get((0, j), -1)  # L_{l-1}[j], or B_0[j] (c: -1)
                 tokens.append(x)
                 parents.append(below)
         return tokens, parents
@@ -78,19 +78,19 @@ class Window:
     def step(self, c: int, top: list[int]) -> None:
         """After a forward whose root was c: `top`, the argmax at the highest filled level's nodes, fills the next level
         (warm-up) or makes the n-grams and moves the window one column."""
-        lv = self.levels
+        lv, filled = self.levels, self.filled()  # the levels fill in order: filled = lv[:len(filled)]
         if not self.full:
-            k = len(self.filled())
+            k = len(filled)
             for i in range(k):
-                lv[i] = lv[i][1:]
+                lv[i] = filled[i][1:]
             lv[k] = top[1:] if k > 1 else top  # LADE's first step keeps the whole new level
             return
-        b0 = [c] + lv[0]
+        b0 = [c] + filled[0]
         for j in range(self.W):
-            self.add(b0[j], tuple(lv[lev][j] for lev in range(1, self.N - 1)) + (top[j],))
-        lv[0] = lv[1][1:]
+            self.add(b0[j], tuple(filled[lev][j] for lev in range(1, self.N - 1)) + (top[j],))
+        lv[0] = filled[1][1:]
         for lev in range(1, self.N - 2):
-            lv[lev] = lv[lev + 1][:]
+            lv[lev] = filled[lev + 1][:]
         lv[self.N - 2] = list(top)
 
     def add(self, key: int, gram: tuple[int, ...]) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 
 from specbench.decoding.drafts import DraftSource
-from specbench.decoding.head_drafts import MedusaDraft
+from specbench.decoding.head_drafts import DraftHead, MedusaDraft, head_state
 from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Shape
-from specbench.decoding.tree_drafts import Grower
 from specbench.methods.eagle3 import Head
 from specbench.decoding.state import Counted
+from specbench.models.medusa import MedusaHeads
 
 
 @DRAFTERS.register("medusa")
@@ -35,11 +35,16 @@ class Medusa(Head):
 
     def check_bound(self, binding: Binding, shape: Shape) -> str:
         """A tree deeper than the heads are many is refused."""
-        heads = binding.models["draft"].head.config.num_heads
-        depth = shape.grower().depth
+        draft = binding.models["draft"]
+        module = draft.head if isinstance(draft, DraftHead) else draft
+        if not isinstance(module, MedusaHeads):
+            return f"method.head: {self.head!r} loaded a {type(module).__name__}, not Medusa heads"
+        grower = shape.grower()
+        assert grower is not None  # check_shape: a static tree
+        heads, depth = module.config.num_heads, grower.depth
         return (f"method.paths / method.branching: the tree is {depth} deep but the head {self.head!r} has {heads} "
                 f"heads (one per depth)") if depth > heads else ""
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        return MedusaDraft(states["draft"], shape.grower())
+        return MedusaDraft(head_state(states["draft"]), shape.grower())

@@ -13,6 +13,7 @@ are verified one row at a time on the eager path: batch_size 1, engine.compile=f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -81,7 +82,8 @@ class StaticTree(Shape):
     name = "static_tree"
     kind = "grown"
 
-    def __init__(self, branching: list[int] | None = (2, 2, 1, 1, 1), paths: list[list[int]] | None = None) -> None:
+    def __init__(self, branching: Sequence[int] | None = (2, 2, 1, 1, 1), paths: Sequence[Sequence[int]] | None = None
+                 ) -> None:
         if paths is None:
             if not isinstance(branching, (list, tuple)) or not branching:
                 raise OptionError(f"method.branching must be a non-empty list of children per depth such as "

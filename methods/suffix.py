@@ -27,8 +27,7 @@ from specbench.decoding.method import Binding, state_values
 from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import TOP_K, Proposal, chain
 from specbench.decoding.state import Counted
-from specbench.decoding.suffix import SuffixIndex
-from specbench.decoding.tree_drafts import Grower
+from specbench.decoding.suffix import Draft, SuffixIndex
 
 
 class SuffixDraft(DraftSource):
@@ -40,7 +39,8 @@ class SuffixDraft(DraftSource):
         self.seen = [0] * rows  # tokens of buf[b] already in row b's own tree
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
-        m, drafts = self.m, []
+        m = self.m
+        drafts: list[Draft | None] = []  # None: the row may draft nothing
         for b, (L, cap) in enumerate(zip(d.L, d.w_max)):
             own = self.own[b]
             if self.seen[b] < L:
@@ -66,11 +66,12 @@ class SuffixDraft(DraftSource):
         self.own, self.seen = [self.own[b] for b in rows], [self.seen[b] for b in rows]
 
     @staticmethod
-    def tree_proposal(draft: Any, d: Drafting) -> Proposal:
+    def tree_proposal(draft: Draft | None, d: Drafting) -> Proposal:
         """The speculation tree without the descendants of an EOS node (nothing follows an EOS)."""
         if draft is None:
             return chain([], why="length")
-        keep, new_id = [], {}
+        keep: list[int] = []
+        new_id: dict[int, int] = {}
         for j, (x, a) in enumerate(zip(draft.tokens, draft.parents)):
             if a >= 0 and (a not in new_id or draft.tokens[a] in d.eos_ids):
                 continue

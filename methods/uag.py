@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.common.options import OptionError, integer
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
@@ -35,21 +35,21 @@ from specbench.decoding.method import Binding
 from specbench.decoding.parts import DRAFTERS, Drafter, Shape
 from specbench.decoding.proposal import Proposal
 from specbench.decoding.sampling import SamplingParams
-from specbench.decoding.tree_drafts import Grower
-from specbench.decoding.state import Counted
+from specbench.decoding.state import Counted, ModelState, model_state
+from specbench.decoding.stopping import as_text
 
 
-def new_text(tok: Any, context: list[int], new: list[int]) -> str:
+def new_text(tok: PreTrainedTokenizerBase, context: list[int], new: list[int]) -> str:
     """The text the tokens `new` add after `context` under tokenizer tok, without a trailing partial character."""
-    before, after = tok.decode(context), tok.decode(context + new)
+    before, after = as_text(tok.decode(context)), as_text(tok.decode(context + new))
     return after[len(os.path.commonprefix([before, after])) :].rstrip("\ufffd")
 
 
-def to_target(tok: Any, committed: list[int], text: str, lookbehind: int) -> list[int]:
+def to_target(tok: PreTrainedTokenizerBase, committed: list[int], text: str, lookbehind: int) -> list[int]:
     """Target ids that continue the committed ids [L] with `text`: the re-encoding of the last lookbehind committed
     tokens' text plus `text`, minus those tokens when it reproduces them; else the encoding of `text` alone."""
     window = committed[max(0, len(committed) - lookbehind) :]
-    ids = tok.encode(tok.decode(window) + text, add_special_tokens=False)
+    ids = tok.encode(as_text(tok.decode(window)) + text, add_special_tokens=False)
     if ids[: len(window)] == window:
         return ids[len(window) :]
     return tok.encode(text, add_special_tokens=False)
@@ -58,8 +58,8 @@ def to_target(tok: Any, committed: list[int], text: str, lookbehind: int) -> lis
 class Retokenized(DraftSource):
     """A draft model of another vocabulary; its greedy drafts re-tokenized for the target (one row)."""
 
-    def __init__(self, state: Any, target_tok: Any, draft_tok: Any, draft_eos: frozenset[int], lookbehind: int
-                 ) -> None:
+    def __init__(self, state: ModelState, target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase,
+                 draft_eos: frozenset[int], lookbehind: int) -> None:
         self.state = state
         self.target_tok, self.draft_tok, self.draft_eos = target_tok, draft_tok, draft_eos
         self.lookbehind = lookbehind
@@ -115,10 +115,13 @@ class Retokenize(Drafter):
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
-        draft = binding.models["draft"]
-        d_tok = (binding.pair.draft_tokenizer if binding.pair is not None else None) or binding.tokenizer
-        eos = {d_tok.eos_token_id}  # d_tok None: the target's
+        draft, target_tok = binding.models["draft"], binding.tokenizer
+        d_tok = (binding.pair.draft_tokenizer if binding.pair is not None else None) or target_tok
+        if not isinstance(draft, PreTrainedModel) or target_tok is None or d_tok is None:
+            raise OptionError(f"method {self.name!r} re-tokenizes drafts through text: it needs a transformers draft "
+                              "model and the pair's tokenizers")
+        eos = {d_tok.eos_token_id}  # the pair's draft_tokenizer None: the target's
         gen = draft.generation_config.eos_token_id if draft.generation_config is not None else None
         eos |= set(gen if isinstance(gen, list) else [gen])
-        return Retokenized(states["draft"], binding.tokenizer, d_tok, frozenset(eos - {None}),
+        return Retokenized(model_state(states["draft"]), target_tok, d_tok, frozenset(eos - {None}),
                            self.lookbehind)

@@ -38,23 +38,22 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs
-from omegaconf import OmegaConf
 
-from specbench.common.configs import compose_config
+from specbench.common.configs import compose_config, plain
 from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, check_run_settings, integer
-from specbench.decoding.engine import Engine
+from specbench.decoding.decoders import Decoder
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.models.pairs import load_pair, resolve_device
 from specbench.runs.overrides import check_option_overrides
-from specbench.runs.binding import build_method, make_engine
+from specbench.runs.binding import build_method, decoder_device, make_engine
 from specbench.runs.job import example_seed, fit_prompt
 from specbench.runs.validation import sampling_params, set_threads
 from specbench.decoding.sampling import SamplingParams
@@ -107,7 +106,7 @@ class SpecbenchLM(LM):
             log.warning("specbench decodes one sequence at a time; batch_size=%s is ignored", batch_size)
         args = check_option_overrides(args, Path(config_dir or CONF_DIR))
         self.cfg = compose_config(args, config_dir or CONF_DIR)
-        c = OmegaConf.to_container(self.cfg, resolve=True)
+        c = plain(self.cfg)
         check_run_settings(c)
         set_threads(c.get("threads", "auto"))  # CPU threads, as a run sets them
         self.params = sampling_params(c["decode"])
@@ -133,10 +132,11 @@ class SpecbenchLM(LM):
             name = self.pair.tokenizer.name_or_path
             raise ValueError(f"--apply_chat_template: tokenizer {name!r} has no chat template")
         self._templated = True
-        return self.pair.tokenizer.apply_chat_template(chat_history, tokenize=False,
+        text = self.pair.tokenizer.apply_chat_template(chat_history, tokenize=False,
                                                        add_generation_prompt=add_generation_prompt)
+        return cast(str, text)  # tokenize=False: the formatted text (transformers types every kind it may return)
 
-    def engine(self, params: SamplingParams, until: tuple[str, ...]) -> Engine:
+    def engine(self, params: SamplingParams, until: tuple[str, ...]) -> Decoder:
         """The engine for these sampling settings and stop strings, the method bound to them (requests may differ)."""
         return make_engine(self.pair, self.method, params, until + self.extra_stops)
 
@@ -149,7 +149,7 @@ class SpecbenchLM(LM):
         engine = self.engine(task_sampling(kwargs, self.params), until)
         ids = self.pair.tokenizer(context, add_special_tokens=not self._templated)["input_ids"]
         ids, cut = fit_prompt(ids, engine.context_length, max_new, "truncate", "lm-eval request")
-        gen = torch.Generator(device=engine.device).manual_seed(example_seed(self.seed, context))
+        gen = torch.Generator(device=decoder_device(engine)).manual_seed(example_seed(self.seed, context))
         g = engine.generate(ids, max_new, generator=gen)
         text = g.text
         for s in until:  # the engine already stops at them; cut again in case the text ended otherwise

@@ -281,11 +281,11 @@ def test_the_lossless_check_catches_a_lossy_method(monkeypatch, tmp_path, truth)
     """A method known to the registry only inside this test corrupts tokens while saying it is lossless."""
     real = METHODS.get
     monkeypatch.setattr(METHODS, "get", lambda name: LossyVanilla if name == "lossy_vanilla" else real(name))
-    d = decode_run(small(*SETTINGS, "method=vanilla", "method.name=lossy_vanilla"), tmp_path)
+    d = decode_run(small(*SETTINGS, "method=vanilla", "method.parts.policy=lossy_vanilla"), tmp_path)
     assert isinstance(d.method, LossyVanilla) and d.method.lossless
     check_windows(d, MAX_NEW)
     check_state(d)
-    with pytest.raises(AssertionError, match="lossy_vanilla says it is lossless but smoke-00 differs"):
+    with pytest.raises(AssertionError, match="vanilla.policy=lossy_vanilla says it is lossless but smoke-00 differs"):
         check_lossless(d, truth)
 
 

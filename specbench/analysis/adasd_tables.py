@@ -13,9 +13,11 @@ from specbench.analysis.baselines import MethodSpec, find_baseline, speedup_over
 from specbench.analysis.tables import (BASELINES, Table, ambiguous, dataset_label, fmt_cells, has_data, method_specs,
                                        ordered, pair_labels, runs_on, skeleton)
 
-ADASD_ROWS = [("Draft", "draft_only"), ("Target", "ar"), ("Vanilla", None), ("AssistedGen", "hf_assisted"),
-              ("Gen-Only", "adasd_gen_only"), ("Verify-Only", "adasd_verify_only"), ("AdaSD", "adasd")]
-VARIANT_ROWS = [("Variant A", "adasd_variant_a"), ("Variant B", "adasd_variant_b"), ("Variant C", "adasd_variant_c")]
+ADASD_ROWS: list[tuple[str, str | None]] = [
+    ("Draft", "draft_only"), ("Target", "ar"), ("Vanilla", None), ("AssistedGen", "hf_assisted"),
+    ("Gen-Only", "adasd_gen_only"), ("Verify-Only", "adasd_verify_only"), ("AdaSD", "adasd")]
+VARIANT_ROWS: list[tuple[str, str | None]] = [("Variant A", "adasd_variant_a"), ("Variant B", "adasd_variant_b"),
+                                              ("Variant C", "adasd_variant_c")]
 ADASD_COLUMNS = {"tk/sec": "tokens_per_s_median", "JSDist": "mean_t_v", "#cand": "mean_drafted", "#match": "mean_accepted",
                  "AccRate": "acceptance_rate", "acc": "score", "speedup": "speedup"}
 ADASD_TABLE_OF = {"gsm8k": "adasd_table3", "humaneval": "adasd_table4", "mmlu": "adasd_table5"}
@@ -76,9 +78,9 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
                     v.loc[at] = speedup_over(run, b) if key == "speedup" else run[key]
                     spread[at] = _interval(run, key, b)
     cells = fmt_cells(v, ".3f")
-    for (row, col), (lo, hi) in spread.items():
+    for (row, column), (lo, hi) in spread.items():
         if pd.notna(lo) and pd.notna(hi):
-            cells.loc[row, col] += f" [{lo:.3f}–{hi:.3f}]"
+            cells.loc[row, column] += f" [{lo:.3f}–{hi:.3f}]"
     return v, cells
 
 

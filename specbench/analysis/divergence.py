@@ -20,7 +20,9 @@ own ulps; float16 keeps 11 bits, float32 24. The margins are printed, so a reade
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -51,7 +53,10 @@ def threshold(dtype: str | None) -> float:
     return NEAR_TIE.get(str(dtype or "float32").removeprefix("torch."), NEAR_TIE["float32"])
 
 
-def _at(xs: list, t: int) -> float | int | None:
+T = TypeVar("T")
+
+
+def _at(xs: Sequence[T] | None, t: int) -> T | None:
     return xs[t] if xs is not None and t < len(xs) else None
 
 

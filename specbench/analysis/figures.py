@@ -311,8 +311,9 @@ def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ..
     paths = _batch_figure(runs, out, title, tag)
     runs = runs.assign(label=labels(runs))
     for (pair, d), g in runs.groupby(["pair", "dataset"], sort=False):
-        paths.append(plot_positions(g, out, f"{pair} · {d} · {title}", slug(pair, d, *tag)))
-    paths = [p for p in paths if p is not None]
+        drawn = plot_positions(g, out, f"{pair} · {d} · {title}", slug(pair, d, *tag))
+        if drawn is not None:
+            paths.append(drawn)
     traces = load.load_traces(runs)
     for (pair, d), t in (traces.groupby(["pair", "dataset"], sort=False) if len(traces) else []):
         where, stem = f"{pair} · {d} · {title}", slug(pair, d, *tag)

@@ -142,9 +142,9 @@ def summary_numbers(summary: dict, rows: list[dict], source: str) -> dict[str, f
     return {**out, "tokens_per_s_min": _num(spread.get("min")), "tokens_per_s_max": _num(spread.get("max"))}
 
 
-def outputs(rows: list[dict]) -> dict[str, dict[str, list]]:
+def outputs(rows: list[dict]) -> dict[str, dict[str, list | None]]:
     """Per prompt id, its first repeat's token_ids, top2_margins and off_top1 (None where a row lacks them)."""
-    out: dict[str, dict[str, list]] = {}
+    out: dict[str, dict[str, list | None]] = {}
     for r in sorted(rows, key=lambda r: int(r.get("repeat") or 0)):
         out.setdefault(str(r["id"]), {k: r.get(k) for k in ("token_ids", "top2_margins", "off_top1")})
     return out
@@ -244,6 +244,7 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
         if why[d]:
             log.warning("left out %s: unfinished: %s", d, why[d])
         else:
+            assert summary is not None, "unfinished() names a folder without summary.json"
             loaded.append(load_run(d, record, summary, rows))
             finished.append(str(summary.get("finished") or ""))
     kept, twins = one_folder_per_run(loaded, finished)

@@ -65,19 +65,19 @@ def _run_cells(r: pd.Series, base: pd.Series | None, found: list[divergence.Dive
                accept: list[tuple[str, str, str]]) -> tuple[dict[str, float], dict[str, str]]:
     """The numbers and printed cells of run r's row but the projection's, against its `ar` run `base`; found: its
     rows that diverged from ar's (divergence.divergences)."""
-    _, *sp_ci = intervals.of_pair(r, base, "speedup")
-    ratio, *ratio_ci = intervals.of_pair(r, base, "mean ratio")
-    dscore, *dscore_ci = intervals.of_pair(r, base, "Δscore")
+    _, sp_lo, sp_hi = intervals.of_pair(r, base, "speedup")
+    ratio, ratio_lo, ratio_hi = intervals.of_pair(r, base, "mean ratio")
+    dscore, dscore_lo, dscore_hi = intervals.of_pair(r, base, "Δscore")
     nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": speedup_over(r, base), "mean ratio": ratio,
             "AccRate": r["acceptance_rate"], "τ": r["block_efficiency"], "score": r["score"], "Δscore vs ar": dscore,
             "truncated": r["truncated_frac"], **{c: r[field] for c, field, _ in NEWER}}
     nums["diverged from ar"], diverged = divergence.summary_cell(found, len(r["outputs"]))  # prompts
     text = {c: intervals.text(nums[c], *intervals.of_run(r, c), spec) for c, spec in OF_RUN}
     text |= {c: _cell(nums[c], spec, field in r["missing"]) for c, field, spec in NEWER}
-    text |= {"speedup vs ar": intervals.text(nums["speedup vs ar"], *sp_ci, ".2f"),
-             "mean ratio": intervals.text(ratio, *ratio_ci, ".2f"),
-             "Δscore vs ar": intervals.text(dscore, *dscore_ci, "+.3f")
-             + (DIFFERS if intervals.excludes_zero(*dscore_ci) else ""), "diverged from ar": diverged,
+    text |= {"speedup vs ar": intervals.text(nums["speedup vs ar"], sp_lo, sp_hi, ".2f"),
+             "mean ratio": intervals.text(ratio, ratio_lo, ratio_hi, ".2f"),
+             "Δscore vs ar": intervals.text(dscore, dscore_lo, dscore_hi, "+.3f")
+             + (DIFFERS if intervals.excludes_zero(dscore_lo, dscore_hi) else ""), "diverged from ar": diverged,
              "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in r["missing"])}
     for c, stat, spec in accept:  # the convention's acceptance, from the same pooled counts (NaN: ar, draft_only)
         nums[c] = intervals.value(r["prompts"], stat, r["time"]) if r["drafted_total"] else np.nan

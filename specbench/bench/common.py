@@ -6,16 +6,15 @@ from __future__ import annotations
 import argparse
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, cast
 
 import torch
-from omegaconf import OmegaConf
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 
-from specbench.common.configs import compose_config
+from specbench.common.configs import compose_config, plain
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
-from specbench.decoding.engine import Engine
+from specbench.decoding.decoders import Decoder
 from specbench.decoding.records import Generation
 from specbench.bench.profile import forward_seconds, tree_seconds
 from specbench.decoding.state import sync
@@ -26,7 +25,7 @@ from specbench.runs.validation import sampling_params
 
 def load_cfg(name: str) -> dict:
     """The resolved config conf/pair/<name>.yaml, composed through Hydra as the runner does."""
-    return OmegaConf.to_container(compose_config([f"pair={name}"]).pair, resolve=True)
+    return plain(compose_config([f"pair={name}"]).pair)
 
 
 def load(name: str, device: torch.device) -> Pair:
@@ -37,7 +36,7 @@ def load(name: str, device: torch.device) -> Pair:
 def same_vocab(pair: Pair) -> bool:
     """Do target and draft have one vocab_size? transformers' assisted generation takes its different-tokenizer path
     (universal assisted decoding) otherwise, which is another algorithm."""
-    v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.draft))
+    v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.model("draft")))
     return v_t == v_d
 
 
@@ -48,7 +47,7 @@ def smoke_prompts(pair: Pair, n: int) -> list[list[int]]:
 def dataset_prompts(pair: Pair, dataset: str, n: int) -> list[list[int]]:
     """Token ids of the first n prompts of conf/dataset/<dataset>.yaml."""
     cfg = compose_config([f"dataset={dataset}"])
-    examples: list[Example] = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:n]
+    examples: list[Example] = build_dataset(plain(cfg.dataset)).examples()[:n]
     return [encode(pair.tokenizer, ex) for ex in examples]
 
 @contextmanager
@@ -65,7 +64,7 @@ def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
         for k, v in saved.items():
             setattr(gc, k, v)
 
-def run_ours(engine: Engine, ids: list[int], max_new: int) -> tuple[Generation, float]:
+def run_ours(engine: Decoder, ids: list[int], max_new: int) -> tuple[Generation, float]:
     """One generation and its wall seconds around the call."""
     t0 = time.perf_counter()
     gen = engine.generate(ids, max_new)
@@ -79,19 +78,24 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) 
     x = torch.tensor([ids], dtype=torch.long, device=device)
     calls = [0, 0]
     hooks = [m.register_forward_pre_hook(lambda *_, k=k: calls.__setitem__(k, calls[k] + 1))
-             for k, m in enumerate((pair.target, pair.draft))]
+             for k, m in enumerate((pair.target, pair.model("draft")))]
     try:
         sync(device)
         t0 = time.perf_counter()
-        out = pair.target.generate(x, attention_mask=torch.ones_like(x), assistant_model=pair.draft if assisted else None,
-                                   do_sample=False,
-                                   max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
+        out = generating(pair.target).generate(x, attention_mask=torch.ones_like(x),
+                                               assistant_model=pair.draft if assisted else None, do_sample=False,
+                                               max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
         sync(device)
         seconds = time.perf_counter() - t0
     finally:
         for h in hooks:
             h.remove()
     return out[0, len(ids):].tolist(), seconds, calls
+
+def generating(model: PreTrainedModel) -> GenerationMixin:
+    """The model as transformers' GenerationMixin, which every causal LM a pair loads (AutoModelForCausalLM) mixes in
+    but PreTrainedModel's type does not say."""
+    return cast(GenerationMixin, model)
 
 def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool = False, steps: int = 15) -> float:
     """Median ms of one forward of `width` new tokens on top of a cached prompt, eager or compiled
@@ -110,7 +114,7 @@ def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
             f"position {k}: ours {ours[k:k + 5]} vs transformers {theirs[k:k + 5]} "
             f"(after {ours[max(0, k - 5):k]})")
 
-def engines(pair: Pair, gamma: int, max_new: int, paths: tuple[str, ...]) -> dict[str, Engine]:
+def engines(pair: Pair, gamma: int, max_new: int, paths: tuple[str, ...]) -> dict[str, Decoder]:
     """Our engines by label ("vanilla eager", ...): vanilla (γ, rejection: argmax acceptance at temperature 0) and ar
     on each path of `paths` (eager, compiled)."""
     params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})

@@ -9,6 +9,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -18,8 +19,8 @@ from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts
                                    run_ours, run_theirs, same_vocab, tree_ms)
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.metrics import example_metrics
-from specbench.decoding.profiles import iteration_costs
-from specbench.decoding.speedup import call_stats, merge_stats, predicted_speedup
+from specbench.decoding.profiles import Entry, iteration_costs
+from specbench.decoding.speedup import CallStats, call_stats, merge_stats, predicted_speedup
 from specbench.models.pairs import Pair, resolve_device
 from specbench.runs.provenance import git_info, package_versions
 
@@ -55,9 +56,10 @@ def write_profile(args: argparse.Namespace, command: str, pair: Pair, prompt: li
     """The cost profile of the pair at each of --batch-sizes (eager; compiled at B = 1 with --compile) into
     args.profile, rewritten after each entry; each entry's summary printed."""
     entries = []
-    header = {"machine": [f"- device: {prof.device_name(pair.target.device)}", *machine(pair.target.device),
-                          f"- cpu: {cpu_model()}, {os.cpu_count()} CPU(s), {platform.platform()}"],
-              "versions": package_versions(), "git": git_info(), "command": command}
+    header: dict[str, object] = {
+        "machine": [f"- device: {prof.device_name(pair.target.device)}", *machine(pair.target.device),
+                    f"- cpu: {cpu_model()}, {os.cpu_count()} CPU(s), {platform.platform()}"],
+        "versions": package_versions(), "git": git_info(), "command": command}
     name = args.profile_name or f"{args.pair} on {prof.device_name(pair.target.device)}"
     paths = [("eager", b) for b in args.batch_sizes] + ([("compiled", 1)] if args.compile else [])
     for path, b in paths:
@@ -83,7 +85,7 @@ class EngineFigures:
     acceptance: float  # vanilla's acceptance rate (accepted / drafted), eager
     alpha: float  # its per-token acceptance: accepted / (accepted + rejected), Leviathan's α
     mismatches: list[str] = field(default_factory=list)  # generations whose tokens differ from transformers'
-    stats: dict[str, dict] = field(default_factory=dict)  # path -> vanilla's merged call_stats (its iterations)
+    stats: dict[str, CallStats] = field(default_factory=dict)  # path -> vanilla's merged call_stats (its iterations)
 
     def speedups(self) -> dict[str, tuple[float, float, float | None]]:
         """path -> (vanilla's measured speedup over ar, Leviathan's textbook one at alpha and c = draft / target,
@@ -91,8 +93,9 @@ class EngineFigures:
         of w + 1 tokens what it costs, not one target call)."""
         out = {}
         for path, (t1, tg, d1) in self.costs.items():
-            entry = {"path": "eager", "batch_size": 1, "target_chain_s": {"1": t1, str(self.gamma + 1): tg},
-                     "target_tree_s": {}, "draft_token_s": d1}  # ms, interpolated between the two widths measured
+            # ms, interpolated between the two widths measured; iteration_costs reads no other key of an entry
+            entry = cast(Entry, {"path": "eager", "batch_size": 1, "target_chain_s": {"1": t1, str(self.gamma + 1): tg},
+                                 "target_tree_s": {}, "draft_token_s": d1})
             stats = self.stats.get(path)
             predicted = (predicted_speedup(stats, iteration_costs(entry, [int(w) for w in stats["iterations"]]))
                          if stats and stats["iterations"] else None)
@@ -121,10 +124,10 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
     round differently; comparing like with like keeps such a difference a real one."""
     ours = engines(pair, gamma, max_new, paths)
     p0, g1 = prompts[0], gamma + 1
-    costs = {}
+    costs, draft = {}, pair.model("draft")
     for path in paths:
         c = path == "compiled"
-        costs[path] = (call_ms(pair.target, p0, 1, c), call_ms(pair.target, p0, g1, c), call_ms(pair.draft, p0, 1, c))
+        costs[path] = (call_ms(pair.target, p0, 1, c), call_ms(pair.target, p0, g1, c), call_ms(draft, p0, 1, c))
     seconds = dict.fromkeys([*ours, "transformers", "transformers greedy"], 0.0)
     rows: dict[str, list[dict]] = {k: [] for k in ours}
     bad: dict[str, str] = {}
@@ -132,8 +135,8 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
     theirs_tokens = {"transformers": 0, "transformers greedy": 0}
     theirs: dict[str, list[int]] = {}  # transformers' tokens on the current prompt: assisted, greedy
     records: list = []  # the first path's vanilla iterations
-    stats: dict[str, list[dict]] = {path: [] for path in paths}  # path -> vanilla's call_stats per generation
-    with assistant_settings(pair.draft, gamma):
+    stats: dict[str, list[CallStats]] = {path: [] for path in paths}  # path -> vanilla's call_stats per generation
+    with assistant_settings(draft, gamma):
         for engine in ours.values():  # warm-up, not measured: every prompt (the compiled graphs of all widths)
             for ids in prompts:
                 engine.generate(ids, max_new)
@@ -179,7 +182,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
               "sizes to run the same algorithm", file=sys.stderr)
         return 2
     prompts = dataset_prompts(pair, args.dataset, args.prompts)
-    n_t, n_d = (sum(p.numel() for p in m.parameters()) / 1e6 for m in (pair.target, pair.draft))
+    n_t, n_d = (sum(p.numel() for p in m.parameters()) / 1e6 for m in (pair.target, pair.model("draft")))
     print(f"pair {args.pair}: target {n_t:.1f}M params, draft {n_d:.1f}M, {pair.target.dtype}; device {device}, "
           f"{torch.get_num_threads()} thread(s); {len(prompts)} {args.dataset} prompts x {args.max_new_tokens} new "
           f"tokens, γ={args.gamma}, greedy, {args.repeats} repeat(s)")

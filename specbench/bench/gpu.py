@@ -82,6 +82,7 @@ def estimate(section: str, run: PairRun | None, ctx: Ctx) -> float | None:
     args, dev = ctx.args, ctx.device.type
     if section == "lane":
         return min(LANE_S[dev], args.lane_timeout)
+    assert run is not None, f"section {section} is a pair's"
     params = params_b(run.cfg, args.quick)
     per_b = ctx.build_s_per_b or BUILD_S_PER_B[dev]
     pace = ctx.pace if run.pair is not None else (ctx.pace.for_pair(params) if ctx.pace else None)
@@ -166,6 +167,7 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
             if section == "lane":
                 failed |= lane_section(ctx, min(args.lane_timeout, left))
             else:
+                assert run is not None, f"section {section} is a pair's"
                 SECTION_RUN[section](ctx, run)
                 failed |= bool(section in ("engines", "compiled") and any(f.mismatches for f in run.figs.values()))
         except OutOfTime as err:
@@ -177,7 +179,7 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
             rep.write(f"**{name} {section} failed:** `{type(err).__name__}: {err}`",
                       "```", traceback.format_exc(limit=-8).strip(), "```")
             rep.record(pair=name, what="failure", section=section, error=f"{type(err).__name__}: {err}")
-            if section == "build":
+            if section == "build" and run is not None:
                 run.pair = None
         took = time.monotonic() - t0
         schedule.append([name, section, "-" if est is None else f"{est:.0f}", f"{took:.0f}", note])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class Report:
             f.write(text)
         print(text, end="", flush=True)
 
-    def table(self, header: list[str], rows: list[list[object]]) -> None:
+    def table(self, header: list[str], rows: Sequence[Sequence[object]]) -> None:
         """A markdown table."""
         self.write("| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                    *("| " + " | ".join(map(str, r)) + " |" for r in rows))

@@ -13,10 +13,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
-from omegaconf import OmegaConf
 
 from specbench.bench import profile as prof
 from specbench.bench.common import dataset_prompts, load_cfg
@@ -24,8 +23,9 @@ from specbench.bench.engine import EngineFigures, engine_figures
 from specbench.bench.gpu_report import Report, count, plot
 from specbench.bench.overhead import measure
 from specbench.bench.schedule import Budget, Pace, probe
-from specbench.common.configs import compose_config
+from specbench.common.configs import compose_config, plain
 from specbench.common.files import ROOT
+from specbench.decoding.profiles import Entry
 from specbench.models.pairs import Pair, load_pair
 from specbench.models.shaped import chain, shrink, successor
 from specbench.runs.binding import build_method, make_engine
@@ -51,6 +51,11 @@ class PairRun:
     figs: dict[str, EngineFigures] = field(default_factory=dict)  # path -> engine figures
     costs: dict[str, list[float]] = field(default_factory=dict)  # call -> [eager ms, compiled ms]
     rows: list[dict] = field(default_factory=list)  # batch and tree rows
+
+    def loaded(self) -> Pair:
+        """The built pair: every section after `build` runs on a built pair only (specbench.bench.gpu.cmd_gpu)."""
+        assert self.pair is not None, f"pair {self.name} is not built"
+        return self.pair
 
 
 def params_b(cfg: dict, quick: bool) -> float:
@@ -109,9 +114,9 @@ def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], method
     """tokens/s of each method (ar among them) at each B (eager; tree methods at B = 1 only), speedup over ar at the
     same B; the budget is checked before each B."""
     params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
-    specs = {"ar": {"name": "ar"}, "vanilla": {"name": "vanilla", "gamma": gamma, "parts": {"rule": "rejection"}}}
-    specs = {m: specs.get(m) or OmegaConf.to_container(compose_config([f"method={m}"]).method, resolve=True)
-             for m in ("ar", *methods)}
+    specs: dict[str, dict[str, Any]] = {"ar": {"name": "ar"},
+                                        "vanilla": {"name": "vanilla", "gamma": gamma, "parts": {"rule": "rejection"}}}
+    specs = {m: specs.get(m) or plain(compose_config([f"method={m}"]).method) for m in ("ar", *methods)}
     ours = {name: make_engine(pair, build_method(spec), params, ()) for name, spec in specs.items()}
     for engine in ours.values():  # warm-up, not measured
         engine.generate(prompts[0], max_new)
@@ -194,9 +199,10 @@ def goals(runs: list[PairRun]) -> list[str]:
             o, goal = fig.overhead[f"vanilla {path}"], GOALS[f"{path} overhead"]
             out.append(f"- {run.name}: {path} vanilla engine overhead {o:.1%} (goal <= {goal:.0%}): "
                        f"{'met' if o <= goal else 'NOT met'}")
-        fig = run.figs.get("compiled")
-        if run.name == GOAL_PAIR and fig is not None:
-            r, goal = fig.tps["vanilla compiled"] / fig.tps["transformers"], GOALS["compiled vanilla / transformers"]
+        compiled = run.figs.get("compiled")
+        if run.name == GOAL_PAIR and compiled is not None:
+            r, goal = (compiled.tps["vanilla compiled"] / compiled.tps["transformers"],
+                       GOALS["compiled vanilla / transformers"])
             out.append(f"- {GOAL_PAIR}: compiled vanilla / transformers assisted {r:.2f}x (goal >= {goal}x): "
                        f"{'met' if r >= goal else 'NOT met'}")
     return out or ["- none measured"]
@@ -212,7 +218,7 @@ class Ctx:
     device: torch.device
     budget: Budget
     profile_header: dict
-    entries: list[dict] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     pace: Pace | None = None
     build_s_per_b: float | None = None
     ratios: list[float] = field(default_factory=list)  # taken / estimated seconds of the sections done
@@ -231,19 +237,20 @@ def sec_build(ctx: Ctx, run: PairRun) -> None:
     """Build the pair, probe its pace, pick its prompts."""
     pair, cfg, seconds = build(run.name, ctx.device, ctx.args.quick)
     run.pair, run.cfg = pair, cfg
-    n_t, n_d = (sum(p.numel() for p in m.parameters()) for m in (pair.target, pair.draft))
+    draft = pair.model("draft")
+    n_t, n_d = (sum(p.numel() for p in m.parameters()) for m in (pair.target, draft))
     ctx.build_s_per_b = seconds / ((n_t + n_d) / 1e9)
     alpha = getattr(pair.target.config, "shaped_agreement", None)  # None: a real pair
     args = ctx.args
     run.prompts = (shaped_prompts(cfg, pair, args.prompts, args.prompt_tokens) if alpha is not None
                    else dataset_prompts(pair, "smoke", args.prompts))
-    ctx.pace = Pace(ctx.device.type, probe(pair.target, run.prompts[0]), probe(pair.draft, run.prompts[0]),
+    ctx.pace = Pace(ctx.device.type, probe(pair.target, run.prompts[0]), probe(draft, run.prompts[0]),
                     (n_t + n_d) / 1e9)
     ctx.rep.write(f"## {run.name}", f"Built in {seconds:.1f} s on {ctx.device} in {pair.target.dtype}: target "
                   f"{count(n_t)} parameters, draft {count(n_d)}" + (
                       f"; the target agrees with the draft's bigram map at α = {alpha:.3f} of the calibration "
                       f"positions (pair.acceptance {cfg['acceptance']})." if alpha is not None else
-                      f" ({pair.target.name_or_path}, {pair.draft.name_or_path}); prompts from the smoke dataset."))
+                      f" ({pair.target.name_or_path}, {draft.name_or_path}); prompts from the smoke dataset."))
     ctx.rep.record(pair=run.name, what="build", seconds=seconds, target_params=n_t, draft_params=n_d, alpha=alpha,
                    pace={"target": vars(ctx.pace.target), "draft": vars(ctx.pace.draft)})
 
@@ -251,11 +258,12 @@ def sec_build(ctx: Ctx, run: PairRun) -> None:
 def sec_engines(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
     """Our vanilla and ar on `path` against transformers' assisted generation: tokens compared, tokens/s, overhead."""
     args, rep = ctx.args, ctx.rep
-    fig = engine_figures(run.pair, run.prompts, args.gamma, args.max_new_tokens, (path,), args.repeats)
+    fig = engine_figures(run.loaded(), run.prompts, args.gamma, args.max_new_tokens, (path,), args.repeats)
     run.figs[path] = fig
     k = 0 if path == "eager" else 1
     for label, ms in zip(("target 1", f"target {args.gamma + 1}", "draft 1"), fig.costs[path]):
         run.costs.setdefault(label, [float("nan")] * 2)[k] = ms
+    assert ctx.pace is not None, "the build section sets the pace"
     ctx.pace.tau = max(1.0, args.max_new_tokens / max(1.0, sum(fig.stats[path]["iterations"].values()) /
                                                       len(run.prompts) / args.repeats))
     rep.write(f"Engines, {path} ({len(run.prompts)} prompts x {args.max_new_tokens} new tokens, γ = {args.gamma}, "
@@ -284,7 +292,7 @@ def sec_costs(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
     sizes = args.batch_sizes if path == "eager" else [1]
     for b in sizes:
         ctx.budget.check()
-        entry = prof.measure_entry(run.pair, run.name, run.prompts[0], path, b, args.profile_steps)
+        entry = prof.measure_entry(run.loaded(), run.name, run.prompts[0], path, b, args.profile_steps)
         ctx.entries.append(entry)
         ctx.write_profile()
         if b == 1 and path == "eager":
@@ -296,7 +304,8 @@ def sec_costs(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
     ctx.rep.write(f"Cost profile, {path} (median ms of {args.profile_steps} forwards after a cached prompt of "
                   f"{len(run.prompts[0])} tokens; every width in profile.json):")
     ctx.rep.table(["B", *(f"target {w} tok/row" for w in (1, 2, 4, 8, 16, 32, 64)), "draft 1"], rows)
-    trees = next((e["target_tree_s"] for e in ctx.entries if e["pair"] == run.name and e["target_tree_s"]), {})
+    trees: dict[str, float] = next((e["target_tree_s"] for e in ctx.entries
+                                    if e["pair"] == run.name and e["target_tree_s"]), {})
     if trees and path == "eager":
         ctx.rep.write("Trees at B = 1 (root + n nodes, tree attention): " +
                       ", ".join(f"{n} nodes {1e3 * s:.2f} ms" for n, s in trees.items()))
@@ -314,7 +323,7 @@ def sec_batch(ctx: Ctx, run: PairRun, methods: tuple[str, ...] = ("vanilla",), s
               ) -> None:
     """ar and `methods` at each batch size (or `sizes`): tokens/s and speedup over ar."""
     args = ctx.args
-    rows = batch_figures(run.pair, run.prompts, sizes or args.batch_sizes, methods, args.gamma, args.max_new_tokens,
+    rows = batch_figures(run.loaded(), run.prompts, sizes or args.batch_sizes, methods, args.gamma, args.max_new_tokens,
                          ctx.budget)
     run.rows += rows
     ctx.rep.write(f"{'Batch sizes' if sizes is None else 'Tree methods'} (eager, {args.max_new_tokens} new tokens, "

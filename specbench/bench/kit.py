@@ -25,6 +25,7 @@ import tempfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from typing import cast
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -54,7 +55,7 @@ def specbench_requirements() -> dict[str, Requirement]:
     releases the suite passed with) are kept for torch and transformers only (specbench.common.versions.SUPPORTED,
     checked again at import): a node's newer scipy or pandas is used as it is, and recorded in every run."""
     reqs = [Requirement(r) for r in md.requires("specbench") or [] if "extra ==" not in r]
-    out = {canonicalize_name(r.name): floor_only(r) for r in reqs}
+    out: dict[str, Requirement] = {canonicalize_name(r.name): floor_only(r) for r in reqs}
     return {**out, **{name: Requirement(f"{name}{spec}") for name, spec in SUPPORTED.items()}}
 
 
@@ -65,7 +66,7 @@ def floor_only(req: Requirement) -> Requirement:
 
 def pins(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
     """constraints.txt's pinned versions by canonical name."""
-    out = {}
+    out: dict[str, str] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         line = line.split("#")[0].strip()
         if "==" in line:
@@ -76,7 +77,7 @@ def pins(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
 
 def read_node(path: Path = NODE) -> dict[str, str]:
     """The node's packages {canonical name: version} from `pip list --format=freeze` lines (# comments skipped)."""
-    out = {}
+    out: dict[str, str] = {}
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -90,7 +91,7 @@ def read_node(path: Path = NODE) -> dict[str, str]:
 
 def node_environment(python: str) -> dict[str, str]:
     """The marker environment of a Linux x86-64 node running CPython `python` (e.g. '3.12')."""
-    env = default_environment()
+    env = cast(dict[str, str], default_environment())  # packaging's Environment: a TypedDict of str values only
     env.update({"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
                 "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
                 "implementation_name": "cpython", "platform_python_implementation": "CPython"})

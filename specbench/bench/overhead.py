@@ -17,35 +17,54 @@ import argparse
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Mapping, TypedDict, cast
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.aggregate import run_metrics
 from specbench.common.configs import compose_config
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.metrics import example_metrics
-from specbench.models.pairs import load_pair, resolve_device
+from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.runs.binding import build_method, make_engine
 from specbench.runs.validation import sampling_params
+
+if TYPE_CHECKING:  # not imported when run: an older checkout may lack the module
+    from specbench.decoding.decoders import Decoder
 
 DECODES = {"greedy": 0.0, "sample": 1.0}  # decode name -> temperature
 
 
-def prompts_of(cfg_pair: dict, dataset: str, n: int, device: torch.device) -> tuple:
+class BatchFigures(TypedDict):
+    """What `measure` finds of one batch."""
+
+    overhead: float | None
+    tokens_per_s: float
+    acceptance: float | None
+
+
+def resolved(node: DictConfig) -> dict[str, Any]:
+    """A config mapping as plain values, interpolations resolved (a DictConfig always converts to a dict)."""
+    return cast(dict[str, Any], OmegaConf.to_container(node, resolve=True))
+
+
+def prompts_of(cfg_pair: str, dataset: str, n: int, device: torch.device) -> tuple[Pair, list[list[int]]]:
     """The pair of conf/pair/<name>.yaml and the first prompts of conf/dataset/<dataset>.yaml, repeated up to n."""
     cfg = compose_config([f"pair={cfg_pair}", f"dataset={dataset}"])
-    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
-    examples = build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)).examples()[:n]
+    pair = load_pair(resolved(cfg.pair), device)
+    examples = build_dataset(resolved(cfg.dataset)).examples()[:n]
     prompts = [encode(pair.tokenizer, ex) for ex in examples]
     return pair, [prompts[i % len(prompts)] for i in range(n)]
 
 
-def measure(engine, prompts: list[list[int]], max_new: int, seeded: bool) -> dict[str, float | None]:
+def measure(engine: Decoder, prompts: list[list[int]], max_new: int, seeded: bool) -> BatchFigures:
     """One batch of engine.generate_batch over prompts [B][P_b]: the runner's engine overhead and acceptance rate
     (run_metrics over its rows) and tokens/s of its wall time."""
-    gens = [torch.Generator(device=engine.device).manual_seed(b) for b in range(len(prompts))] if seeded else None
+    device = cast(torch.device, engine.device)  # the verifier model's device (nn.Module leaves .device untyped)
+    gens: list[torch.Generator | None] | None = ([torch.Generator(device=device).manual_seed(b)
+                                                  for b in range(len(prompts))] if seeded else None)
     t0 = time.perf_counter()
     out = engine.generate_batch(prompts, max_new, gens)
     wall = time.perf_counter() - t0
@@ -102,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "parts": {"rule": "rejection"}}),
                              params, ())
         measure(engine, prompts[: min(batch)], args.max_new_tokens, decode == "sample")  # warm-up
-        got: dict[int, list[dict]] = {b: [] for b in batch}
+        got: dict[int, list[Mapping[str, Any]]] = {b: [] for b in batch}
         for _ in range(args.repeats):
             for b in batch:
                 got[b].append(measure(engine, prompts[:b], args.max_new_tokens, decode == "sample"))

@@ -105,7 +105,7 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
     of one token, no further graphs built), and where trees are measured (eager, B = 1) the target's chains that
     return hidden states (HIDDEN_WIDTHS) and both models' prefills (PREFILL_TOKENS)."""
     compile = path == "compiled"
-    t, d = pair.target, pair.draft
+    t, d = pair.target, pair.model("draft")
     chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
     tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
     drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps, every_logit=False)
@@ -117,13 +117,18 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
     lengths = [n for n in PREFILL_TOKENS if n <= context] or [context]
     prefill = {role: {str(n): prefill_seconds(m, prompt, n, min(steps, 3)) for n in lengths}
                for role, m in (("target", t), ("draft", d))} if tree else {}
-    return Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)}, dtype=str(t.dtype).removeprefix("torch."),
-                 device=device_name(t.device), path=path, batch_size=rows, prompt_tokens=len(prompt),
-                 target_chain_s=chains, target_tree_s=tree, draft_token_s=drafts["1"],
-                 **({"draft_chain_s": drafts} if not compile else {}),
-                 **({"draft_tree_s": draft_trees} if draft_trees else {}),
-                 **({"target_hidden_s": hidden} if hidden else {}),
-                 **({f"{role}_prefill_s": p for role, p in prefill.items()}))
+    entry = Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)},
+                  dtype=str(t.dtype).removeprefix("torch."), device=device_name(t.device), path=path, batch_size=rows,
+                  prompt_tokens=len(prompt), target_chain_s=chains, target_tree_s=tree, draft_token_s=drafts["1"])
+    if not compile:
+        entry["draft_chain_s"] = drafts
+    if draft_trees:
+        entry["draft_tree_s"] = draft_trees
+    if hidden:
+        entry["target_hidden_s"] = hidden
+    if prefill:
+        entry["target_prefill_s"], entry["draft_prefill_s"] = prefill["target"], prefill["draft"]
+    return entry
 
 
 def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:

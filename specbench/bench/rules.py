@@ -21,7 +21,7 @@ from specbench.decoding.acceptance import make_rule
 from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.rule import Chains, Rule
 from specbench.bench.common import dataset_prompts, load
-from specbench.runs.binding import build_method, make_engine
+from specbench.runs.binding import build_method, decoder_device, make_engine
 from specbench.runs.validation import sampling_params
 
 
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     comparing = Comparing(rules)
     engine.method.rule = comparing  # the bound method decides with the first rule and records all of them
     for i, ids in enumerate(dataset_prompts(pair, args.dataset, args.prompts)):
-        engine.generate(ids, args.max_new_tokens, torch.Generator(engine.device).manual_seed(args.seed + i))
+        engine.generate(ids, args.max_new_tokens, torch.Generator(decoder_device(engine)).manual_seed(args.seed + i))
     e = np.array(comparing.expected_rows)  # [iterations, rules]
     print(f"pair {args.pair}, dataset {args.dataset} (first {args.prompts} prompts), vanilla γ = {args.gamma}, "
           f"temperature {args.temperature}, max_new_tokens {args.max_new_tokens}, {len(e)} iterations with drafts; "

@@ -49,7 +49,7 @@ class Budget:
 
     def check(self) -> None:
         """OutOfTime once the deadline has passed."""
-        if self.left() <= 0:
+        if self.seconds is not None and self.left() <= 0:  # without a budget no time runs out
             raise OutOfTime(f"the budget of {self.seconds / 60:.1f} min ran out")
 
 
@@ -80,14 +80,14 @@ class Pace:
     the measured tokens per vanilla iteration."""
 
     device: str
-    target: Model | None = None
-    draft: Model | None = None
+    target: Model
+    draft: Model
     params: float = 0.0  # billions, of the pair the models belong to
     tau: float = TAU
 
     def for_pair(self, params: float) -> "Pace":
         """The pace of another pair of `params` billion parameters, scaled from this one's (a prior)."""
-        if self.target is None or self.draft is None or not self.params:
+        if not self.params:
             return self
         f = params / self.params
         return Pace(self.device, self.target.scaled(f), self.draft.scaled(f), params, self.tau)

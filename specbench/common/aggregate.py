@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from statistics import median
-from typing import Any
+from typing import Any, TypedDict
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,15 @@ def accept_length(c: dict[str, float]) -> float | None:
     return ratio(c["A"] + c["I"], c["I"])
 
 
-def positions(stats: dict[str, Any], alpha: list[float]) -> dict[str, list[float]]:
+class PositionCounts(TypedDict):
+    """What `positions` reads of merged call_stats (the required keys of specbench.decoding.speedup.CallStats)."""
+
+    iterations: dict[str, int]  # draft length w -> iterations
+    reached: list[int]  # per draft position: the iterations that verified it
+    accepted: list[int]  # per draft position: the iterations that accepted it
+
+
+def positions(stats: PositionCounts, alpha: list[float]) -> dict[str, list[float]]:
     """Acceptance per draft position of merged call_stats (specbench.decoding.speedup.merge_stats) and their alpha_i
     (speedup.alphas): with reached_i / acc_i the iterations that verified / accepted position i and K those that
     drafted,

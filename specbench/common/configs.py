@@ -1,16 +1,25 @@
-"""Composing conf/config.yaml outside a Hydra app, nested configs as flat key -> value maps, and the keys where
-two configs differ."""
+"""Composing conf/config.yaml outside a Hydra app, config nodes as plain dicts, nested configs as flat key -> value
+maps, and the keys where two configs differ."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
+from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.files import CONF_DIR
 
 MISSING = "<missing>"  # the value shown for a key one config lacks
+
+
+def plain(node: DictConfig, resolve: bool = True) -> dict[str, Any]:
+    """A config mapping as plain Python values (OmegaConf.to_container, interpolations resolved unless not
+    `resolve`); a DictConfig always converts to a dict."""
+    value = OmegaConf.to_container(node, resolve=resolve)
+    assert isinstance(value, dict), f"not a config mapping: {type(node).__name__}"
+    return cast(dict[str, Any], value)  # the keys of a config composed from YAML files are strings
 
 
 def flatten(config: dict, sep: str = ".") -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The Hugging Face hub side of loading a model or a hub dataset: is it a local folder, in the local cache, or
 can the hub supply it (asked once, without retries; an unreachable hub is remembered for the process), and
 the error with the download command of the installed huggingface_hub, the gated-licence and token hints when
-none of them can. Models and datasets (specbench.data.dataset.load_hub) share hub_source and ask_hub."""
+none of them can. Models and datasets (specbench.data.sources.load_hub) share hub_source and ask_hub."""
 
 from __future__ import annotations
 

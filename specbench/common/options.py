@@ -13,7 +13,7 @@ import inspect
 import math
 import types
 import typing
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal, overload
 
 from specbench.common.errors import UserError
 
@@ -58,6 +58,12 @@ def in_bounds(value: float, low: float | None, high: float | None, low_open: boo
     return above and (high is None or value <= high)
 
 
+@overload
+def integer(value: Any, key: str, low: int | None = None, high: int | None = None, null: Literal[False] = False
+            ) -> int: ...
+@overload
+def integer(value: Any, key: str, low: int | None = None, high: int | None = None, null: bool = False
+            ) -> int | None: ...
 def integer(value: Any, key: str, low: int | None = None, high: int | None = None, null: bool = False
             ) -> int | None:
     """An int (not a bool, float or string) in [low, high]; None passes when `null`."""
@@ -68,6 +74,12 @@ def integer(value: Any, key: str, low: int | None = None, high: int | None = Non
     return value
 
 
+@overload
+def real(value: Any, key: str, low: float | None = None, high: float | None = None, low_open: bool = False,
+         null: Literal[False] = False) -> float: ...
+@overload
+def real(value: Any, key: str, low: float | None = None, high: float | None = None, low_open: bool = False,
+         null: bool = False) -> float | None: ...
 def real(value: Any, key: str, low: float | None = None, high: float | None = None, low_open: bool = False,
          null: bool = False) -> float | None:
     """A finite number (int or float, not a bool or string) in the range, as a float; None passes when `null`."""
@@ -79,6 +91,10 @@ def real(value: Any, key: str, low: float | None = None, high: float | None = No
     return float(value)
 
 
+@overload
+def boolean(value: Any, key: str, null: Literal[False] = False) -> bool: ...
+@overload
+def boolean(value: Any, key: str, null: bool = False) -> bool | None: ...
 def boolean(value: Any, key: str, null: bool = False) -> bool | None:
     """true or false (not 1, 'yes' or 'no': bool('no') is True)."""
     if (value is None and null) or isinstance(value, bool):
@@ -86,6 +102,10 @@ def boolean(value: Any, key: str, null: bool = False) -> bool | None:
     raise fail(key, "true or false", value, null)
 
 
+@overload
+def text(value: Any, key: str, null: Literal[False] = False) -> str: ...
+@overload
+def text(value: Any, key: str, null: bool = False) -> str | None: ...
 def text(value: Any, key: str, null: bool = False) -> str | None:
     """A string; None passes when `null`."""
     if (value is None and null) or isinstance(value, str):
@@ -102,6 +122,10 @@ def choice(value: Any, key: str, choices: Iterable[Any]) -> Any:
     raise fail(key, f"one of {names}", value)
 
 
+@overload
+def strings(value: Any, key: str, null: Literal[False] = False) -> list[str]: ...
+@overload
+def strings(value: Any, key: str, null: bool = False) -> list[str] | None: ...
 def strings(value: Any, key: str, null: bool = False) -> list[str] | None:
     """A list of strings (a bare string would otherwise be read as a list of its characters)."""
     if value is None and null:
@@ -204,7 +228,7 @@ def check_mandatory(cfg: dict[str, Any]) -> None:
                           f"command line (e.g. {unset[0]}=<value>) or in a config file (conf/local/default.yaml)")
 
 
-def threads_setting(value: Any) -> int | str | None:
+def threads_setting(value: Any) -> int | Literal["auto"] | None:
     """The top-level key `threads`: auto, an integer >= 1, or null (torch's default)."""
     if value == "auto" or value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value

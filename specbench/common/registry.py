@@ -81,7 +81,7 @@ class Registry(Generic[T]):
 
     def discover(self) -> None:
         """Import the plugin package's modules once (each registers what it defines)."""
-        if not self._discovered:
+        if not self._discovered and self.plugins is not None:  # no plugin package: discovered from the start
             self._discovered = True  # before importing: a plugin may look names up while it loads
             try:
                 import_package(self.plugins)

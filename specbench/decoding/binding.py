@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.decoding.sampling import SamplingParams
+
+
+class BoundPair(Protocol):
+    """What a method reads of the loaded pair beyond its binding (specbench.models.pairs.Pair, which decoding does not
+    import): its name, target, tokenizers and models by role, for a drafter or head trained for the pair (its folder's
+    pair and verifier are checked) and for re-tokenized drafts (the draft's own tokenizer)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def target(self) -> PreTrainedModel: ...
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+    @property
+    def draft_tokenizer(self) -> PreTrainedTokenizerBase | None: ...
+
+    def model(self, role: str) -> PreTrainedModel: ...
 
 
 @dataclass(frozen=True)
@@ -15,9 +36,9 @@ class Binding:
     """The pair as a method runs on it, fixed before decoding and handed over once by `Method.bind`."""
 
     models: dict[str, torch.nn.Module]  # pair role ('target', 'draft') -> the model playing it, for the roles the method runs
-    tokenizer: Any  # the pair's tokenizer (None for test models without one)
+    tokenizer: PreTrainedTokenizerBase | None  # the pair's tokenizer (None for test models without one)
     vocab_size: int  # the shared tokenizer range; logits beyond it (embedding padding) are ignored
     eos_ids: frozenset[int]  # ids that end a generation
     params: SamplingParams  # decode settings: temperature (0 = greedy), top-k, top-p
     context_length: int | None = None  # the smallest model context, None if no model declares one
-    pair: Any = None  # the loaded specbench.models.pairs.Pair, for a method that loads a drafter trained for it
+    pair: BoundPair | None = None  # the loaded specbench.models.pairs.Pair, for a method that loads a drafter trained for it

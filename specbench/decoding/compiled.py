@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 from transformers import PreTrainedModel, StaticCache
+from transformers.cache_utils import Cache, StaticLayer
 from transformers.generation.configuration_utils import CompileConfig
 
 from specbench.common.options import OptionError
-from specbench.decoding.state import Clock, ModelState
+from specbench.decoding.state import CausalLM, Clock, ModelState
 
 WIDTHS = (1, 2, 4, 8, 16, 32)  # forward widths with a compiled graph; wider forwards run eagerly
 CAPACITY_STEP = 256  # static cache columns are allocated in multiples of this
@@ -44,14 +45,22 @@ def static_cache(model: PreTrainedModel, need: int, role: str = "target") -> Sta
     reallocated larger, a multiple of CAPACITY_STEP, when a generation needs more)."""
     caches = _CACHES.setdefault(model, {})
     cache = caches.get(role)
-    if cache is None or cache.layers[0].max_cache_len < need:
+    if cache is None or static_layers(cache)[0].max_cache_len < need:
         capacity = -(-need // CAPACITY_STEP) * CAPACITY_STEP
         cache = StaticCache(config=model.config, max_cache_len=capacity)
-        if any(layer.is_sliding for layer in cache.layers):
+        if any(cache.is_sliding):
             raise OptionError(f"engine.compile=true: {model.name_or_path!r} has sliding-window attention layers, "
                               "whose static cache cannot roll back by a position reset; set engine.compile=false")
         caches[role] = cache
     return cache
+
+
+def static_layers(cache: Cache) -> list[StaticLayer]:
+    """The layers of a static cache: StaticCache builds a StaticLayer (or a sliding one, refused) per model layer."""
+    layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
+    if len(layers) != len(cache.layers):
+        raise TypeError("a static cache holds StaticLayers only")
+    return layers
 
 
 def compiled_call(model: PreTrainedModel) -> Any:
@@ -68,14 +77,14 @@ def width(k: int) -> int | None:
 
 
 @torch.inference_mode()
-def forward_static(model: PreTrainedModel, call: Any, cache: StaticCache, ids: torch.Tensor, start: int
+def forward_static(model: CausalLM, call: Any, cache: StaticCache, ids: torch.Tensor, start: int
                    ) -> torch.Tensor:
     """Logits [1, k, V] of the k tokens ids [1, k] at positions start..start+k-1 after the cache's first
     `start` columns (those after it are overwritten); compiled at width K = width(k), eager when there is none
     or the cache is not allocated yet."""
     k = ids.shape[1]
     K = width(k)
-    for layer in cache.layers:  # roll-back and roll-forward alike: the next write starts at column `start`
+    for layer in static_layers(cache):  # roll-back and roll-forward alike: the next write starts at column `start`
         layer.cumulative_length.fill_(start)
     if K is None or not cache.is_initialized:
         pos = torch.arange(start, start + k, device=ids.device)[None]
@@ -97,7 +106,7 @@ class StaticState(ModelState):
             raise OptionError(f"engine.compile=true decodes one row at a time; got a batch of {rows} rows: set "
                               "batch_size=1 or engine.compile=false")
         super().__init__(model, 1)
-        self.cache = static_cache(model, need + max(WIDTHS), role)
+        self.cache: StaticCache = static_cache(model, need + max(WIDTHS), role)
         self.call = compiled_call(model)
         self.clock = Clock(self.device)
         self.spans: list[tuple[Any, Any]] = []  # clock marks (start, end) of forwards not yet accounted

@@ -51,7 +51,9 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from transformers import PreTrainedModel
 
+from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.margins import chosen_values, committed, committed_columns, to_host, top2_values
@@ -60,7 +62,8 @@ from specbench.decoding.records import Generation, IterationRecord, concat_gener
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding import verifiers
-from specbench.decoding.state import Clock, Counted, ModelState, sync, write
+from specbench.decoding.head_drafts import DraftHead
+from specbench.decoding.state import Clock, Counted, ModelState, causal_lm, model_state, sync, write
 from specbench.decoding.stopping import StopCriteria
 from specbench.decoding.tree_state import TreeState
 
@@ -130,7 +133,7 @@ class Engine:
         self.sampler = Sampler(b.params, b.vocab_size)
         self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
         self.context_length = b.context_length
-        self.device = method.verifier_model.device
+        self.device = causal_lm(method.verifier_model).device
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
                  trace: bool = False) -> Generation:
@@ -152,7 +155,7 @@ class Engine:
         need = max(r.P for r in rows) + max_new_tokens + 1  # buffer columns, the most a cache may hold
         states = {role: self.new_state(model, B, need, role, method.parts.trees)  # by pair role
                   for role, model in method.bound.models.items()}
-        target = states[method.verifier]  # the model that verifies: draft_only's is the draft
+        target = model_state(states[method.verifier])  # the model that verifies: draft_only's is the draft
         verify = verifiers.for_parts(method.parts.trees)  # how proposals are fed and kept: chains or trees
         source = method.draft_source(states)  # what proposes the drafts (None: no drafting)
         drafter = states.get("draft") if source is not None and method.verifier != "draft" else None
@@ -187,6 +190,7 @@ class Engine:
             verdicts = method.rule.accept(props, p_all, [r.generator for r in rows],
                                           [r.method.relaxation() for r in rows])
             if layers:  # the drafter's next request carries them
+                assert target.hidden is not None  # the verify kept the states of `layers`
                 for r, states_b in zip(rows, self.committed_states(target.hidden, rows, props, verdicts, fed)):
                     r.states = states_b
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
@@ -304,11 +308,14 @@ class Engine:
         `need` tokens); a head in the draft role makes its own (HeadState); a model that verifies or grows trees a
         TreeState (one row); else a dynamic cache over B rows."""
         if self.compile:
+            if not isinstance(model, PreTrainedModel):
+                raise OptionError(f"engine.compile=true compiles transformers models; the {role} model is a "
+                                  f"{type(model).__name__}: set engine.compile=false")
             return StaticState(model, B, need, role)
-        own = getattr(model, "new_state", None)  # a head in the draft role keeps its own kind of state
-        if own is not None:
-            return own(B)
-        return TreeState(model) if trees else ModelState(model, B)
+        if isinstance(model, DraftHead):  # a head in the draft role keeps its own kind of state
+            return model.new_state(B)
+        lm = causal_lm(model)
+        return TreeState(lm) if trees else ModelState(lm, B)
 
     def new_rows(self, prompts: list[list[int]], max_new_tokens: int, generators: list[torch.Generator | None]
                  ) -> list[Row]:

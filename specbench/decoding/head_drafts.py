@@ -23,22 +23,46 @@ Each q is over the target's vocabulary [V] (zero outside an EAGLE-3 head's draft
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 
 from specbench.decoding.drafts import Chain, Drafting
 from specbench.decoding.proposal import Proposal, chain
 from specbench.decoding.state import Counted, sync
-from specbench.decoding.tree_drafts import Grower, Grown, TreeDraft
+from specbench.decoding.tree_drafts import Grower, Grown, GrowingDraft
+
+T = TypeVar("T")
 
 
-class DraftHead:
+class HeadCache(Protocol):
+    """The keys and values of a head's positions (specbench.models.eagle3.HeadCache)."""
+
+    @property
+    def length(self) -> int: ...
+
+    def crop(self, n: int) -> None: ...
+
+
+class Eagle3Module(Protocol):
+    """What EAGLE-3's proposer calls of its head (specbench.models.eagle3.Eagle3Head, which decoding cannot import)."""
+
+    fc: torch.nn.Linear  # reads the target's states [3 H_t]
+
+    def step(self, f: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+             past: HeadCache | None = None) -> torch.Tensor: ...
+
+    def target_logits(self, o: torch.Tensor) -> torch.Tensor: ...
+
+
+class DraftHead(torch.nn.Module):
     """A head in the pair's draft role (Binding.models["draft"]): the engine asks it for its state."""
 
     def __init__(self, head: torch.nn.Module, name: str, folder: Path | None = None) -> None:
         """head: a specbench.models.eagle3.Eagle3Head or specbench.models.medusa.MedusaHeads."""
+        super().__init__()
         self.head, self.name_or_path, self.head_folder = head, name, folder  # method.head, the folder read
         self.device = next(head.parameters()).device
 
@@ -56,11 +80,11 @@ class HeadState(Counted):
         super().__init__(rows)
         self.model, self.device = head.head, head.device
         new_cache = getattr(self.model, "new_cache", None)  # EAGLE-3's keys and values (Medusa keeps none)
-        self.cache = new_cache() if new_cache is not None else None
+        self.cache: HeadCache | None = new_cache() if new_cache is not None else None
         self.pending: list[torch.Tensor] = []  # target states [m, len(layers), H] not read yet, in order
         self.root: torch.Tensor | None = None  # EAGLE-3: the head's output at the last committed position [H]
 
-    def timed(self, fn: Any, *args: Any) -> Any:
+    def timed(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), its seconds counted as one forward of the head."""
         t0 = time.perf_counter()
         out = fn(*args)
@@ -69,7 +93,15 @@ class HeadState(Counted):
         return out
 
 
-class HeadDraft(TreeDraft):
+def head_state(state: Counted) -> HeadState:
+    """`state` as a head's (the engine asks a DraftHead in the draft role for it): a TypeError otherwise."""
+    if not isinstance(state, HeadState):
+        raise TypeError(f"a head drafts from its own state (HeadState), got a {type(state).__name__}: bind the head in "
+                        "the draft role")
+    return state
+
+
+class HeadDraft(GrowingDraft[HeadState]):
     """Shared by the heads: the states a request carries go to the head's state; no tree cache to keep."""
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
@@ -95,6 +127,19 @@ class Eagle3Draft(HeadDraft):
         self.out: dict[int, torch.Tensor] = {}  # grown node -> its head output [H]
         self.col: dict[int, int] = {}  # grown node -> its cache column
 
+    @property
+    def head(self) -> Eagle3Module:
+        """The state's head as EAGLE-3's: methods/eagle3.py binds a specbench.models.eagle3.Eagle3Head for this
+        proposer (a cast: decoding cannot import it, and torch types a module's attributes as Tensor | Module)."""
+        return cast(Eagle3Module, self.state.model)
+
+    @property
+    def cache(self) -> HeadCache:
+        """The head's cache (an EAGLE-3 head makes one: Eagle3Head.new_cache)."""
+        if self.state.cache is None:
+            raise TypeError("an EAGLE-3 head keeps its positions' keys and values (new_cache); this head has none")
+        return self.state.cache
+
     def propose_chain(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
         """x_1 ~ q at the root, then x_i ~ q_i from the head's output at x_{i-1}, until the policy stops."""
         L, cap = d.L[0], d.w_max[0]
@@ -104,7 +149,9 @@ class Eagle3Draft(HeadDraft):
         if q is None:
             return [chain([], why="source")]
         c, o = Chain(d.policies[0], cap, d.eos_ids, d.sampler.vocab_size), self.state.root
-        depth, cols = 0, []
+        assert o is not None  # root() gave q at the root, from the head's output there
+        depth = 0
+        cols: list[int] = []  # the cache columns of the chain's drafts read so far
         while True:
             x = int(d.sampler.pick(q[None], d.generators[:1])[0])
             depth += 1
@@ -112,11 +159,11 @@ class Eagle3Draft(HeadDraft):
                 return [c.proposal(self.steps)]
             o, q = self.feed([o], [x], [depth], [cols], L, d)
             o, q = o[0], q[0]
-            cols = cols + [self.state.cache.length - 1]
+            cols = cols + [self.cache.length - 1]
 
     def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
         """Read the committed pairs not read yet; q at the root [V] from the output at position L - 2."""
-        s, head = self.state, self.state.model
+        s, head = self.state, self.head
         self.steps, self.out, self.col = 0, {}, {}
         if s.pending:
             f = torch.cat(s.pending).flatten(1)  # [m, len(layers) H]: low, middle, high
@@ -139,8 +186,8 @@ class Eagle3Draft(HeadDraft):
              L: int, d: Drafting) -> tuple[torch.Tensor, torch.Tensor]:
         """Nodes reading (o_parent, x_j) at positions L - 2 + depth_j, each attending to the committed positions, the
         cache columns `ancestors[j]` and itself; their outputs [n, H] and q [n, V]."""
-        s, head, n = self.state, self.state.model, len(tokens)
-        kv0 = s.cache.length
+        s, head, n = self.state, self.head, len(tokens)
+        kv0 = self.cache.length
         allowed = torch.zeros((n, kv0 + n), dtype=torch.bool, device=s.device)
         allowed[:, : s.fed[0]] = True
         for k, cols in enumerate(ancestors):
@@ -156,7 +203,7 @@ class Eagle3Draft(HeadDraft):
 
     def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
         """q at the grown nodes `grow` [len(grow), V], fed in one head forward."""
-        kv0 = self.state.cache.length
+        kv0 = self.cache.length
         ancestors = []
         for j in grow:
             a, cols = t.parents[j], []
@@ -164,7 +211,9 @@ class Eagle3Draft(HeadDraft):
                 cols.append(self.col[a])
                 a = t.parents[a]
             ancestors.append(cols)
-        parents = [self.out[t.parents[j]] if t.parents[j] >= 0 else self.state.root for j in grow]
+        root = self.state.root
+        assert root is not None  # the tree grows after root() gave q there, from the head's output at the root
+        parents = [self.out[t.parents[j]] if t.parents[j] >= 0 else root for j in grow]
         o, q = self.feed(parents, [t.tokens[j] for j in grow], [len(t.path(j)) for j in grow], ancestors, L, d)
         for k, j in enumerate(grow):
             self.out[j], self.col[j] = o[k], kv0 + k
@@ -172,7 +221,7 @@ class Eagle3Draft(HeadDraft):
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """The head's cache keeps the committed positions: accepted drafts are read again with the target's states."""
-        self.state.cache.crop(self.state.fed[0])
+        self.cache.crop(self.state.fed[0])
         self.index = None
 
 
@@ -187,7 +236,7 @@ class MedusaDraft(HeadDraft):
         h = s.pending[-1][-1, -1]  # [H]: the last committed position, the last hidden_states index
         s.pending = []
         with torch.inference_mode():
-            self.qs = d.sampler.probs(s.timed(heads, h.to(heads[0][-1].weight.dtype)))  # [k, V]
+            self.qs = d.sampler.probs(s.timed(heads, h.to(medusa_dtype(heads))))  # [k, V]
         self.steps = 1
         return self.qs[0]
 
@@ -197,3 +246,13 @@ class MedusaDraft(HeadDraft):
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         self.index = None
+
+
+def medusa_dtype(heads: torch.nn.Module) -> torch.dtype:
+    """The dtype of Medusa's heads, its first head's output layer's (specbench.models.medusa.MedusaHeads: a ModuleList
+    of Sequentials, each ending in a Linear)."""
+    first = heads[0] if isinstance(heads, torch.nn.ModuleList) else None
+    last = first[-1] if isinstance(first, torch.nn.Sequential) else None
+    if not isinstance(last, torch.nn.Linear):
+        raise TypeError(f"Medusa heads are a ModuleList of Sequentials ending in a Linear, got {type(heads).__name__}")
+    return last.weight.dtype

@@ -22,7 +22,8 @@ from specbench.decoding.binding import Binding
 from specbench.decoding.drafts import DraftSource, ModelDraft
 from specbench.decoding.sampling import SamplingParams
 from specbench.decoding.tree_drafts import Grower, TreeDraft
-from specbench.decoding.state import Counted, ModelState
+from specbench.decoding.tree_state import tree_state
+from specbench.decoding.state import Counted, model_state
 
 DRAFTERS: Registry[type["Drafter"]] = Registry("drafter", plugins="specbench.methods")
 SHAPES: Registry[type["Shape"]] = Registry("shape", plugins="specbench.methods")
@@ -132,11 +133,11 @@ class Drafter:
         """A recorded example's new tokens (see Method.observe_output)."""
 
 
-def model_source(state: ModelState, shape: Shape, fixed_window: bool) -> DraftSource:
+def model_source(state: Counted, shape: Shape, fixed_window: bool) -> DraftSource:
     """A draft model's proposer: a chain drawn token by token, or a tree grown by the shape's grower (its state a
-    TreeState)."""
+    TreeState: the engine gives one to each model of a method whose parts propose trees)."""
     grower = shape.grower()
-    return ModelDraft(state, fixed_window) if grower is None else TreeDraft(state, grower)
+    return ModelDraft(model_state(state), fixed_window) if grower is None else TreeDraft(tree_state(state), grower)
 
 
 @dataclass(frozen=True)

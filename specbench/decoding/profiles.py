@@ -37,8 +37,8 @@ from typing import TypedDict
 FORMAT = 1
 SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "vocab_size")
-ENTRY_KEYS = {"pair": str, "dtype": str, "path": str, "batch_size": int, "target_chain_s": dict,
-              "draft_token_s": (int, float)}  # what every entry must have to cost an iteration
+ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {  # what every entry must have to cost an iteration
+    "pair": str, "dtype": str, "path": str, "batch_size": int, "target_chain_s": dict, "draft_token_s": (int, float)}
 
 
 class ProfileError(ValueError):
@@ -91,9 +91,9 @@ def read(path: Path) -> dict:
         raise ProfileError(f"cost profile {path}: not JSON ({e})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
         raise ProfileError(f"{path}: not a specbench cost profile (format {FORMAT} with 'entries'); {hint}")
-    for i, e in enumerate(data["entries"]):
-        bad = [k for k, t in ENTRY_KEYS.items() if not isinstance(e, dict) or not isinstance(e.get(k), t)]
-        if bad or not e["target_chain_s"]:
+    for i, entry in enumerate(data["entries"]):
+        bad = [k for k, t in ENTRY_KEYS.items() if not isinstance(entry, dict) or not isinstance(entry.get(k), t)]
+        if bad or not entry["target_chain_s"]:
             raise ProfileError(f"{path}: entry {i} lacks {', '.join(bad or ['target_chain_s'])} (every entry needs "
                                f"{', '.join(ENTRY_KEYS)}); {hint}")
     data.setdefault("name", str(path))
@@ -227,6 +227,6 @@ def prefill_seconds(entry: Entry, role: str, tokens: int) -> float | None:
     """Seconds of the `role` model's ("target" or "draft") forward of a prompt of `tokens` tokens into an empty cache,
     interpolated between the prompt lengths measured (beyond them, the nearest segment's line); None where the entry
     has none (profiles older than the prefills, compiled and B > 1 entries)."""
-    points = entry.get(f"{role}_prefill_s") or {}
+    points = {"target": entry.get("target_prefill_s"), "draft": entry.get("draft_prefill_s")}.get(role) or {}
     return interpolate(points, tokens) if points else None
 

@@ -8,6 +8,7 @@ Entropy is in bits; the JS divergence uses log base 2, so the JS distance lies i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -73,11 +74,12 @@ class Sampler:
             # the warpers take scores [N, V] (top-p scatters its mask along dim 1): one row per leading index,
             # each row warped alone, so flattening the leading dims and restoring them changes no row's result
             flat = logits.reshape(-1, logits.shape[-1])  # [N, V], N = prod(leading dims)
-            flat = self._warpers(self._dummy_ids.expand(flat.shape[0], 1), flat)
+            # transformers annotates input_ids as torch.LongTensor, a legacy type no tensor op returns
+            flat = self._warpers(self._dummy_ids.expand(flat.shape[0], 1), flat)  # type: ignore[arg-type]
             logits = flat.reshape(logits.shape)
         return torch.softmax(logits, dim=-1)
 
-    def pick(self, probs: torch.Tensor, generators: list[torch.Generator | None], rows: list[int] | None = None
+    def pick(self, probs: torch.Tensor, generators: Sequence[torch.Generator | None], rows: list[int] | None = None
              ) -> torch.Tensor:
         """One token per row [B] from probs [B, V]: argmax when greedy, else one draw per row of `rows` (default
         all) with its own generator, in one categorical call (the other rows' entries are not draws)."""
@@ -99,7 +101,7 @@ def categorical(weights: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     return (weights / e).argmax(-1)
 
 
-def exponentials(rows: list[int], width: int, vocab: int, generators: list[torch.Generator | None],
+def exponentials(rows: list[int], width: int, vocab: int, generators: Sequence[torch.Generator | None],
                  device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """e [B, width, V] ~ Exp(1): row b's last rows[b] rows drawn with generators[b] (the draws a per-row
     torch.multinomial of that many distributions makes), its other rows 1; one draw when no row has a generator."""

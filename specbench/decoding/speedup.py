@@ -37,18 +37,80 @@ the same rows gives the same prediction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, TypedDict, TypeVar, cast
 
 from specbench.decoding.records import IterationRecord
 
 
-COUNTS = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun
-SECONDS = ("verify_s", "draft_s", "draft_steps", "draft_tokens",  # the row field call_seconds: what the calls cost
-           "verify_forward_s", "draft_forward_s", "host_s")  # and the iterations' wall split: forwards and host work
+COUNTS: Final = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun
+SECONDS: Final = ("verify_s", "draft_s", "draft_steps", "draft_tokens",  # the row field call_seconds: what the calls cost
+                  "verify_forward_s", "draft_forward_s", "host_s")  # and the iterations' wall split: forwards and host work
+
+N = TypeVar("N", int, float)
 
 
-def call_stats(records: list[IterationRecord]) -> dict[str, Any]:
+class StatsBase(TypedDict):
+    """The call_stats keys every row version holds (see CallStats)."""
+
+    iterations: dict[str, int]  # draft length w (a string) -> iterations
+    reached: list[int]  # per draft position i = 1..: the iterations that verified it
+    accepted: list[int]  # per draft position i = 1..: the iterations that accepted it
+    verify_s: dict[str, float]  # per w: the summed verify seconds
+    draft_s: dict[str, float]  # per w: the summed draft seconds
+
+
+class CallStats(StatsBase, total=False):
+    """A run's sufficient statistics (the module docstring), summed over iterations: the row fields call_stats and
+    call_seconds together. Rows of an older version lack the keys below; merge_stats gives every key."""
+
+    depths: dict[str, int]  # proposal depth D -> iterations (older rows: chains, D = w)
+    draft_steps: dict[str, int]  # per w: the draft forwards
+    draft_tokens: dict[str, int]  # per w: the tokens they fed per row
+    verify_forward_s: dict[str, float]  # per w: the verifier's forwards' seconds
+    draft_forward_s: dict[str, float]  # per w: the drafter's forwards' seconds
+    host_s: dict[str, float]  # per w: the host work outside every forward
+
+
+class RowCounts(TypedDict):
+    """The row field call_stats (COUNTS): the same at every batch size and on every rerun."""
+
+    iterations: dict[str, int]
+    depths: dict[str, int]
+    reached: list[int]
+    accepted: list[int]
+
+
+class RowSeconds(TypedDict):
+    """The row field call_seconds (SECONDS): timings, and the draft forwards and tokens, which differ per batch size."""
+
+    verify_s: dict[str, float]
+    draft_s: dict[str, float]
+    draft_steps: dict[str, int]
+    draft_tokens: dict[str, int]
+    verify_forward_s: dict[str, float]
+    draft_forward_s: dict[str, float]
+    host_s: dict[str, float]
+
+
+class RowFields(TypedDict):
+    """call_stats as the two row fields."""
+
+    call_stats: RowCounts
+    call_seconds: RowSeconds
+
+
+class CallCosts(TypedDict):
+    """call_costs: the mean seconds of the calls an iteration makes (see there)."""
+
+    batch_size: int
+    target_1: float | None
+    target_1_from: str | None
+    target_by_width: dict[str, float]
+    draft_per_token: float | None
+
+
+def call_stats(records: list[IterationRecord]) -> CallStats:
     """One generation's sufficient statistics, its first iteration left out: per draft length w (a string key)
     the iterations and their summed verify_s, draft_s, draft_steps and draft_tokens; per draft position i = 1.. how
     often it was verified (`reached`: positions 1..accepted+1, not past w) and accepted."""
@@ -67,29 +129,42 @@ def depth(r: IterationRecord) -> int:
     return r.drafted if r.depth is None else r.depth
 
 
-def row_fields(stats: dict[str, Any]) -> dict[str, Any]:
+def row_fields(stats: CallStats) -> RowFields:
     """call_stats as row fields: `call_stats` (counts the same at every batch size and on every rerun) and
     `call_seconds` (timings, which differ per run, and the draft forwards and tokens, which differ per batch size)."""
-    return {"call_stats": {k: stats[k] for k in COUNTS}, "call_seconds": {k: stats[k] for k in SECONDS}}
+    return {"call_stats": {"iterations": stats["iterations"], "depths": stats["depths"], "reached": stats["reached"],
+                           "accepted": stats["accepted"]},
+            "call_seconds": {"verify_s": stats["verify_s"], "draft_s": stats["draft_s"],
+                             "draft_steps": stats["draft_steps"], "draft_tokens": stats["draft_tokens"],
+                             "verify_forward_s": stats["verify_forward_s"],
+                             "draft_forward_s": stats["draft_forward_s"], "host_s": stats["host_s"]}}
 
 
-def from_row(row: dict[str, Any]) -> dict[str, Any] | None:
+def from_row(row: Mapping[str, Any]) -> CallStats | None:
     """A row's call_stats back from its two fields (None for rows of an older version)."""
     if not row.get("call_stats") or not row.get("call_seconds"):
         return None
-    return {**row["call_stats"], **row["call_seconds"]}
+    return cast(CallStats, {**row["call_stats"], **row["call_seconds"]})  # JSON fields row_fields wrote (or older)
 
 
-def merge_stats(stats: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
+def merge_stats(stats: Iterable[CallStats | None]) -> CallStats:
     """The sum of several call_stats (None entries, e.g. rows of an older version, are skipped; a key older rows
     lack, e.g. draft_steps, counts as empty)."""
-    out: dict[str, Any] = {"iterations": {}, "depths": {}, **{k: {} for k in SECONDS}, "reached": [], "accepted": []}
+    out: CallStats = {"iterations": {}, "depths": {}, "verify_s": {}, "draft_s": {}, "draft_steps": {},
+                      "draft_tokens": {}, "verify_forward_s": {}, "draft_forward_s": {}, "host_s": {}, "reached": [],
+                      "accepted": []}
     for s in stats:
         if not s:
             continue
-        for key in ("iterations", "depths", *SECONDS):
-            for w, value in s.get(key, s["iterations"] if key == "depths" else {}).items():
-                out[key][w] = out[key].get(w, 0) + value
+        add(out["iterations"], s.get("iterations", {}))
+        add(out["depths"], s.get("depths", s["iterations"]))
+        add(out["verify_s"], s.get("verify_s", {}))
+        add(out["draft_s"], s.get("draft_s", {}))
+        add(out["draft_steps"], s.get("draft_steps", {}))
+        add(out["draft_tokens"], s.get("draft_tokens", {}))
+        add(out["verify_forward_s"], s.get("verify_forward_s", {}))
+        add(out["draft_forward_s"], s.get("draft_forward_s", {}))
+        add(out["host_s"], s.get("host_s", {}))
         for key in ("reached", "accepted"):
             out[key].extend([0] * (len(s[key]) - len(out[key])))
             for i, n in enumerate(s[key]):
@@ -97,7 +172,13 @@ def merge_stats(stats: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
     return out
 
 
-def alphas(stats: dict[str, Any]) -> list[float]:
+def add(into: dict[str, N], more: Mapping[str, N]) -> None:
+    """into[w] += more[w] for every w of more (a w into lacks counts from 0)."""
+    for w, value in more.items():
+        into[w] = into.get(w, 0) + value
+
+
+def alphas(stats: CallStats) -> list[float]:
     """alpha_i = accepted_i / reached_i for every position i = 1.. that was verified (reached), zeros included: the
     accepted counts stop at the deepest position ever accepted, the reached ones at the deepest verified (0 where a
     position was never verified)."""
@@ -114,7 +195,7 @@ def expected_tokens(alpha: list[float], w: int) -> float:
     return total
 
 
-def call_costs(stats: dict[str, Any], target_1: float | None = None, batch_size: int = 1) -> dict[str, Any]:
+def call_costs(stats: CallStats, target_1: float | None = None, batch_size: int = 1) -> CallCosts:
     """{"batch_size": B, "target_1": s, "target_1_from": "rows" | "calibration" | None, "target_by_width":
     {"w+1": s}, "draft_per_token": s}: mean seconds of a target call by the tokens a row verified, draft seconds
     per drafted token, and target_1 from the stats when B = 1 and observed, else the `target_1` given (a
@@ -130,12 +211,12 @@ def call_costs(stats: dict[str, Any], target_1: float | None = None, batch_size:
             else None}
 
 
-def by_key(counts: dict[str, Any]) -> list[str]:
+def by_key(counts: Mapping[str, object]) -> list[str]:
     """A per-width dict's keys in numeric order: sums over them do not depend on the order rows listed them."""
     return sorted(counts, key=int)
 
 
-def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | None:
+def predicted_speedup(stats: CallStats, costs: Mapping[str, Any]) -> float | None:
     """sum_iter E[T | D] / sum_iter (w c_draft + c_target(w+1) + h(w)) * (c_target(1) + h_ar); None without drafts
     or costs. h(w) (costs' `host_by_drafted`, the mean host seconds of an iteration of w drafted nodes) and h_ar
     (`host_1`, ar's per token) are the host work outside the forwards; absent (a prediction from the run's own call
@@ -149,7 +230,7 @@ def predicted_speedup(stats: dict[str, Any], costs: dict[str, Any]) -> float | N
     return tokens / seconds * (c1 + (costs.get("host_1") or 0.0)) if seconds else None
 
 
-def iteration_seconds(iterations: dict[str, int], costs: dict[str, Any]) -> float:
+def iteration_seconds(iterations: Mapping[str, int], costs: Mapping[str, Any]) -> float:
     """sum_iter (w c_draft + c_target(w+1) + h(w)) over iterations {w: count} at `costs` (predicted_speedup's
     denominator; h absent: 0)."""
     host, cd = costs.get("host_by_drafted") or {}, costs["draft_per_token"]

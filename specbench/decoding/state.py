@@ -9,10 +9,11 @@ synchronisation per iteration, so that its draft loop never waits for the GPU.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import Cache, DynamicCache, PreTrainedConfig
 
 
 class Clock:
@@ -37,13 +38,36 @@ class Clock:
         return a.elapsed_time(b) / 1e3
 
 
+class CausalLM(Protocol):
+    """What a state calls of its model: a transformers PreTrainedModel, or a test double with the same attributes
+    (tests/table_lm.py)."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def config(self) -> PreTrainedConfig: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def causal_lm(model: torch.nn.Module) -> CausalLM:
+    """A bound model (Binding.models) as the causal LM its state runs. Only a cast: torch's stubs type a module's
+    attributes as Tensor | Module, and every module a method binds in a role that gets a ModelState is a causal LM
+    (a head in the draft role makes its own state, specbench.decoding.head_drafts)."""
+    return cast(CausalLM, model)
+
+
 def sync(device: torch.device) -> None:
     """Wait for queued kernels so wall-clock timers measure finished work (no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(values: Sequence[float] | Sequence[Sequence[float]], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A host list as a tensor on `device` without waiting for the device: on CUDA it goes through pinned memory and
     is copied behind the queued kernels (a copy from pageable memory would first wait for them to finish)."""
     t = torch.tensor(values, dtype=dtype)
@@ -95,11 +119,11 @@ class Counted:
 class ModelState(Counted):
     """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
 
-    def __init__(self, model: PreTrainedModel, rows: int = 1) -> None:
+    def __init__(self, model: CausalLM, rows: int = 1) -> None:
         super().__init__(rows)
         self.model = model
         self.device = model.device
-        self.cache = DynamicCache(config=model.config)
+        self.cache: Cache = DynamicCache(config=model.config)  # a StaticCache in a StaticState
         self.columns = 0  # cache columns, shared by the rows
         # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
         self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
@@ -117,6 +141,7 @@ class ModelState(Counted):
         """
         t0 = time.perf_counter()
         upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
+        extra: dict[str, torch.Tensor | bool]
         if self.mask is None:  # one row, no holes: the plain causal forward
             ids, extra = buf[:, self.fed[0] : upto[0]].to(self.device), {}
             width = upto[0] - self.fed[0]
@@ -133,7 +158,7 @@ class ModelState(Counted):
         self.columns += width
         return out.logits[:, -keep:]
 
-    def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict, int]:
+    def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor | bool], int]:
         """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
         the k_b = upto[b] - fed[b] tokens buf[b, fed[b]:upto[b]] right-aligned, K = max k_b (holes on the left)."""
         new = [u - f for u, f in zip(upto, self.fed)]
@@ -143,6 +168,7 @@ class ModelState(Counted):
         pos = (end[:, None] - width + torch.arange(width, device=buf.device)).clamp_min(0)  # [B, K] buffer index
         valid = (torch.arange(width, device=buf.device) >= width - k[:, None]).long()  # [B, K]
         ids = buf.gather(1, pos).to(self.device)
+        assert self.mask is not None  # several rows (forward feeds one row without a mask)
         self.mask = torch.cat([self.mask, valid.to(self.device)], dim=1)
         return ids, {"attention_mask": self.mask, "position_ids": pos.to(self.device)}, width
 
@@ -175,5 +201,13 @@ class ModelState(Counted):
     def select(self, rows: list[int]) -> None:
         """Keep only the given rows (indices into the current batch), in that order."""
         self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+        assert self.mask is not None  # rows leave a batch of several (one row is never selected: it just ends)
         self.mask = self.mask[rows]
         super().select(rows)
+
+
+def model_state(state: Counted) -> ModelState:
+    """`state` as the ModelState of a model (the engine gives every role but a head's one): a TypeError otherwise."""
+    if not isinstance(state, ModelState):
+        raise TypeError(f"a model's state was expected, got a {type(state).__name__} (a head's state drafts only)")
+    return state

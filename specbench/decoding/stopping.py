@@ -23,6 +23,14 @@ from transformers import PreTrainedTokenizerBase
 STOP_REASONS = ("eos", "stop_string", "length", "context")
 
 
+def as_text(decoded: str | list[str]) -> str:
+    """What a tokenizer's decode of one sequence of ids gives: its text (transformers types decode as returning
+    str | list[str], the list for a batch of sequences, which one list of ids is not)."""
+    if not isinstance(decoded, str):
+        raise TypeError(f"decoding one sequence of ids gave a {type(decoded).__name__}, not its text")
+    return decoded
+
+
 @dataclass(frozen=True)
 class StopCriteria:
     """EOS ids, stop strings (checked on text decoded without special tokens) and the two token limits."""
@@ -39,7 +47,7 @@ class StopCriteria:
 
     def decode(self, out: list[int]) -> str:
         """The text of new tokens out [k] (special tokens skipped; '' without a tokenizer)."""
-        return self.tokenizer.decode(out, skip_special_tokens=True) if self.tokenizer is not None else ""
+        return as_text(self.tokenizer.decode(out, skip_special_tokens=True)) if self.tokenizer is not None else ""
 
     def has_stop_string(self, out: list[int]) -> bool:
         """Does decode(out) contain a stop string?"""

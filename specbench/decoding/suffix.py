@@ -25,6 +25,7 @@ which case it moves before the first sibling of that count.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,7 +126,7 @@ class SuffixIndex:
             self._array = np.asarray(self.data, dtype=np.int64)
         return self._array
 
-    def new_sequence(self, tokens: list[int] = ()) -> None:
+    def new_sequence(self, tokens: Sequence[int] = ()) -> None:
         """Start a sequence (after the last one), with its first tokens."""
         if self.data:
             self.data.append(SEP)

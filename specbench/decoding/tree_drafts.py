@@ -17,12 +17,13 @@ A node's score is its cumulative draft log-probability, sum of log q(x) along it
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import torch
 
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.proposal import TOP_K, Proposal, chain
+from specbench.decoding.state import Counted
 from specbench.decoding.tree_state import TreeState
 
 MAX_NODES = 1024  # nodes verified per call: beyond any published tree (EAGLE ~60, Sequoia <= 768)
@@ -90,11 +91,16 @@ def closed(t: Grown, chosen: list[int]) -> list[int]:
     return sorted(keep)
 
 
-class TreeDraft(DraftSource):
-    """A draft model's tree for one row, grown by `grower` (batch_size 1: the methods refuse more rows)."""
+S = TypeVar("S", bound=Counted)
 
-    def __init__(self, state: TreeState, grower: Grower | None) -> None:
-        self.state = state  # one row; a head's drafts (HeadDraft) keep the head's own state here
+
+class GrowingDraft(DraftSource, Generic[S]):
+    """One row's tree grown by `grower` over the drafter's state S (batch_size 1: the methods refuse more rows): a
+    draft model's (TreeDraft) or a head's (specbench.decoding.head_drafts.HeadDraft), which give q at the root and at
+    the grown nodes."""
+
+    def __init__(self, state: S, grower: Grower | None) -> None:
+        self.state = state  # one row
         self.grower = grower
         self.index: list[int] | None = None  # proposal node -> grown node, of the last proposal
         self.steps = 0  # draft forwards of the last proposal
@@ -109,6 +115,8 @@ class TreeDraft(DraftSource):
         root = self.root(buf, L, d)
         if root is None:
             return [chain([], why="source")]
+        if g is None:
+            raise TypeError(f"{type(self).__name__} grows a tree: it needs the shape's grower")
         t = Grown()
         expanded = {-1: root}  # q at the root [V]
         for depth in range(1, g.depth + 1):
@@ -126,6 +134,18 @@ class TreeDraft(DraftSource):
         parents = [new_id[t.parents[j]] if t.parents[j] >= 0 else -1 for j in keep]
         q = torch.stack([t.qs[j] for j in keep]) if keep else None
         return [Proposal([t.tokens[j] for j in keep], parents, q, "window", TOP_K, self.steps)]
+
+    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
+        """q at the root [V] (None: nothing to draft from)."""
+        raise NotImplementedError
+
+    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+        """q [len(grow), V] at the grown nodes `grow`."""
+        raise NotImplementedError
+
+
+class TreeDraft(GrowingDraft[TreeState]):
+    """A draft model's tree for one row, grown with tree attention on its own cache."""
 
     def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
         """q at the root [V]: one forward of the row's uncached committed tokens (None: nothing to draft from)."""

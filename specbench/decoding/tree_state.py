@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 
 import torch
+from transformers.cache_utils import CacheLayerMixin
 
-from specbench.decoding.state import ModelState, sync
+from specbench.decoding.state import CausalLM, Counted, ModelState, sync
 
 
 def tree_mask_refusal(model: torch.nn.Module) -> str | None:
@@ -43,7 +44,7 @@ class TreeState(ModelState):
     """A one-row ModelState that also feeds and keeps trees: after the committed columns its cache may hold tree
     nodes, listed with their root paths. An ordinary forward (ModelState.forward) serves the chains in between."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: CausalLM) -> None:
         super().__init__(model, 1)
         self.tree_nodes: list[int] = []  # the tree nodes in the cache after the committed columns, in column order
         self.tree_paths: dict[int, list[int]] = {}  # node -> its ancestors and itself, root side first
@@ -139,8 +140,20 @@ class TreeState(ModelState):
         else:
             idx = torch.tensor(keep, device=self.device)
             for layer in self.cache.layers:
+                if not isinstance(layer, CacheLayerMixin):  # check() refused linear-attention layers
+                    raise ValueError(f"tree attention cannot select the columns of a {type(layer).__name__}")
                 if layer.is_initialized:
+                    assert layer.keys is not None and layer.values is not None  # an initialized layer holds both
                     layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
                     layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
         self.fed, self.columns = [len(keep)], len(keep)
         self.tree_nodes, self.tree_paths = [], {}
+
+
+def tree_state(state: Counted) -> TreeState:
+    """`state` as a TreeState (the engine gives one to every model role of a method whose parts propose trees): a
+    TypeError otherwise."""
+    if not isinstance(state, TreeState):
+        raise TypeError(f"trees need the state of a model with tree attention (TreeState), got a "
+                        f"{type(state).__name__}")
+    return state

@@ -34,7 +34,8 @@ from specbench.decoding.proposal import TOP_K, WITHOUT_REPLACEMENT, Proposal
 
 def greedy_path(prop: Proposal, top: list[int]) -> tuple[list[int], int]:
     """(path, next token): descend while a child's token is top at the node (top [n+1]: argmax of p [n+1, V])."""
-    kids, path, node = prop.children(), [], -1
+    kids, node = prop.children(), -1
+    path: list[int] = []
     while True:
         nxt = next((c for c in kids[node + 1] if prop.tokens[c] == top[node + 1]), None)
         if nxt is None:
@@ -69,6 +70,7 @@ def _rejection_walk(prop: Proposal, p: torch.Tensor, generator: torch.Generator 
         r, kids = p[node + 1], children[node + 1]
         qs = proposals(kids) if kids else None
         for i, c in enumerate(kids):
+            assert qs is not None  # the node has children, whose q proposals() gave
             if _accepts(r, qs[i], prop.tokens[c], generator):
                 path.append(c)
                 node = c
@@ -121,7 +123,8 @@ def recursive_rejection_path(prop: Proposal, p: torch.Tensor, generator: torch.G
 def sample_match_path(prop: Proposal, p: torch.Tensor, generator: torch.Generator | None = None
                       ) -> tuple[list[int], int]:
     """(path, next token): y ~ p [n+1, V] at the node; descend into the first child whose token is y, else emit y."""
-    kids, path, node = prop.children(), [], -1
+    kids, node = prop.children(), -1
+    path: list[int] = []
     while True:
         y = _draw(p[node + 1], generator)
         nxt = next((c for c in kids[node + 1] if prop.tokens[c] == y), None)

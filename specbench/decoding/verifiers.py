@@ -17,7 +17,7 @@ import torch
 
 from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.state import ModelState, write
-from specbench.decoding.tree_state import TreeState
+from specbench.decoding.tree_state import tree_state
 
 
 class ChainVerify:
@@ -47,20 +47,22 @@ class TreeVerify:
     def __init__(self) -> None:
         self.chain = ChainVerify()
 
-    def feed(self, target: TreeState, buf: torch.Tensor, L: list[int], props: list[Proposal],
+    def feed(self, target: ModelState, buf: torch.Tensor, L: list[int], props: list[Proposal],
              layers: tuple[int, ...]) -> torch.Tensor:
-        """Logits [1, n + 1, V_model]: p at the root, then at each node in proposal order."""
+        """Logits [1, n + 1, V_model]: p at the root, then at each node in proposal order (target: the TreeState the
+        engine gives the verifier of a method whose parts propose trees)."""
         prop = props[0]
         if prop.is_chain:
             return self.chain.feed(target, buf, L, props, layers)
-        return target.feed_tree(buf, L[0], prop.tokens, prop.parents, [], True, layers=layers)
+        return tree_state(target).feed_tree(buf, L[0], prop.tokens, prop.parents, [], True, layers=layers)
 
-    def keep(self, target: TreeState, L: list[int], verdicts: list[Verdict]) -> None:
+    def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
         """The cache keeps buf[0, :L] and the accepted path's nodes; a chain fed causally is cropped."""
-        if not target.tree_nodes:
-            self.chain.keep(target, L, verdicts)
+        tree = tree_state(target)
+        if not tree.tree_nodes:
+            self.chain.keep(tree, L, verdicts)
         else:
-            target.keep_path(L[0], verdicts[0].path)
+            tree.keep_path(L[0], verdicts[0].path)
 
 
 def for_parts(trees: bool) -> ChainVerify | TreeVerify:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Protocol
 
 from safetensors.torch import load_file
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.common.errors import UserError
 from specbench.common.options import OptionError
-from specbench.models.pairs import Pair, check_vocab, load_model, load_tokenizer
+from specbench.models.pairs import check_vocab, load_model, load_tokenizer
 from specbench.models.steering import SteeredDrafter, Steering
 
 KINDS = ("distilled", "sd2")
@@ -20,20 +21,45 @@ class DrafterMissing(UserError, FileNotFoundError):
     """method.drafter names no finished distill run; the message says how to train one."""
 
 
+class PairView(Protocol):
+    """What checking and loading a trained drafter or head reads of the pair: a specbench.models.pairs.Pair, or the
+    view of it a method's binding carries."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def target(self) -> PreTrainedModel: ...
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+    def model(self, role: str) -> PreTrainedModel: ...
+
+
 _LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
 
 
-def trained_folder(folder: str | Path | None, pair: Pair, kind: str, key: str = "method.drafter") -> dict:
-    """distill.json of the finished `task=distill task.kind=kind` run in `folder`, for this pair; the errors name
-    `key` and how to train one."""
+def finished_info(folder: str | Path | None, kind: str, key: str = "method.drafter") -> tuple[Path, dict[str, Any]]:
+    """(the folder, its distill.json) of the finished distill run in `folder`, for any pair; the errors name `key`
+    and how to train one of `kind`."""
     how = f"train one with `python run.py task=distill task.kind={kind}` and set {key} to its folder"
     what = "head" if key == "method.head" else "drafter"
-    if folder in (None, ""):
+    if folder is None or folder == "":
         raise OptionError(f"{key}: method {kind!r} needs {key}, the folder of a trained {what}: {how}")
     folder = Path(folder)
     if not (folder / INFO).exists():
         raise DrafterMissing(f"{key}: {folder} is not a finished distill run (no {INFO}): {how}")
-    info = json.loads((folder / INFO).read_text())
+    info: dict[str, Any] = json.loads((folder / INFO).read_text())
+    return folder, info
+
+
+def trained_folder(folder: str | Path | None, pair: PairView, kind: str, key: str = "method.drafter"
+                   ) -> dict[str, Any]:
+    """distill.json of the finished `task=distill task.kind=kind` run in `folder`, for this pair; the errors name
+    `key` and how to train one."""
+    folder, info = finished_info(folder, kind, key)
+    what = "head" if key == "method.head" else "drafter"
     if info["kind"] != kind:
         raise OptionError(f"{key}: {folder} holds a {info['kind']!r} {what}; method {kind!r} needs one trained with "
                           f"task.kind={kind}")
@@ -49,23 +75,26 @@ def verifier_identity(model: PreTrainedModel) -> str:
     (config.weights_sha256: the toy pairs, whose folder differs between checkouts and machines), else its hub id or
     folder (name_or_path). A drafter or head is used only with the verifier it was trained against."""
     sha = getattr(model.config, "weights_sha256", None)
-    return f"sha256:{sha}" if sha else model.name_or_path
+    return f"sha256:{sha}" if sha else model.name_or_path or ""  # typed str | None; a loaded model's is a str
 
 
-def load_trained(folder: str | Path | None, pair: Pair, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
+def load_trained(folder: str | Path | None, pair: PairView, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
     """The drafter a `task=distill` run of `kind` wrote to `folder`, on the pair's draft device and dtype.
 
     For sd2 also its SteeredDrafter (hooks on the loaded model). Refuses folders of another kind or pair.
     The last loaded drafter is kept for the next job of the process.
     """
     info = trained_folder(folder, pair, kind)
+    assert folder is not None  # trained_folder refuses None
     folder = Path(folder)
     draft = pair.model("draft")
     key = json.dumps([str(folder.resolve()), info["finished"], str(draft.device), str(draft.dtype)])
     if key not in _LOADED:
         _LOADED.clear()
-        check_vocab(pair.target.name_or_path, pair.tokenizer, str(folder), load_tokenizer(str(folder / "drafter")))
-        model = load_model({"path": str(folder / "drafter")}, draft.device).to(draft.dtype)
+        drafter_tok = load_tokenizer(str(folder / "drafter"))
+        check_vocab(pair.target.name_or_path or "", pair.tokenizer, str(folder), drafter_tok)
+        # transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), whose type loses the method binding
+        model = load_model({"path": str(folder / "drafter")}, draft.device).to(draft.dtype)  # type: ignore[arg-type]
         steered = None
         if kind == "sd2":
             steering = Steering(**json.loads((folder / "steering.json").read_text()))

@@ -17,7 +17,7 @@ attends with an explicit boolean mask over the head's own cache (`HeadCache`), s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 import torch
 import torch.nn.functional as F
@@ -48,11 +48,14 @@ class Eagle3Config:
 
     def llama(self) -> LlamaConfig:
         """The LlamaConfig of the head's norms, MLP and rotary embedding."""
-        return LlamaConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-                           num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
-                           head_dim=self.dim, rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta,
-                           max_position_embeddings=self.max_position_embeddings, hidden_act=self.hidden_act,
-                           vocab_size=self.vocab_size, rope_scaling=self.rope_scaling)
+        # rope_theta and rope_scaling: transformers 5's dataclass __init__ takes these legacy fields through **kwargs
+        # (standardised into rope_parameters), which the signature mypy sees does not list
+        return LlamaConfig(  # type: ignore[call-arg]
+            hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.dim, rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta,
+            max_position_embeddings=self.max_position_embeddings, hidden_act=self.hidden_act,
+            vocab_size=self.vocab_size, rope_scaling=self.rope_scaling)
 
     @property
     def dim(self) -> int:
@@ -82,8 +85,12 @@ class HeadCache:
 
     def crop(self, n: int) -> None:
         """Keep the first n positions."""
-        if self.keys is not None and n < self.length:
+        if self.keys is not None and self.values is not None and n < self.length:  # append sets both
             self.keys, self.values = self.keys[..., :n, :], self.values[..., :n, :]
+
+
+# training-time test: a list of the earlier steps' (keys, values); inference: the head's own cache
+Past: TypeAlias = list[tuple[torch.Tensor, torch.Tensor]] | HeadCache | None
 
 
 class Eagle3Attention(nn.Module):
@@ -98,7 +105,7 @@ class Eagle3Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.dim, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], allowed: torch.Tensor,
-                past: list[tuple[torch.Tensor, torch.Tensor]] | HeadCache | None = None) -> torch.Tensor:
+                past: Past = None) -> torch.Tensor:
         """x [B, q, 2H] -> [B, q, H]. allowed [B or 1, q, kv] bool over the keys: `past` (a HeadCache, or a list of
         earlier steps' (k, v) [B, kv_heads, n, d], concatenated in order), then these q; the new keys and values are
         appended to `past`."""
@@ -137,7 +144,7 @@ class Eagle3Layer(nn.Module):
         return torch.cat([self.input_layernorm(e), h], -1), (h if self.norm_before_residual else f)
 
     def forward(self, e: torch.Tensor, f: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                allowed: torch.Tensor, past: Any = None) -> torch.Tensor:
+                allowed: torch.Tensor, past: Past = None) -> torch.Tensor:
         """o [B, q, H] from embeddings e and features f [B, q, H]."""
         x, residual = self.inputs(e, f)
         r = residual + self.self_attn(x, rope, allowed, past)
@@ -146,6 +153,10 @@ class Eagle3Layer(nn.Module):
 
 class Eagle3Head(nn.Module):
     """fc, one layer, the final norm and the draft-vocabulary head; d2t [V_d] and t2d [V] map the vocabularies."""
+
+    d2t: torch.Tensor  # buffers (register_buffer)
+    t2d: torch.Tensor
+    embed: nn.Embedding | None
 
     def __init__(self, c: Eagle3Config, embed: nn.Embedding | None = None) -> None:
         super().__init__()
@@ -185,10 +196,11 @@ class Eagle3Head(nn.Module):
         return self.rotary(f, positions)
 
     def step(self, f: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
-             past: Any = None) -> torch.Tensor:
+             past: Past = None) -> torch.Tensor:
         """Layer outputs o [B, q, H] at positions [B, q] from features f [B, q, 3 H_t or H] and tokens ids [B, q]."""
         if f.shape[-1] == 3 * self.config.features:  # target states; a head output is [H]
             f = self.fc(f)
+        assert self.embed is not None, "attach() the target's input embedding first"
         e = self.embed(ids).to(f.dtype)
         return self.midlayer(e, f, self.rope(f, positions), allowed, past)
 

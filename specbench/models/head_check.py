@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -212,7 +211,7 @@ def check_medusa(folder: Path, cfg: dict) -> None:
                               f"{found} (its vocabulary layer `0.{layers}.weight` is missing): the config overstates "
                               "or understates the layers")
     vocab, hidden = out
-    want = {}
+    want: dict[str, tuple[int, ...]] = {}
     for i in heads:
         for j in range(layers):
             want |= {f"{i}.{j}.linear.weight": (hidden, hidden), f"{i}.{j}.linear.bias": (hidden,)}
@@ -239,7 +238,7 @@ def check_head_folder(folder: str | Path, kind: str | None, target_layers: int =
     return fmt
 
 
-def local_head_folder(spec: Any) -> Path | None:
+def local_head_folder(spec: object) -> Path | None:
     """The folder method.head names on this machine, if it names one (a finished distill run's head/, or a head
     folder); None for a hub id, a module or nothing."""
     if not isinstance(spec, str) or not spec:

@@ -23,21 +23,37 @@ Formats (config.json + weights in the folder):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeAlias, cast
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers import PreTrainedModel
 
 from specbench.common.files import atomic_folder
 from specbench.common.options import OptionError
-from specbench.models.drafters import INFO, trained_folder
+from specbench.models.drafters import INFO, PairView, finished_info, trained_folder
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
 from specbench.models.head_check import (EAGLE3_WEIGHTS, MEDUSA_WEIGHTS, HeadFormatError,  # noqa: F401 - re-exported
                                          check_head_folder, eagle3_config, eagle3_layers, head_format, local_head_folder,
                                          read_config, speculators_fields, weight_file)
 from specbench.models.medusa import MedusaConfig, MedusaHeads
+from specbench.models.pairs import input_embedding
+
+Head: TypeAlias = Eagle3Head | MedusaHeads  # a dependent head of either kind
+
+
+class HeadBinding(Protocol):
+    """What load_head reads of a method's binding (specbench.decoding.binding.Binding, which models may not import):
+    the models by pair role and the loaded pair, if any."""
+
+    @property
+    def models(self) -> Mapping[str, nn.Module]: ...
+
+    @property
+    def pair(self) -> PairView | None: ...
 
 KINDS = ("eagle3", "medusa")
 FORMATS = {"eagle3": ("eagle3", "speculators"), "medusa": ("medusa",)}  # the formats each kind saves in
@@ -50,7 +66,7 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def read_head(folder: str | Path, target_layers: int) -> tuple[str, nn.Module, nn.Embedding | None]:
+def read_head(folder: str | Path, target_layers: int) -> tuple[str, Head, nn.Embedding | None]:
     """(format, head module in float32, the head's own token embedding or None) of a head folder, after
     head_check.check_head_folder; target_layers: the target's decoder layers (EAGLE-3's default states when the
     folder names none)."""
@@ -92,47 +108,56 @@ def llama_fields(c: Eagle3Config) -> dict[str, Any]:
             "hidden_act": c.hidden_act, "vocab_size": c.vocab_size, "num_hidden_layers": 1, "model_type": "llama"}
 
 
-def save_head(head: nn.Module, folder: str | Path, fmt: str, target: Any, embed: nn.Embedding | None = None) -> Path:
-    """Write `head` to `folder` (replacing it atomically) in format `fmt` (FORMATS); target: the target model, named
-    in the config (speculators' verifier, Medusa's base model)."""
+def eagle3_json(c: Eagle3Config, fmt: str, target: PreTrainedModel | None, name: str) -> dict[str, Any]:
+    """config.json of an EAGLE-3 head in format `fmt` (eagle3: the release layout, or speculators)."""
+    if fmt == "eagle3":
+        cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size":
+               c.draft_vocab_size, "norm_before_residual": c.norm_before_residual,
+               "eagle_aux_hidden_state_layer_ids": list(c.layers)}
+    else:
+        arch = list(getattr(getattr(target, "config", None), "architectures", None) or ["LlamaForCausalLM"])
+        cfg = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+               "transformer_layer_config": llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
+               "norm_before_residual": c.norm_before_residual,
+               "eagle_aux_hidden_state_layer_ids": list(c.layers),
+               "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                      "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                      "verifier": {"name_or_path": name, "architectures": arch}}}
+    if c.target_hidden_size is not None:  # EAGLE's loader reads a present key, even null
+        cfg["target_hidden_size"] = c.target_hidden_size
+    return cfg
+
+
+def save_head(head: Head, folder: str | Path, fmt: str, target: PreTrainedModel | None,
+              embed: nn.Embedding | None = None) -> Path:
+    """Write `head` to `folder` (replacing it atomically) in format `fmt` (FORMATS: medusa for MedusaHeads, eagle3 or
+    speculators for an Eagle3Head); target: the target model, named in the config (speculators' verifier, Medusa's
+    base model)."""
     name = getattr(target, "name_or_path", "") or ""
     state = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
     with atomic_folder(Path(folder), replace=True) as tmp:
         tmp = Path(tmp)
         if fmt == "medusa":
-            c = head.config
-            cfg = {"medusa_num_heads": c.num_heads, "medusa_num_layers": c.num_layers, "base_model_name_or_path": name,
-                   "hidden_size": c.hidden_size, "vocab_size": c.vocab_size}
+            assert isinstance(head, MedusaHeads), f"format medusa saves MedusaHeads, not {type(head).__name__}"
+            m = head.config
+            cfg = {"medusa_num_heads": m.num_heads, "medusa_num_layers": m.num_layers, "base_model_name_or_path": name,
+                   "hidden_size": m.hidden_size, "vocab_size": m.vocab_size}
             torch.save(state, tmp / "medusa_lm_head.pt")  # the only file Medusa's from_pretrained reads
-        elif fmt == "eagle3":
-            c = head.config
-            cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size":
-                   c.draft_vocab_size, "norm_before_residual": c.norm_before_residual,
-                   "eagle_aux_hidden_state_layer_ids": list(c.layers)}
-            save_file(state, tmp / "model.safetensors")
-        elif fmt == "speculators":
-            c = head.config
-            arch = list(getattr(getattr(target, "config", None), "architectures", None) or ["LlamaForCausalLM"])
-            cfg = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-                   "transformer_layer_config": llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
-                   "norm_before_residual": c.norm_before_residual,
-                   "eagle_aux_hidden_state_layer_ids": list(c.layers),
-                   "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                                          "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                                          "verifier": {"name_or_path": name, "architectures": arch}}}
-            state = {k.replace("midlayer.", "layers.0.", 1): v for k, v in state.items()}
-            if embed is not None:
-                state["embed_tokens.weight"] = embed.weight.detach().contiguous().cpu()
+        elif fmt in ("eagle3", "speculators"):
+            assert isinstance(head, Eagle3Head), f"format {fmt} saves an Eagle3Head, not {type(head).__name__}"
+            cfg = eagle3_json(head.config, fmt, target, name)
+            if fmt == "speculators":
+                state = {k.replace("midlayer.", "layers.0.", 1): v for k, v in state.items()}
+                if embed is not None:
+                    state["embed_tokens.weight"] = embed.weight.detach().contiguous().cpu()
             save_file(state, tmp / "model.safetensors")
         else:
             raise ValueError(f"unknown head format {fmt!r}; valid: eagle3, speculators, medusa")
-        if fmt != "medusa" and c.target_hidden_size is not None:  # EAGLE's loader reads a present key, even null
-            cfg["target_hidden_size"] = c.target_hidden_size
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return Path(folder)
 
 
-def check_head_source(method: str, spec: Any, kind: str) -> None:
+def check_head_source(method: str, spec: object, kind: str) -> None:
     """Before any model loads: a head folder on this machine passes head_check.check_head_folder (config, weights,
     vocabulary map); a hub id must be cached or downloadable (else the error gives the download command). What
     needs the target, and no head at all, are checked when the head loads."""
@@ -153,27 +178,28 @@ def check_head_source(method: str, spec: Any, kind: str) -> None:
     source_of(spec, None)
 
 
-_LOADED: dict[str, tuple[str, nn.Module, nn.Embedding | None]] = {}
+_LOADED: dict[str, tuple[str, Head, nn.Embedding | None]] = {}
 
 
-def head_folder(spec: str | None, pair: Any, kind: str) -> Path:
+def head_folder(spec: str | None, pair: PairView | None, kind: str) -> Path:
     """The head folder of method.head: a finished distill run's head/, a head folder, or a hub id's snapshot."""
     from huggingface_hub import snapshot_download
 
     from specbench.common.hub import source_of, unavailable
 
-    if spec in (None, "", "None"):
+    if spec is None or spec in ("", "None"):
         raise OptionError(f"method.head: no head given; set it to the folder of a `python run.py task=distill "
                           f"task.kind={kind}` run, a head folder (EAGLE-3 release, speculators or Medusa layout) or a "
                           "hub id")
     path = Path(spec)
     if (path / INFO).exists():
+        assert pair is not None, "a method binding carries its pair"  # a trained head is checked against it
         trained_folder(path, pair, kind, key="method.head")
         return path / "head"
     if path.is_dir():
         return path
     if "/" in spec and (spec.startswith((".", "/")) or spec.count("/") > 1):
-        trained_folder(path, pair, kind, key="method.head")  # raises DrafterMissing with how to train one
+        finished_info(path, kind, key="method.head")  # no distill.json: raises DrafterMissing with how to train one
     source = source_of(spec, None)
     try:
         return Path(snapshot_download(spec, local_files_only=source == "cache"))
@@ -181,11 +207,11 @@ def head_folder(spec: str | None, pair: Any, kind: str) -> Path:
         raise unavailable([f"could not load head {spec!r}: {err}"], [(spec, None)]) from err
 
 
-def load_head(spec: Any, binding: Any, kind: str) -> tuple[nn.Module, tuple[int, ...], str, Path | None]:
+def load_head(spec: str | Head | None, binding: HeadBinding, kind: str) -> tuple[Head, tuple[int, ...], str, Path | None]:
     """(head on the target's device and dtype, the target hidden_states indices it reads, its name, the folder read)
     of method.head: a head module (tests), a finished `task=distill task.kind=kind` folder, a head folder, or a hub
     id."""
-    target = binding.models["target"]
+    target = cast(PreTrainedModel, binding.models["target"])  # the target role: the pair's transformers model
     tc = target.config.get_text_config()
     L, H, V = tc.num_hidden_layers, tc.hidden_size, target.get_output_embeddings().weight.shape[0]
     if isinstance(spec, nn.Module):
@@ -203,12 +229,12 @@ def load_head(spec: Any, binding: Any, kind: str) -> tuple[nn.Module, tuple[int,
     if (fmt == "medusa") != (kind == "medusa"):
         raise OptionError(f"method.head: {name} holds a {fmt} head; this method needs a {kind} head")
     where = f"{folder / 'config.json'}" if folder is not None else name  # the file the head's shape came from
-    if kind == "medusa":
-        c = head.config
-        if (c.hidden_size, c.vocab_size) != (H, V):
-            raise HeadFormatError(f"method.head: {where} reads hidden size {c.hidden_size} and predicts {c.vocab_size} "
+    if isinstance(head, MedusaHeads):  # kind medusa (checked above)
+        m = head.config
+        if (m.hidden_size, m.vocab_size) != (H, V):
+            raise HeadFormatError(f"method.head: {where} reads hidden size {m.hidden_size} and predicts {m.vocab_size} "
                                   f"tokens; the target has {H} and {V}")
-        layers = (L,)  # the last hidden state, after the target's final norm
+        layers: tuple[int, ...] = (L,)  # the last hidden state, after the target's final norm
     else:
         c = head.config
         if (c.features, c.vocab_size) != (H, V) or not all(1 <= k <= L for k in c.layers):
@@ -216,6 +242,6 @@ def load_head(spec: Any, binding: Any, kind: str) -> tuple[nn.Module, tuple[int,
                                   f"{list(c.layers)} over {c.vocab_size} tokens; the target has size {H}, indices "
                                   f"1..{L} and {V} tokens")
         layers = tuple(c.layers)
-        emb = embed if embed is not None else target.get_input_embeddings()
+        emb = embed if embed is not None else input_embedding(target)
         head.attach(emb.to(target.device))
     return head.to(target.device, target.dtype).eval(), layers, name, folder

@@ -14,6 +14,7 @@ num_layers > 1 a released head applies the same block num_layers times, and so d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,10 @@ class MedusaHeads(nn.ModuleList):
             heads.append(nn.Sequential(*([block] * c.num_layers), nn.Linear(c.hidden_size, c.vocab_size, bias=False)))
         super().__init__(heads)
         self.config = c
+
+    def vocabulary_layers(self) -> list[nn.Linear]:
+        """Each head's last module, its Linear(H, V, bias=False) (__init__ builds each head as an nn.Sequential)."""
+        return [cast(nn.Linear, cast(nn.Sequential, head)[-1]) for head in self]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """Logits [..., k, V] of the k heads at hidden states h [..., H]."""

@@ -20,9 +20,10 @@ import gc
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specbench.common.errors import UserError
@@ -30,9 +31,13 @@ from specbench.common.options import OptionError
 from specbench.common.registry import Registry
 from specbench.common.hub import ModelUnavailable, check_hub_id, hub_source, pretrained, unavailable
 
+if TYPE_CHECKING:
+    from transformers.utils.quantization_config import QuantizationConfigMixin
+
 log = logging.getLogger(__name__)
 
-BUILDERS: Registry = Registry("pair builder", plugins="specbench.models")
+Builder = Callable[[dict[str, Any], torch.device], "Pair"]  # a pair config and the device -> the loaded pair
+BUILDERS: Registry[Builder] = Registry("pair builder", plugins="specbench.models")
 _LOADED: dict[str, "Pair"] = {}
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -83,8 +88,14 @@ class Pair:
     def context_length(self, models: list[PreTrainedModel]) -> int | None:
         """The smallest max_position_embeddings among `models` (None if none declares one)."""
         lens = [getattr(m.config.get_text_config(), "max_position_embeddings", None) for m in models]
-        lens = [n for n in lens if n]
-        return min(lens) if lens else None
+        declared = [n for n in lens if n]
+        return min(declared) if declared else None
+
+
+def input_embedding(model: PreTrainedModel) -> nn.Embedding:
+    """The model's input token embedding. transformers annotates get_input_embeddings as returning any nn.Module; the
+    causal LMs loaded here return their nn.Embedding (or a subclass)."""
+    return cast(nn.Embedding, model.get_input_embeddings())
 
 
 def resolve_device(device: str) -> torch.device:
@@ -108,7 +119,7 @@ MODEL_KEYS = {"path", "revision", "dtype", "device_map", "attn_implementation", 
               "trust_remote_code", "tokenizer", "params_b"}
 
 
-def _quantization_config(quant: dict | None) -> Any:
+def _quantization_config(quant: dict | None) -> QuantizationConfigMixin | None:
     """Weight quantization from the pair config: `{bits: 8|4}` with bitsandbytes (default), or
     `{bits: 8|4, backend: quanto}` (optimum-quanto, as the GammaTune paper used for its 70B target)."""
     if not quant:
@@ -289,7 +300,7 @@ def load_pair(cfg: dict, device: torch.device) -> Pair:
         log.info("reusing loaded pair %s", cfg["name"])
         return _LOADED[key]
     free_pairs()
-    builder: Callable[[dict, torch.device], Pair] = BUILDERS.get(cfg.get("builder", "hub"))
+    builder = BUILDERS.get(cfg.get("builder", "hub"))
     log.info("loading pair %s", cfg["name"])
     pair = builder(cfg, device)
     _LOADED[key] = pair

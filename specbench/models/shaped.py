@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, PreTrainedTokenizerFast, Qwen3Config
 
 from specbench.common.options import OptionError
-from specbench.models.pairs import BUILDERS, Pair, resolve_dtype, shared_vocab_size
+from specbench.models.pairs import BUILDERS, Pair, input_embedding, resolve_dtype, shared_vocab_size
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def random_model(spec: dict, tok: PreTrainedTokenizerFast, seed: int, dtype: tor
 @torch.no_grad()
 def make_bigram(model: PreTrainedModel, f: torch.Tensor, seed: int) -> None:
     """Embedding E [V, H] := E0 ~ N(0, 1) (scale s = 1); head rows W[f(v)] = E0[v] / sqrt(H); special rows 0."""
-    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    emb, head = input_embedding(model).weight, model.get_output_embeddings().weight
     v, h = emb.shape
     g = torch.Generator(device=emb.device).manual_seed(seed)
     emb.copy_(torch.randn(v, h, generator=g, device=emb.device, dtype=emb.dtype))
@@ -118,13 +118,22 @@ def make_bigram(model: PreTrainedModel, f: torch.Tensor, seed: int) -> None:
     head[v - len(SPECIALS):] = 0  # <s>, </s>, <pad>: logit 0 < the top regular logit, so never emitted greedily
 
 
+def next_probe(lo: float | None, hi: float | None) -> float:
+    """The next log2 s in calibrate's bracket (lo, hi), of which at most one end is unknown (None): s / 4 or s * 4
+    until bracketed, then the middle."""
+    if lo is None:
+        assert hi is not None, "the bracket has a known end"
+        return hi - 2
+    return lo + 2 if hi is None else (lo + hi) / 2
+
+
 @torch.no_grad()
 def calibrate(model: PreTrainedModel, ids: torch.Tensor, f: torch.Tensor, goal: float | None) -> tuple[float, float]:
     """Scale E by s: goal None doubles s until agreement >= DRAFT_AGREEMENT, else bisects log s to agreement within
     TOLERANCE of goal (the closest kept). Returns (s, agreement on ids [N, T])."""
     # the last residual h_L = s E0[x] + d(context): the first layer reads RMSNorm(s E0[x]), which does not depend on
     # s, so d changes little with s while the s E0[x] term grows with it; agreement rises with s
-    emb = model.get_input_embeddings().weight
+    emb = input_embedding(model).weight
     state = {"s": 1.0}
 
     def at(s: float) -> float:  # set E = s E0 in place (multiply by s_new / s_old), then measure
@@ -147,7 +156,7 @@ def calibrate(model: PreTrainedModel, ids: torch.Tensor, f: torch.Tensor, goal: 
     for _ in range(MAX_STEPS):
         if abs(a - goal) <= TOLERANCE:
             break
-        x = hi - 2 if lo is None else lo + 2 if hi is None else (lo + hi) / 2  # s / 4, s * 4 until bracketed
+        x = next_probe(lo, hi)
         a = at(2.0 ** x)
         best = min(best, (abs(a - goal), state["s"], a))
         lo, hi = (x, hi) if a < goal else (lo, x)

@@ -37,6 +37,8 @@ Which positions are steered (decided here; the paper gives the rule only as "off
 
 from __future__ import annotations
 
+from typing import Callable, Protocol
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -59,14 +61,22 @@ def check_layers(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
     return layers
 
 
-def check_swiglu(drafter: PreTrainedModel) -> list[nn.Module]:
+class SwiGLUMLP(Protocol):
+    """A decoder layer's MLP as check_swiglu finds it: down_proj(act_fn(gate_proj(a)) * up_proj(a))."""
+
+    gate_proj: nn.Linear
+    up_proj: nn.Linear
+    down_proj: nn.Linear
+
+
+def check_swiglu(drafter: PreTrainedModel) -> list[SwiGLUMLP]:
     """The drafter's decoder-layer MLPs, after checking they are SwiGLU MLPs of a supported architecture."""
     kind = drafter.config.model_type
     layers = getattr(getattr(drafter, "model", None), "layers", None)
     if kind not in SWIGLU_MODEL_TYPES or layers is None:
         raise ValueError(f"sd2 steers SwiGLU drafters of the architectures {', '.join(SWIGLU_MODEL_TYPES)}; "
                          f"drafter {drafter.name_or_path!r} is {kind!r}")
-    mlps = [layer.mlp for layer in layers]
+    mlps: list[SwiGLUMLP] = [layer.mlp for layer in layers]  # checked below
     for m in mlps:
         if not all(isinstance(getattr(m, a, None), nn.Linear) for a in ("gate_proj", "up_proj", "down_proj")):
             raise ValueError(f"sd2: drafter {drafter.name_or_path!r} has an MLP without gate/up/down projections")
@@ -121,7 +131,7 @@ class SteeredDrafter:
         self._block: list[torch.Tensor] | None = None  # b_l of the current block (inference)
         self._hooks = [m.up_proj.register_forward_hook(self._hook(i)) for i, m in enumerate(mlps)]
 
-    def _hook(self, layer: int):
+    def _hook(self, layer: int) -> Callable[[nn.Module, tuple, torch.Tensor], torch.Tensor | None]:
         def add_bias(module: nn.Module, args: tuple, up: torch.Tensor) -> torch.Tensor | None:
             if self._block is not None:
                 return up + self._block[layer]  # [I_D] broadcast over positions

@@ -86,9 +86,11 @@ def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
     target = tiny_llama(seed, **common, **t_cfg)
     damp_upper_layers(target, (d_cfg or {}).get("num_hidden_layers", 2), scale)  # the same target without a draft
     dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
-    target = target.to(device)
+    # the ignores: transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), whose
+    # type loses the method binding (mypy reads the device as `self`)
+    target = target.to(device)  # type: ignore[arg-type]
     draft = None if d_cfg is None else draft_from_target(target, d_cfg["num_hidden_layers"], d_cfg["vocab_size"],
-                                                         seed + 1).to(device, dtype)
+                                                         seed + 1).to(device, dtype)  # type: ignore[arg-type]
     target = target.to(dtype)
     target.name_or_path = f"tiny_random/target(seed={seed})"
     if draft is not None:
@@ -107,6 +109,7 @@ def build_tiny_cross(cfg: dict, device: torch.device) -> Pair:
     d_tok = byte_tokenizer(permuted=True, merges=merges)
     perm = torch.tensor([d_tok.convert_tokens_to_ids(t) for t in pair.tokenizer.convert_ids_to_tokens(
         list(range(len(pair.tokenizer))))])  # target id -> draft id of the same token
+    assert pair.draft is not None, "tiny_cross needs pair.draft (the draft's shape)"
     draft = pair.draft.float()
     with torch.no_grad():
         for w in (draft.get_input_embeddings().weight, draft.get_output_embeddings().weight):
@@ -114,5 +117,5 @@ def build_tiny_cross(cfg: dict, device: torch.device) -> Pair:
             w[perm] = rows
     dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
     draft.name_or_path = f"tiny_cross/draft(seed={cfg.get('seed', 0)}, merges={merges})"
-    return Pair(cfg["name"], pair.target.to(device, dtype), draft.to(device, dtype), pair.tokenizer, pair.vocab_size,
-                d_tok)
+    target = pair.target.to(device, dtype)  # type: ignore[arg-type]  # transformers' wrapped .to, as above
+    return Pair(cfg["name"], target, draft.to(device, dtype), pair.tokenizer, pair.vocab_size, d_tok)

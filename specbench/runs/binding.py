@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import torch
+
 from specbench.decoding.decoders import Decoder, make_decoder
 from specbench.decoding.method import Binding, Method
 from specbench.decoding.sampling import SamplingParams
@@ -19,9 +23,9 @@ def build_method(cfg: dict) -> Method:
 def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
     """The pair as `method` runs on it: the models of its roles, the tokenizer and vocabulary range, the EOS ids
     and context over those models, and the decode settings."""
-    models = {role: pair.model(role) for role in method.roles}
-    used = list(models.values())
-    same = [m for role, m in models.items() if pair.same_tokenizer(role)]  # EOS ids are ids of the target's tokenizer
+    models: dict[str, torch.nn.Module] = {role: pair.model(role) for role in method.roles}
+    used = [pair.model(role) for role in models]  # the same models, as the pair's (PreTrainedModel)
+    same = [m for role, m in zip(models, used) if pair.same_tokenizer(role)]  # EOS ids are ids of the target's tokenizer
     return Binding(models, pair.tokenizer, pair.vocab_size, frozenset(pair.eos_ids(same)), params,
                    pair.context_length(used), pair)
 
@@ -33,3 +37,9 @@ def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings
     method.bind(pair_binding(pair, method, params))
     return make_decoder(method, stop_strings, compile)
 
+
+def decoder_device(decoder: Decoder) -> torch.device:
+    """The device a decoder runs on (its verifier model's). Only a cast: the decoders take it from a module's
+    `.device`, which torch's stubs type as Tensor | Module; the verifier is a PreTrainedModel, whose device is a
+    torch.device."""
+    return cast(torch.device, decoder.device)

@@ -30,10 +30,12 @@ import copy
 import functools
 import json
 import logging
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from specbench.common.configs import plain
 from specbench.common.files import CONF_DIR
 
 log = logging.getLogger(__name__)
@@ -75,8 +77,8 @@ def _parent(config: dict, path: tuple[str, ...]) -> Any:
     return node if isinstance(node, dict) else None
 
 
-def identity(config: dict, drop: set[tuple[str, ...]] = frozenset(),
-             keep: set[tuple[str, ...]] = frozenset()) -> dict:
+def identity(config: dict, drop: AbstractSet[tuple[str, ...]] = frozenset(),
+             keep: AbstractSet[tuple[str, ...]] = frozenset()) -> dict:
     """The run identity: a copy of a resolved config without RESUMABLE_KEYS (but `keep`), `drop`, LEGACY_DEFAULTS."""
     out = json.loads(json.dumps(config, default=str))
     for path, value in LEGACY_DEFAULTS.items():
@@ -188,8 +190,8 @@ def composed(overrides: tuple[str, ...], directory: str, name: str) -> tuple[dic
 
     def make() -> tuple[dict, dict]:
         c = compose(name, list(overrides), return_hydra_config=True)
-        plain = OmegaConf.to_container(c, resolve=False)
-        return {k: v for k, v in plain.items() if k != "hydra"}, plain["hydra"]["runtime"]["choices"]
+        config = plain(c, resolve=False)
+        return {k: v for k, v in config.items() if k != "hydra"}, config["hydra"]["runtime"]["choices"]
 
     if GlobalHydra.instance().is_initialized():
         return make()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from specbench.common.configs import plain
 from specbench.runs.identity import folder_overrides
 from specbench.runs.results import CONFIG, LOCK, FolderLocked, folder_lock
 
@@ -66,7 +67,7 @@ def run_method(*, _root_: DictConfig) -> str:
     `vanilla`, or `vanilla+drafter=suffix` when the command line changed a part of the preset)."""
     from specbench.decoding.compose import method_label
 
-    return method_label(OmegaConf.to_container(_root_.method, resolve=False))
+    return method_label(plain(_root_.method, resolve=False))
 
 
 def unsharded(name: str) -> str | None:

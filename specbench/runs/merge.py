@@ -105,10 +105,10 @@ def check_group(group: list[Shard]) -> None:
     for s in group:
         if s.problem:
             raise MergeError(s.problem)
-    n = {s.count for s in group}
-    if len(n) != 1:
-        raise MergeError(f"shards of different splits (n = {sorted(n)}): {[str(s.dir) for s in group]}")
-    n = n.pop()
+    counts = {s.count for s in group}
+    if len(counts) != 1:
+        raise MergeError(f"shards of different splits (n = {sorted(counts)}): {[str(s.dir) for s in group]}")
+    n = counts.pop()
     seen: dict[int, Path] = {}
     for s in group:
         if s.index in seen:

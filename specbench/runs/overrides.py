@@ -31,7 +31,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from specbench.common.configs import compose_config
+from specbench.common.configs import compose_config, plain
 from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, init_options, unknown_options
 from specbench.common.registry import UnknownNameError
@@ -128,10 +128,10 @@ def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> list
             for name in group_choices(group, parsed, cfg) if given else []:
                 same = name == cfg.hydra.runtime.choices[group]
                 node = cfg[group] if same else compose_config([*rest, f"{group}={name}"], config_dir, hydra=True)[group]
-                plain = OmegaConf.to_container(node, resolve=False)
-                check_node(group, with_parts(plain, keyed) if group == "method" else plain, given)
+                plain_node = plain(node, resolve=False)
+                check_node(group, with_parts(plain_node, keyed) if group == "method" else plain_node, given)
                 for line, _ in given:
-                    everywhere[line] = everywhere[line] and has_key(plain, keyed[line][1:])
+                    everywhere[line] = everywhere[line] and has_key(plain_node, keyed[line][1:])
     except (HydraException, OmegaConfBaseException, UnknownNameError) as err:  # Hydra or the run reports these
         log.debug("option keys not checked: %s", err)
         return args
@@ -180,7 +180,7 @@ def composed_keys(loader: Any, groups: list[Override]) -> set[str]:
     fixed = [f"{o.get_key_element()}={o.value()}" for o in groups if not o.is_sweep_override()]
     runs = [fixed] + [[*fixed, f"{o.get_key_element()}={v}"] for o in groups if o.is_sweep_override()
                       for v in choice_values(loader, o)]
-    return {k for overrides in runs for k in compose("config", overrides=overrides)}
+    return {str(k) for overrides in runs for k in compose("config", overrides=overrides)}
 
 
 def check_top_level_keys(lines: list[str], parsed: list[Override], config_dir: Path = CONF_DIR) -> None:
@@ -193,7 +193,8 @@ def check_top_level_keys(lines: list[str], parsed: list[Override], config_dir: P
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         top_groups = set(loader.list_groups(""))
-        keyed, groups = [], []
+        keyed: list[tuple[str, Override]] = []
+        groups: list[tuple[str, Override]] = []
         for line, o in zip(lines, parsed):
             key = o.key_or_group
             if key.split("/")[0].split(".")[0] == "hydra" or o.is_delete():

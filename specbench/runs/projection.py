@@ -35,9 +35,10 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, TypedDict
 
-from specbench.decoding.profiles import (ProfileError, draft_seconds, iteration_costs, pair_entries, pick,
+from specbench.decoding.profiles import (Entry, ProfileError, draft_seconds, iteration_costs, pair_entries, pick,
                                          prefill_seconds, read)
-from specbench.decoding.speedup import alphas, from_row, iteration_seconds, merge_stats, predicted_speedup
+from specbench.decoding.speedup import (CallStats, alphas, from_row, iteration_seconds, merge_stats,
+                                        predicted_speedup)
 
 __all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "project_whole",
            "read", "run_stats"]  # read: a profile.json, for the report
@@ -59,7 +60,7 @@ def run_stats(rows: list[dict]) -> dict[str, Any]:
             "new_tokens_total": sum(int(r.get("new_tokens") or 0) for r in rows)}
 
 
-def first_blocks(rows: list[dict], stats: list[dict | None]) -> list[tuple[int, int]] | None:
+def first_blocks(rows: list[dict], stats: list[CallStats | None]) -> list[tuple[int, int]] | None:
     """(prompt tokens P, nodes w_1 its first iteration drafted) of each generation: w_1 = the row's drafted nodes less
     those of the iterations in its call_stats, which leave the first out (a row that drafted nothing needs no
     call_stats). None where a row lacks them (older rows) or answers several turns (the later turns' prompts are not
@@ -96,14 +97,16 @@ def pair_drafter(method: str) -> bool | None:
     """Does `method` draft with the pair's draft model (or a drafter trained from it)? Its drafter part says
     (Drafter.pair_draft); None for a method that is not known here."""
     from specbench.decoding.compose import part_classes
+    from specbench.decoding.parts import Drafter
 
     try:
-        return bool(part_classes({"name": method})["drafter"].pair_draft)
+        drafter: type[Drafter] = part_classes({"name": method})["drafter"]
+        return bool(drafter.pair_draft)
     except Exception:  # noqa: BLE001 - an unknown or unimportable method: no projection, said in the note
         return None
 
 
-def host_per_iteration(stats: dict[str, Any] | None) -> float | None:
+def host_per_iteration(stats: CallStats | None) -> float | None:
     """The mean host seconds of an iteration (call_stats' host_s over its iterations; ar's: per token), None for
     rows older than the split."""
     if not stats or not stats.get("host_s") or not stats["iterations"]:
@@ -111,17 +114,17 @@ def host_per_iteration(stats: dict[str, Any] | None) -> float | None:
     return sum(stats["host_s"].values()) / sum(stats["iterations"].values())
 
 
-def host_by_drafted(stats: dict[str, Any]) -> dict[str, float]:
+def host_by_drafted(stats: CallStats) -> dict[str, float]:
     """h(w): the mean host seconds of an iteration of w drafted nodes, per width the run's call_stats recorded."""
     return {w: stats["host_s"][w] / k for w, k in stats["iterations"].items() if k}
 
 
-def at_own_forwards(stats: dict[str, Any] | None, baseline: dict[str, Any] | None) -> float | None:
+def at_own_forwards(stats: CallStats | None, baseline: CallStats | None) -> float | None:
     """predicted_speedup's formula over the run's iterations at the run's own in-loop costs: each width's mean
     verifier forward seconds, the drafter's forward seconds per drafted node and the host work, against ar's
     (`baseline`, its call_stats) forward and host seconds per token. It tells the formula's error (its E[T | D]) from
     a profile's (its forwards against the loop's); None without the host split on both sides."""
-    if host_per_iteration(stats) is None or host_per_iteration(baseline) is None:
+    if stats is None or baseline is None or host_per_iteration(stats) is None or host_per_iteration(baseline) is None:
         return None
     n, ar_its = stats["iterations"], sum(baseline["iterations"].values())
     nodes = sum(int(w) * k for w, k in n.items())
@@ -133,7 +136,7 @@ def at_own_forwards(stats: dict[str, Any] | None, baseline: dict[str, Any] | Non
     return predicted_speedup(stats, costs)
 
 
-def draft_cost(run: Mapping[str, Any], entry: dict, target_s: float | None, tree: bool = False
+def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tree: bool = False
                ) -> tuple[float | None, str]:
     """(the draft seconds per drafted node of the run's iterations at the entry's costs, in words), or (None, why).
 
@@ -221,14 +224,19 @@ def project_whole(run: Mapping[str, Any], base: Mapping[str, Any], profile: dict
     if pair_draft and model and prefill_seconds(entry, "draft", 1) is None:
         return None, f"the profile's {priced['which']} has no draft prefill costs (draft_prefill_s)"
 
+    def prefill(role: str, tokens: int) -> float:  # an entry has a role's prefills at every length or at none
+        seconds = prefill_seconds(entry, role, tokens)
+        assert seconds is not None, f"checked above: the entry has {role}_prefill_s"
+        return seconds
+
     def first(p: int, w: int) -> float:  # one generation's first block at the profile's costs
-        draft = 0.0 if not model or not w else (prefill_seconds(entry, "draft", p) + (w - 1) * entry["draft_token_s"]
+        draft = 0.0 if not model or not w else (prefill("draft", p) + (w - 1) * entry["draft_token_s"]
                                                 if pair_draft else w * cd)
-        return prefill_seconds(entry, "target", p + w) + draft + (host.get(str(w), mean_host) if w else mean_host)
+        return prefill("target", p + w) + draft + (host.get(str(w), mean_host) if w else mean_host)
 
     run_s = later + sum(first(p, w) for p, w in run["first_blocks"])
     c1, h1 = costs["target_1"], costs.get("host_1") or 0.0
-    ar_first = sum(prefill_seconds(entry, "target", p) for p, _ in base["first_blocks"])
+    ar_first = sum(prefill("target", p) for p, _ in base["first_blocks"])
     ar_s = ar_first + (base["new_tokens_total"] - len(base["first_blocks"])) * (c1 + h1)
     if run_s <= 0 or ar_s <= 0 or not base["new_tokens_total"]:
         return None, "no time to compare"
@@ -238,7 +246,7 @@ def project_whole(run: Mapping[str, Any], base: Mapping[str, Any], profile: dict
 class Priced(TypedDict):
     """What `price` finds for a run (see there)."""
 
-    costs: dict[str, object]
+    costs: dict[str, Any]  # specbench.decoding.speedup.call_costs' format and the host terms, for predicted_speedup
     draft_per_node: float | None
     draft_said: str
     said: str
@@ -248,7 +256,7 @@ class Priced(TypedDict):
     draft_run: float
     draft_profile: float | None
     host_run: float | None
-    entry: dict
+    entry: Entry
     which: str
 
 
@@ -273,7 +281,8 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
     tree = stats.get("depths", n) != n
     widths = [int(w) for w in n]
     hidden = bool(run.get("hidden_verify"))  # its verifies returned hidden states (EAGLE-3, SD²)
-    costs = iteration_costs(entry, widths, tree, hidden=hidden)  # the profile's verify of each width (draft below)
+    # the profile's verify of each width (draft below), in call_costs' format
+    costs: dict[str, Any] = iteration_costs(entry, widths, tree, hidden=hidden)
     target_s = sum(k * costs["target_by_width"][str(int(w) + 1)] for w, k in n.items())
     per_node, said = draft_cost(run, entry, target_s, tree) if run["drafted_total"] else (0.0, "no drafts")
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from specbench.runs import provenance
 from specbench.runs import wandb_log
@@ -21,13 +21,14 @@ from specbench.decoding.records import Generation
 from specbench.decoding.method import Method
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.decoding.sampling import SamplingParams
+from specbench.common.configs import plain
 from specbench.common.errors import InputError
 from specbench.common.options import check_mandatory, check_run_settings, engine_compile, max_new_tokens, stop_strings
 from specbench.models.pairs import check_cross_tokenizer, load_pair, resolve_device
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.common.registry import Registry
 from specbench.common.aggregate import repeat_spread
-from specbench.runs.binding import build_method, make_engine
+from specbench.runs.binding import build_method, decoder_device, make_engine
 from specbench.runs.job import Dialogue, Job, example_seed, finish, next_prompt
 from specbench.runs.results import SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows, read_rows
 from specbench.runs.summary import recorded_processes, rounded, speedup_summary
@@ -100,8 +101,8 @@ def batches(examples: list[Example], repeats: range, size: int) -> list[Batch]:
 def decode_batch(job: Job, examples: list[Example], trace: bool) -> list[tuple[Generation, dict[str, Any]]]:
     """Decode `examples` together turn by turn (one Engine.generate_batch per turn over the examples that have
     it), each with its own per-example generator; per example its merged Generation and row fields."""
-    dialogues = [Dialogue(ex, torch.Generator(device=job.engine.device).manual_seed(example_seed(job.seed, ex.id)))
-                 for ex in examples]
+    dialogues = [Dialogue(ex, torch.Generator(device=decoder_device(job.engine)).manual_seed(
+        example_seed(job.seed, ex.id))) for ex in examples]
     for k in range(max((d.n_turns for d in dialogues), default=0)):
         active = [d for d in dialogues if d.n_turns > k]
         prompts = [next_prompt(job, d) for d in active]
@@ -137,13 +138,14 @@ def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path,
     """Decode `batch` whole; the rows of its examples whose id is `wanted` (their traces written first with
     trace=true), and the traces of the rows in `retrace` (in the folder without one; the rows are kept)."""
     rows = []
+    traced = retrace or {}
     for ex, (g, info) in zip(batch.examples, decode_batch(job, batch.examples, job.trace)):
-        if ex.id in (retrace or {}):
+        if ex.id in traced:
             write_trace(run_dir, ex.id, g.records, batch.repeat)
-            if list(retrace[ex.id].get("token_ids") or []) != list(g.token_ids):
+            if list(traced[ex.id].get("token_ids") or []) != list(g.token_ids):
                 log.warning("%s: example %r (repeat %d) decoded again for its trace gave other tokens than its row "
                             "(%d new tokens, the row %d): the trace is not of the row's decode", run_dir, ex.id,
-                            batch.repeat, len(g.token_ids), len(retrace[ex.id].get("token_ids") or []))
+                            batch.repeat, len(g.token_ids), len(traced[ex.id].get("token_ids") or []))
         if ex.id not in wanted:
             continue
         if job.trace:
@@ -172,7 +174,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     process on a busy folder fails at once naming the holder, or waits for it with `wait_for_lock`
     (true, or a number of seconds).
     """
-    check_mandatory({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "hydra"})
+    check_mandatory({k: v for k, v in plain(cfg, resolve=False).items() if k != "hydra"})
     task = cfg.task.name if "task" in cfg else "bench"
     fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
     run_dir = output_dir(out_dir)

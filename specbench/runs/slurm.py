@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from specbench.common.configs import plain
 from specbench.common.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def sweep_jobs(cfg: DictConfig) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    params = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
+    node = cfg.hydra.sweeper.get("params")
+    params = plain(node, resolve=False) if node is not None else {}
     lines = [f"{k}={v}" for k, v in params.items()] + list(cfg.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(lines)
     return BasicSweeper.split_arguments(overrides, None)[0]
@@ -86,6 +87,9 @@ class SweepProgress(Callback):
     """A progress bar over the jobs of a multirun (rate and ETA), shown on a terminal only."""
 
     def __init__(self, poll_s: float = 5.0) -> None:
+        self._reset(poll_s)
+
+    def _reset(self, poll_s: float) -> None:
         self.poll_s = poll_s
         self._bar: Any = None
         self._stop: threading.Event | None = None
@@ -96,7 +100,7 @@ class SweepProgress(Callback):
         return {"poll_s": self.poll_s}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
+        self._reset(**state)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

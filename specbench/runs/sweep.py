@@ -139,6 +139,9 @@ class SweepFailures(Callback):
     """Ends a multirun with every failed job and its error (logged at ERROR, once, after Hydra's own report)."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self.failures: list[tuple[str, str]] = []
         self.total: int | None = None
         self.pattern: str | None = None
@@ -150,10 +153,10 @@ class SweepFailures(Callback):
         return {}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__()
+        self._reset()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.__init__()
+        self._reset()
         self.pending, self.since, self.pattern = True, time.time(), submitit_results(config)
         try:
             self.total = len(sweep_jobs(config))

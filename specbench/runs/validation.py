@@ -48,14 +48,14 @@ def set_threads(value: int | str | None) -> int:
     default); returns the number that runs."""
     value = threads_setting(value)
     if value is not None:
-        torch.set_num_threads(free_cpus() if value == "auto" else value)
+        torch.set_num_threads(value if isinstance(value, int) else free_cpus())  # an int, else auto
     return torch.get_num_threads()
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
     """The config as plain values with interpolations resolved, without the hydra node (which only resolves
     inside a Hydra app): what config.json records."""
-    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+    return {str(k): OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in cfg.items() if k != "hydra"}
 
 

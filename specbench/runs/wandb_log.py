@@ -46,7 +46,8 @@ def rows_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
 def log_run(logger_cfg: dict[str, Any] | None, run_dir: Path, summary: dict[str, Any],
             rows: list[dict[str, Any]]) -> bool:
     """Log one finished run to wandb when logger_cfg asks for it; True if logged. Never raises an Exception."""
-    name = (logger_cfg or {}).get("name", "none")
+    c = logger_cfg or {}
+    name = c.get("name", "none")
     if name == "none":
         return False
     if name != "wandb":
@@ -56,7 +57,6 @@ def log_run(logger_cfg: dict[str, Any] | None, run_dir: Path, summary: dict[str,
     try:
         import wandb
 
-        c = logger_cfg
         choices = summary.get("choices") or {}
         run = wandb.init(
             project=c.get("project") or "specbench", entity=c.get("entity"), mode=c.get("mode"),
@@ -68,7 +68,7 @@ def log_run(logger_cfg: dict[str, Any] | None, run_dir: Path, summary: dict[str,
         run.summary.update(summary_metrics(summary))
         if c.get("rows", True) and rows:
             cols, data = rows_table(rows)
-            run.log({"rows": wandb.Table(columns=cols, data=data)})
+            run.log({"rows": wandb.Table(columns=[*cols], data=data)})
         run.finish()
         log.info("%s: logged to wandb (mode %s)", run_dir, run.settings.mode)
         return True

@@ -47,13 +47,13 @@ import json
 import logging
 import math
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
@@ -61,6 +61,7 @@ from specbench.common.errors import InputError
 from specbench.runs import provenance
 from specbench.runs.identity import TASK_RESUMABLE
 from specbench.models.pairs import Pair, load_pair, resolve_device
+from specbench.common.configs import plain
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.job import example_seed
@@ -104,15 +105,35 @@ def make_batch(seqs: list[tuple[list[int], int]], pad_id: int
     return ids, mask, loss, torch.tensor([P for _, P in seqs])
 
 
+class Trainer(Protocol):
+    """What distill's loop drives: Distiller (a drafter) or specbench.training.heads.HeadTrainer (a head)."""
+
+    k: int  # δ ~ U[1, k] per sequence (sd2; 1 otherwise)
+    groups: list[dict[str, Any]]  # the optimiser's parameter groups
+    params: list[torch.nn.Parameter]  # every trained parameter (gradient clipping)
+
+    @property
+    def student(self) -> torch.nn.Module: ...
+
+    def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
+             delta: torch.Tensor) -> torch.Tensor: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+    def save(self, run_dir: Path, pair: Pair) -> None: ...
+
+
 class Distiller:
     """The trainable drafter (plus steering for sd2) and the frozen verifier of one distill run."""
 
-    def __init__(self, pair: Pair, kind: str, task: dict) -> None:
+    def __init__(self, pair: Pair, kind: str, task: dict[str, Any]) -> None:
         self.kind, self.verifier, self.vocab = kind, pair.target, pair.vocab_size
         self.k, self.amp = int(task["k"]), _AMP[task.get("autocast")]
         self.student: PreTrainedModel = copy.deepcopy(pair.model("draft")).float().train()
         self.steered: SteeredDrafter | None = None
-        self.groups = [{"params": list(self.student.parameters()), "lr": float(task["lr"])}]
+        self.groups: list[dict[str, Any]] = [{"params": list(self.student.parameters()), "lr": float(task["lr"])}]
         if kind == "sd2":
             v_cfg = self.verifier.config.get_text_config()
             L = v_cfg.num_hidden_layers
@@ -122,9 +143,9 @@ class Distiller:
             self.steered = SteeredDrafter(self.student, steering.to(self.student.device))
             lr = float(task.get("steering_lr") or task["lr"])
             self.groups.append({"params": list(steering.parameters()), "lr": lr})
-        self.params = [p for g in self.groups for p in g["params"]]
+        self.params: list[torch.nn.Parameter] = [p for g in self.groups for p in g["params"]]
 
-    def autocast(self) -> Any:
+    def autocast(self) -> AbstractContextManager[object]:
         """torch.autocast in the configured dtype, or nothing."""
         dev = self.verifier.device.type
         return torch.autocast(dev, dtype=self.amp) if self.amp else nullcontext()
@@ -199,7 +220,7 @@ def deltas(n: int, k: int, seed: int, key: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def validation_kl(d: Distiller, val: list[tuple[list[int], int]], bs: int, pad: int, seed: int) -> float:
+def validation_kl(d: Trainer, val: list[tuple[list[int], int]], bs: int, pad: int, seed: int) -> float:
     """Token-weighted mean KL(π_V || π_D) over the held-out sequences (fixed δ per sequence)."""
     d.student.eval()
     total, count = 0.0, 0
@@ -211,19 +232,20 @@ def validation_kl(d: Distiller, val: list[tuple[list[int], int]], bs: int, pad: 
     return total / max(1, count)
 
 
-def save_atomic(obj: Any, path: Path) -> None:
+def save_atomic(obj: object, path: Path) -> None:
     """torch.save via atomic_path (a crash mid-save leaves the previous checkpoint)."""
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
 
 
-def save_final(d: Any, pair: Pair, run_dir: Path, history: list[dict]) -> None:
+def save_final(d: Trainer, pair: Pair, run_dir: Path, history: list[dict[str, Any]]) -> None:
     """The trained weights (the trainer's `save`), then train_log.jsonl."""
     d.save(run_dir, pair)
     write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
 
 
-def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
+def training_data(task: dict[str, Any], pair_cfg: dict[str, Any]
+                  ) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
     """(train, held-out) sequences of the synth folder task.data, checked to come from this pair."""
     rows, synth_record = read_synth(task["data"])
     if synth_record["config"]["pair"] != pair_cfg:
@@ -236,7 +258,8 @@ def training_data(task: dict, pair_cfg: dict) -> tuple[list[tuple[list[int], int
     return seqs[:-val_n], seqs[-val_n:]
 
 
-def restore(path: Path, d: Distiller, opt: torch.optim.Optimizer, sched: Any, n_train: int) -> tuple[int, list, float]:
+def restore(path: Path, d: Trainer, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler,
+            n_train: int) -> tuple[int, list[dict[str, Any]], float]:
     """Load checkpoint.pt into the weights, optimiser and scheduler; returns (step, log, seconds)."""
     ck = torch.load(path, map_location="cpu", weights_only=True)  # load_state copies onto the weights' device
     if ck["train_rows"] != n_train:
@@ -252,7 +275,7 @@ def restore(path: Path, d: Distiller, opt: torch.optim.Optimizer, sched: Any, n_
 def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Train a `distilled` or `sd2` drafter, or an `eagle3` or `medusa` head (specbench.training.heads), from a synth
     folder into out_dir; returns distill.json's content."""
-    task = OmegaConf.to_container(cfg.task, resolve=True)
+    task = plain(cfg.task)
     kind, bs, seed = task["kind"], int(task["batch_size"]), int(task["seed"])
     if kind not in KINDS + HEAD_KINDS:
         raise InputError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS + HEAD_KINDS)}")
@@ -264,13 +287,13 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
         check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
         log.info("%s: already trained (%s); delete it to train again", run_dir, INFO)
         return json.loads((run_dir / INFO).read_text())
-    pair_cfg = OmegaConf.to_container(cfg.pair, resolve=True)
+    pair_cfg = plain(cfg.pair)
     train, val = training_data(task, pair_cfg)
     steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
     set_threads(cfg.get("threads", "auto"))
     pair = load_pair(pair_cfg, device)
     check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
-    d = HeadTrainer(pair, kind, task, train) if kind in HEAD_KINDS else Distiller(pair, kind, task)
+    d: Trainer = HeadTrainer(pair, kind, task, train) if kind in HEAD_KINDS else Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))
     pad = pair.pad_id([pair.target])

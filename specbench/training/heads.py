@@ -27,6 +27,7 @@ lm_head and its blocks as the identity (Medusa's initialisation).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ import torch.nn.functional as F
 
 from specbench.common.errors import InputError
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
-from specbench.models.heads import FORMATS, eagle3_layers, save_head
+from specbench.models.heads import FORMATS, Head, eagle3_layers, save_head
 from specbench.models.medusa import MedusaConfig, MedusaHeads
+from specbench.models.pairs import Pair, input_embedding
 from specbench.runs.job import example_seed
 
 DECAY = 0.8  # per-step (EAGLE-3) and per-head (Medusa) loss weight
@@ -57,13 +59,13 @@ def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -
     return torch.tensor(sorted(ranked))
 
 
-def rope_theta(config: Any) -> float:
+def rope_theta(config: object) -> float:
     """The target's rotary base (transformers 5 keeps it in rope_parameters), else 10000 as EAGLE-3's default."""
     params = getattr(config, "rope_parameters", None) or {}
     return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
-def check_layers(layers: Any, L: int) -> tuple[int, ...]:
+def check_layers(layers: Iterable[int], L: int) -> tuple[int, ...]:
     """Three hidden_states indices in 1..L."""
     layers = tuple(int(k) for k in layers)
     if len(layers) != 3 or not all(1 <= k <= L for k in layers):
@@ -80,7 +82,10 @@ def ttt_outputs(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, mask: 
     idx = torch.arange(T, device=ids.device)
     causal = (idx[None, :] <= idx[:, None])[None] & mask.bool()[:, None, :]  # [B, T, T] step 0's keys
     eye = torch.eye(T, dtype=torch.bool, device=ids.device)[None].expand(B, T, T)
-    f, past, out = head.fc(feats), [], []
+    assert head.embed is not None, "attach() the target's input embedding first"
+    f = head.fc(feats)
+    past: list[tuple[torch.Tensor, torch.Tensor]] = []
+    out: list[torch.Tensor] = []
     for j in range(steps):
         tok = torch.cat([ids[:, j + 1 :], ids.new_zeros((B, j + 1))], 1)  # x_{t+j+1} at index t
         allowed = torch.cat([causal] + [eye] * j, -1)  # step 0's keys causal, steps 1..j (this one last) diagonal
@@ -92,7 +97,7 @@ def ttt_outputs(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, mask: 
 class HeadTrainer:
     """A trainable head and the frozen target of one distill run (the trainer interface of distill's loop)."""
 
-    def __init__(self, pair: Any, kind: str, task: dict, train: list[tuple[list[int], int]]) -> None:
+    def __init__(self, pair: Pair, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]]) -> None:
         self.kind, self.target, self.vocab, self.k = kind, pair.target, pair.vocab_size, 1
         self.format = task.get("format") or FORMATS[kind][0]
         if self.format not in FORMATS[kind]:
@@ -101,14 +106,17 @@ class HeadTrainer:
         with torch.random.fork_rng(devices=[]):  # the initial weights are a function of task.seed alone
             torch.manual_seed(example_seed(int(task.get("seed", 0)), f"{kind}-init"))
             head = self.build(kind, task, train, lm_head)
-        self.student = head.float().train()
-        self.groups = [{"params": list(head.parameters()), "lr": float(task.get("head_lr") or task["lr"])}]
-        self.params = self.groups[0]["params"]
+        self.student: Head = head.float().train()
+        self.groups: list[dict[str, Any]] = [{"params": list(head.parameters()),
+                                              "lr": float(task.get("head_lr") or task["lr"])}]
+        self.params: list[torch.nn.Parameter] = self.groups[0]["params"]
 
-    def build(self, kind: str, task: dict, train: list[tuple[list[int], int]], lm_head: torch.Tensor) -> torch.nn.Module:
+    def build(self, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]], lm_head: torch.Tensor
+              ) -> Head:
         """The initial head of `kind` (module docstring: initialisation)."""
         tc = self.target.config.get_text_config()
         dev, L, V = self.target.device, tc.num_hidden_layers, lm_head.shape[0]
+        head: Head
         if kind == "eagle3":
             self.steps = int(task.get("ttt_steps") or 1)
             layers = check_layers(task.get("layers") or eagle3_layers(L), L)
@@ -125,13 +133,13 @@ class HeadTrainer:
                 norm = getattr(getattr(self.target, "model", None), "norm", None)
                 if norm is not None:
                     head.norm.weight.copy_(norm.weight.float())
-            head.attach(self.target.get_input_embeddings())
+            head.attach(input_embedding(self.target))
         elif kind == "medusa":
             n, blocks = int(task.get("medusa_heads") or 4), int(task.get("medusa_layers") or 1)
             head = MedusaHeads(MedusaConfig(n, blocks, tc.hidden_size, V)).to(dev)
             with torch.no_grad():
-                for h in head:
-                    h[-1].weight.copy_(lm_head)
+                for layer in head.vocabulary_layers():
+                    layer.weight.copy_(lm_head)
             self.steps = n
         else:
             raise InputError(f"unknown head kind {kind!r}; valid: eagle3, medusa")
@@ -145,7 +153,7 @@ class HeadTrainer:
         with torch.no_grad():
             out = self.target(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         p = out.logits[..., : self.vocab].float()  # [B, T, V]
-        if self.kind == "medusa":  # the last hidden state, after the target's final norm
+        if isinstance(self.student, MedusaHeads):  # kind medusa: the last hidden state, after the target's final norm
             return self.medusa_loss(out.hidden_states[-1].float(), p, where)
         feats = torch.cat([out.hidden_states[k] for k in self.student.config.layers], -1).float()  # [B, T, 3H]
         return self.eagle3_loss(feats, p, ids, mask, where)
@@ -154,6 +162,7 @@ class HeadTrainer:
                     where: torch.Tensor) -> torch.Tensor:
         """The training-time test over J steps (module docstring): weighted KL at each valid (index, step)."""
         head, T = self.student, ids.shape[1]
+        assert isinstance(head, Eagle3Head), "eagle3_loss trains an EAGLE-3 head"
         in_vocab = head.t2d[p.argmax(-1)]  # [B, T]: EAGLE-3 trains where the target's argmax is a draft token
         p = p[..., head.target_ids()]  # [B, T, V_d]: renormalised by the softmax in kl_rows
         out = []
@@ -180,7 +189,7 @@ class HeadTrainer:
     def load_state(self, state: dict[str, Any]) -> None:
         self.student.load_state_dict(state["head"])
 
-    def save(self, run_dir: Path, pair: Any) -> None:
+    def save(self, run_dir: Path, pair: Pair) -> None:
         """head/ in task.format (the EAGLE-3 release layout, speculators, or Medusa's)."""
-        embed = self.target.get_input_embeddings() if self.format == "speculators" else None
+        embed = input_embedding(self.target) if self.format == "speculators" else None
         save_head(self.student, run_dir / "head", self.format, self.target, embed)

@@ -34,11 +34,11 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 
 from specbench.common.errors import InputError, UserError
 from specbench.runs import provenance
@@ -48,7 +48,7 @@ from specbench.data.prompting import encode
 from specbench.common.registry import Registry
 from specbench.runs.identity import TASK_RESUMABLE
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, RowWriter, read_rows
-from specbench.common.configs import differences
+from specbench.common.configs import differences, plain
 from specbench.common.files import write_json_atomic
 from specbench.common.progress import progress_bar, switch_progress
 from specbench.runs.runner import TASKS, example_seed, output_dir, set_threads
@@ -60,7 +60,8 @@ class SynthMissing(UserError, FileNotFoundError):
     """task.data names no finished synth run; the message says how to make one."""
 
 
-PROMPT_SETS: Registry = Registry("prompt set")
+PromptSet = Callable[[int | None, int, str | None], list[Example]]  # (n, seed, data_dir) -> the first n prompts
+PROMPT_SETS: Registry[PromptSet] = Registry("prompt set")
 ULTRACHAT_TRAIN = Source("UltraChat_200k train_sft", hub="HuggingFaceH4/ultrachat_200k", hub_split="train_sft",
                          local="ultrachat/train_sft.jsonl")
 
@@ -140,6 +141,7 @@ def sample_batch(model: PreTrainedModel, prompts: list[list[int]], max_new: int,
     padded = list(range(vocab_size, model.get_output_embeddings().weight.shape[0]))
     gen_cfg = GenerationConfig(max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad_id,
                                suppress_tokens=padded or None, **sampling)
+    assert isinstance(model, GenerationMixin), "a causal LM generates"  # transformers' auto classes add the mixin
     torch.manual_seed(seed)  # generate draws from the global generator
     out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
                          generation_config=gen_cfg)[:, T:].tolist()
@@ -150,7 +152,7 @@ def sample_batch(model: PreTrainedModel, prompts: list[list[int]], max_new: int,
     return result
 
 
-def prompt_set(task: dict) -> list[Example]:
+def prompt_set(task: dict[str, Any]) -> list[Example]:
     """The task's prompts (`task.prompts` names a PROMPT_SETS entry)."""
     n = task.get("n")
     return PROMPT_SETS.get(task["prompts"])(None if n is None else int(n), int(task.get("prompt_seed", 0)),
@@ -160,7 +162,7 @@ def prompt_set(task: dict) -> list[Example]:
 @TASKS.register("synth")
 def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Sample the verifier on the prompt set into out_dir/rows.jsonl (resumable); returns the summary."""
-    task = OmegaConf.to_container(cfg.task, resolve=True)
+    task = plain(cfg.task)
     run_dir = output_dir(out_dir)
     temperature, max_new, bs = float(task["temperature"]), int(task["max_new_tokens"]), int(task["batch_size"])
     if temperature < 0 or max_new < 1 or bs < 1:
@@ -169,7 +171,7 @@ def run_synth(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, A
     examples = prompt_set(task)
     device = resolve_device(cfg.get("device", "auto"))
     set_threads(cfg.get("threads", "auto"))
-    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), device)
+    pair = load_pair(plain(cfg.pair), device)
     model, tok = pair.target, pair.tokenizer
     prompts = [encode(tok, ex) for ex in examples]
     ctx = pair.context_length([model])
