@@ -3,32 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
-
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
+from specbench.common.pair_view import PairView
 from specbench.decoding.sampling import SamplingParams
-
-
-class BoundPair(Protocol):
-    """What a method reads of the loaded pair beyond its binding (specbench.models.pairs.Pair, which decoding does not
-    import): its name, target, tokenizers and models by role, for a drafter or head trained for the pair (its folder's
-    pair and verifier are checked) and for re-tokenized drafts (the draft's own tokenizer)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def target(self) -> PreTrainedModel: ...
-
-    @property
-    def tokenizer(self) -> PreTrainedTokenizerBase: ...
-
-    @property
-    def draft_tokenizer(self) -> PreTrainedTokenizerBase | None: ...
-
-    def model(self, role: str) -> PreTrainedModel: ...
 
 
 @dataclass(frozen=True)
@@ -41,4 +20,4 @@ class Binding:
     eos_ids: frozenset[int]  # ids that end a generation
     params: SamplingParams  # decode settings: temperature (0 = greedy), top-k, top-p
     context_length: int | None = None  # the smallest model context, None if no model declares one
-    pair: BoundPair | None = None  # the loaded specbench.models.pairs.Pair, for a method that loads a drafter trained for it
+    pair: PairView | None = None  # the loaded specbench.models.pairs.Pair, for a method that loads a drafter trained for it

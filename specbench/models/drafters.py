@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from safetensors.torch import load_file
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
 from specbench.common.errors import UserError
+from specbench.common.pair_view import PairView
 from specbench.common.options import OptionError
 from specbench.models.pairs import check_vocab, load_model, load_tokenizer
 from specbench.models.steering import SteeredDrafter, Steering
@@ -19,22 +20,6 @@ INFO = "distill.json"  # written last by a distill run: marks its folder finishe
 
 class DrafterMissing(UserError, FileNotFoundError):
     """method.drafter names no finished distill run; the message says how to train one."""
-
-
-class PairView(Protocol):
-    """What checking and loading a trained drafter or head reads of the pair: a specbench.models.pairs.Pair, or the
-    view of it a method's binding carries."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def target(self) -> PreTrainedModel: ...
-
-    @property
-    def tokenizer(self) -> PreTrainedTokenizerBase: ...
-
-    def model(self, role: str) -> PreTrainedModel: ...
 
 
 _LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
