@@ -116,6 +116,14 @@ class Counted:
         self.row_tokens = [self.row_tokens[b] for b in rows]
 
 
+def keep_first(cache: Cache, n: int) -> None:
+    """Keep a transformers cache's first n positions: the one place its `crop(k)` is called, whose k <= 0 is minus the
+    number of positions to remove (a positive k raises); every `crop(n)` of specbench keeps the first n positions."""
+    total = cache.get_seq_length()
+    if n < total:
+        cache.crop(n - total)
+
+
 class ModelState(Counted):
     """A model plus its KV cache over B rows: row b's first fed[b] buffer tokens, in the cache's shared columns."""
 
@@ -175,15 +183,15 @@ class ModelState(Counted):
     def crop(self, length: int | list[int]) -> None:
         """Roll row b back to its first length[b] tokens (length[b] <= fed[b]).
 
-        One row: the cache is cropped. transformers 5.x `Cache.crop(k)` takes k <= 0 = minus the number of
-        tokens to remove (a positive k raises); tests/test_engine.py pins this against a fresh forward.
+        One row: the cache keeps its first length[0] positions (keep_first; tests/test_engine.py pins this against a
+        fresh forward).
         Several rows: row b's last fed[b] - length[b] tokens become holes, then the columns no row uses any
         more are cropped from the end.
         """
         length = [length] * len(self.fed) if isinstance(length, int) else length
         if self.mask is None:
             if length[0] < self.fed[0]:
-                self.cache.crop(length[0] - self.fed[0])
+                keep_first(self.cache, length[0])
                 self.columns, self.fed = length[0], [length[0]]
             return
         drops = [f - n for f, n in zip(self.fed, length)]
@@ -194,7 +202,7 @@ class ModelState(Counted):
             used = self.mask.any(0).nonzero()  # columns some row still uses
             keep = int(used.max()) + 1 if used.numel() else 0
             if keep < self.columns:
-                self.cache.crop(keep - self.columns)
+                keep_first(self.cache, keep)
                 self.mask, self.columns = self.mask[:, :keep], keep
         self.fed = list(length)
 

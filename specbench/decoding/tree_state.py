@@ -15,7 +15,7 @@ import time
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
-from specbench.decoding.state import CausalLM, Counted, ModelState, sync
+from specbench.decoding.state import CausalLM, Counted, ModelState, keep_first, sync
 
 
 def tree_mask_refusal(model: torch.nn.Module) -> str | None:
@@ -133,10 +133,8 @@ class TreeState(ModelState):
         if m and length < fed:
             raise ValueError("tree nodes attended to all committed tokens: they cannot be kept when some are dropped")
         keep = list(range(length)) + [fed + tree.index(j) for j in path[:m]]
-        total = self.cache.get_seq_length()
-        if keep == list(range(len(keep))):  # a prefix of the cache: crop (crop(-k) drops the last k columns)
-            if len(keep) < total:
-                self.cache.crop(len(keep) - total)
+        if keep == list(range(len(keep))):  # a prefix of the cache
+            keep_first(self.cache, len(keep))
         else:
             idx = torch.tensor(keep, device=self.device)
             for layer in self.cache.layers:
