@@ -50,6 +50,9 @@ class Steered(DraftSource):
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         self.inner.rollback(lengths, paths)
 
+    def select(self, rows: list[int]) -> None:
+        self.inner.select(rows)
+
 
 @DRAFTERS.register("draft_model")
 class DraftModel(Drafter):

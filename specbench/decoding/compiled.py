@@ -77,14 +77,14 @@ def width(k: int) -> int | None:
 
 
 @torch.inference_mode()
-def forward_static(model: CausalLM, call: Any, cache: StaticCache, ids: torch.Tensor, start: int
-                   ) -> torch.Tensor:
+def forward_static(model: CausalLM, call: Any, cache: StaticCache, layers: list[StaticLayer], ids: torch.Tensor,
+                   start: int) -> torch.Tensor:
     """Logits [1, k, V] of the k tokens ids [1, k] at positions start..start+k-1 after the cache's first
     `start` columns (those after it are overwritten); compiled at width K = width(k), eager when there is none
-    or the cache is not allocated yet."""
+    or the cache is not allocated yet. layers: static_layers(cache), listed once per state, not per forward."""
     k = ids.shape[1]
     K = width(k)
-    for layer in static_layers(cache):  # roll-back and roll-forward alike: the next write starts at column `start`
+    for layer in layers:  # roll-back and roll-forward alike: the next write starts at column `start`
         layer.cumulative_length.fill_(start)
     if K is None or not cache.is_initialized:
         pos = torch.arange(start, start + k, device=ids.device)[None]
@@ -107,6 +107,7 @@ class StaticState(ModelState):
                               "batch_size=1 or engine.compile=false")
         super().__init__(model, 1)
         self.cache: StaticCache = static_cache(model, need + max(WIDTHS), role)
+        self.layers = static_layers(self.cache)  # whose write positions each forward resets
         self.call = compiled_call(model)
         self.clock = Clock(self.device)
         self.spans: list[tuple[Any, Any]] = []  # clock marks (start, end) of forwards not yet accounted
@@ -126,7 +127,7 @@ class StaticState(ModelState):
     def feed(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         """Logits [1, k, V] of ids [1, k] at positions start.. (no host synchronisation); the caller sets fed."""
         t0 = self.clock.mark()
-        logits = forward_static(self.model, self.call, self.cache, ids.to(self.device), start)
+        logits = forward_static(self.model, self.call, self.cache, self.layers, ids.to(self.device), start)
         self.spans.append((t0, self.clock.mark()))
         self.row_tokens = [t + ids.shape[1] for t in self.row_tokens]  # now: the engine reads them per iteration
         return logits

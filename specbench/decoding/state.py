@@ -116,10 +116,10 @@ class Counted:
         self.row_tokens = [self.row_tokens[b] for b in rows]
 
 
-def keep_first(cache: Cache, n: int) -> None:
-    """Keep a transformers cache's first n positions: the one place its `crop(k)` is called, whose k <= 0 is minus the
-    number of positions to remove (a positive k raises); every `crop(n)` of specbench keeps the first n positions."""
-    total = cache.get_seq_length()
+def keep_first(cache: Cache, n: int, total: int) -> None:
+    """Keep the first n of a transformers cache's `total` positions: the one place its `crop(k)` is called, whose
+    k <= 0 is minus the number of positions to remove (a positive k raises); every `crop(n)` of specbench keeps the
+    first n positions."""
     if n < total:
         cache.crop(n - total)
 
@@ -191,7 +191,7 @@ class ModelState(Counted):
         length = [length] * len(self.fed) if isinstance(length, int) else length
         if self.mask is None:
             if length[0] < self.fed[0]:
-                keep_first(self.cache, length[0])
+                keep_first(self.cache, length[0], self.fed[0])
                 self.columns, self.fed = length[0], [length[0]]
             return
         drops = [f - n for f, n in zip(self.fed, length)]
@@ -202,7 +202,7 @@ class ModelState(Counted):
             used = self.mask.any(0).nonzero()  # columns some row still uses
             keep = int(used.max()) + 1 if used.numel() else 0
             if keep < self.columns:
-                keep_first(self.cache, keep)
+                keep_first(self.cache, keep, self.columns)
                 self.mask, self.columns = self.mask[:, :keep], keep
         self.fed = list(length)
 

@@ -134,7 +134,7 @@ class TreeState(ModelState):
             raise ValueError("tree nodes attended to all committed tokens: they cannot be kept when some are dropped")
         keep = list(range(length)) + [fed + tree.index(j) for j in path[:m]]
         if keep == list(range(len(keep))):  # a prefix of the cache
-            keep_first(self.cache, len(keep))
+            keep_first(self.cache, len(keep), self.cache.get_seq_length())
         else:
             idx = torch.tensor(keep, device=self.device)
             for layer in self.cache.layers:
