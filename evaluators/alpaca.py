@@ -1,17 +1,12 @@
 """`alpaca` (Stanford Alpaca's 52k instructions) and `alpaca_eval` (AlpacaEval's 805); no accuracy.
 
-`alpaca`: hub `tatsu-lab/alpaca` (split train; the SD2 paper's Alpaca); the prompt is the
-instruction, followed by its input after a blank line when there is one. No local copy exists:
-offline it fails naming tatsu-lab/alpaca (use `alpaca_eval`, a different set, explicitly).
-`alpaca_eval`: AlpacaEval's 805 instructions, hub `tatsu-lab/alpaca_eval` (its alpaca_eval.json,
-read with datasets' json builder since the hub repo's loading script is not supported by
-datasets >= 4), or `alpaca_eval/instructions_805.json` under the local data folder; rows carry the
+`alpaca`: hub `tatsu-lab/alpaca` (split train; the SD2 paper's Alpaca) only: offline it fails naming it. `alpaca_eval`:
+hub `tatsu-lab/alpaca_eval` (its alpaca_eval.json through datasets' json builder: datasets >= 4 does not run the
+repo's loading script), or `alpaca_eval/instructions_805.json` under the local data folder; rows carry the
 instruction's origin (`subset`: helpful_base, koala, oasst, selfinstruct, vicuna).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source
 
@@ -47,10 +42,8 @@ class AlpacaEval(Evaluator):
     """AlpacaEval's 805 instructions; not scored."""
 
     name = "alpaca_eval"
+    meta_fields = ("subset",)
 
     def examples(self) -> list[Example]:
         return [Example(id=f"alpaca_eval-{i:03d}", prompt=instruction_prompt(r), meta={"subset": r.get("dataset")})
                 for i, r in enumerate(load_source(ALPACA_EVAL, self.data_dir))]
-
-    def score(self, example: Example, output: str) -> dict[str, Any]:
-        return {"score": None, "subset": example.meta["subset"]}

@@ -1,37 +1,24 @@
 """`files`: a set of prompts (and optional reference answers) from a local file or the hub, chosen by a YAML alone.
 
-lm-eval's `dataset_path: json` is the model: a YAML in conf/dataset/ names the dataset and selects this
-evaluator with `evaluator: files` (conf/dataset/local_prompts.yaml is an example):
-
-    name: my_prompts              # rows, summaries and result folders record this name
-    evaluator: files
-    path: data/my_prompts.jsonl   # or hub: org/set (with split, subset)
-    prompt_field: prompt
-    reference_field: answer       # optional
-    scoring: contains             # none | exact_match | contains
-
-Rows: `path` is a .jsonl, .json (a list of objects), either gzip-compressed (.gz), or a .parquet file
-(read with pyarrow); a relative path is read from the working directory (run.py keeps it). `hub` is a
-Hugging Face set loaded through `datasets` (`subset`: its config, `split`: default train). Exactly one of
-the two is set. Ids: the `id_field` column as a string, else `<name>-<row index>`.
-
-A reference is a string, a number or a non-empty list of them (any one counts), compared as text:
-  none         not scored (a reference, when given, is kept on the example)
-  exact_match  1.0 if the output equals a reference, both with surrounding whitespace removed, else 0.0
-  contains     1.0 if a reference (surrounding whitespace removed) occurs in the output, else 0.0
-A scored row keeps `reference` (the list of references) and `extracted` (exact_match: the stripped output;
-contains: the first reference found in the output, null when none is).
-A row that lacks a field it needs, holds null there or the wrong kind fails naming the file and line
-(JSONL) or row (JSON, Parquet, hub) and the field.
+lm-eval's `dataset_path: json` is the model: a YAML in conf/dataset/ selects this evaluator with `evaluator: files`
+(conf/dataset/local_prompts.yaml documents every key). Exactly one of `path` (a .jsonl, .json list of objects, either
+gzipped, or .parquet file; relative to the working directory, which run.py keeps) and `hub` (a Hugging Face set,
+`subset` its config, `split` default train) is set. Ids: the `id_field` column as a string, else `<name>-<row index>`.
+A reference is a string, a number or a non-empty list of them (any one counts), compared as text by `scoring`
+(SCORINGS); a scored row keeps `reference` (the list) and `extracted` (the stripped output, or for contains the first
+reference found in it, null when none is). A bad row fails naming the file and line (or row) and the field.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from specbench.common.options import OptionError, choice, shown
 from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source, read_local
+
+
+SCORINGS = ("none", "exact_match", "contains")
 
 
 def extracted(scoring: str, output: str, references: list[str]) -> str | None:
@@ -41,20 +28,6 @@ def extracted(scoring: str, output: str, references: list[str]) -> str | None:
     return next((r.strip() for r in references if r.strip() in output), None)
 
 
-def exact_match(output: str, references: list[str]) -> float:
-    """1.0 if output.strip() == r.strip() for some reference r, else 0.0."""
-    return float(output.strip() in {r.strip() for r in references})
-
-
-def contains(output: str, references: list[str]) -> float:
-    """1.0 if r.strip() is a substring of the output for some reference r, else 0.0."""
-    return float(any(r.strip() in output for r in references))
-
-
-SCORINGS: dict[str, Callable[[str, list[str]], float] | None] = {"none": None, "exact_match": exact_match,
-                                                                   "contains": contains}
-
-
 def answers(row: Row, key: str) -> list[str]:
     """The reference(s) in field `key`: a string, a number or a non-empty list of them, as strings."""
     value = row[key]
@@ -62,14 +35,6 @@ def answers(row: Row, key: str) -> list[str]:
     if not items or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
         raise row.error(f"field {key!r} must be a string, a number or a non-empty list of them, got {shown(value)}")
     return [str(v) for v in items]
-
-
-def read_file(path: str, dataset: str) -> list[Row]:
-    """The rows of the local file `path` (dataset.path); a missing file fails naming it."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise DataSourceError(f"dataset {dataset!r}: file {file.resolve()} not found (dataset.path={path})")
-    return read_local(file)
 
 
 @DATASETS.register("files")
@@ -93,13 +58,16 @@ class Files(Evaluator):
             raise OptionError(f"dataset.scoring={scoring} needs dataset.reference_field (the field holding the answer)")
         self.path, self.hub, self.split, self.subset = path, hub, split, subset
         self.prompt_field, self.reference_field, self.id_field = prompt_field, reference_field, id_field
-        if stop_strings is not None:
-            self.stop_strings = tuple(stop_strings)
+        self.stop_strings = self.stop_strings if stop_strings is None else tuple(stop_strings)
 
     def rows(self) -> list[Row]:
-        """The rows of dataset.path, or of the hub set."""
+        """The rows of dataset.path (a missing file fails naming it), or of the hub set."""
         if self.path is not None:
-            return read_file(self.path, self.name)
+            file = Path(self.path).expanduser()
+            if not file.is_file():
+                raise DataSourceError(f"dataset {self.name!r}: file {file.resolve()} not found "
+                                      f"(dataset.path={self.path})")
+            return read_local(file)
         return load_source(Source(f"dataset {self.name!r}", hub=self.hub, hub_config=self.subset, hub_split=self.split),
                            None)
 
@@ -113,11 +81,13 @@ class Files(Evaluator):
         return [self.example(r, i) for i, r in enumerate(self.rows())]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
-        match = SCORINGS[self.scoring]
-        if not match:
+        """exact_match: 1.0 if the stripped output is a stripped reference; contains: 1.0 if a stripped reference is in
+        the output; else 0.0."""
+        if self.scoring == "none":
             return {"score": None}
-        return {"score": match(output, example.reference), "reference": example.reference,
-                "extracted": extracted(self.scoring, output, example.reference)}
+        refs, got = example.reference, extracted(self.scoring, output, example.reference)
+        hit = got in {r.strip() for r in refs} if self.scoring == "exact_match" else got is not None
+        return {"score": float(hit), "reference": refs, "extracted": got}
 
     def reference(self, example: Example) -> str | None:
         """The first reference answer, when the dataset is scored."""

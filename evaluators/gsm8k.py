@@ -1,16 +1,12 @@
 """`gsm8k`: grade-school math word problems (test split, 1319), scored by exact match of the final number.
 
-Source: hub `openai/gsm8k` (config main), or `gsm8k/test.jsonl` (few-shot: `train.jsonl`) under the
-local data folder. Prompt as lm-eval's `gsm8k` task: "Question: {question}\\nAnswer:", zero-shot by
-default; `num_fewshot` > 0 puts the first n training problems with their worked answers before it,
-as chat turns with a chat template and joined as lm-eval joins them without one (lm-eval samples
-the examples at random; the first n keep prompts fixed across runs).
-Scoring follows lm-eval's two filters and records both: `pred_strict` is the number after
-"####" (the dataset's answer format), `pred_flexible` the last number in the output. The headline
-`score` uses the strict answer when there is one and falls back to the last number otherwise. Rows keep
-`reference` (the number after the set's own "####") and `extracted` (= `pred`, the number scored).
-Numbers are compared as values after removing ",", "$" and a trailing "." (so "18.00" == "18";
-lm-eval compares strings).
+Source: hub `openai/gsm8k` (config main), or `gsm8k/test.jsonl` (few-shot: `train.jsonl`) under the local data
+folder. Prompt as lm-eval's `gsm8k` task, "Question: {question}\\nAnswer:"; `num_fewshot` > 0 puts the first n
+training problems with their worked answers before it (lm-eval samples them at random; the first n keep prompts
+fixed across runs). Scoring records lm-eval's two filters, `pred_strict` (the number after "####", the set's answer
+format) and `pred_flexible` (the last number); the headline `score` takes the strict one when there is one. Rows
+keep `reference` (the set's own "####" number) and `extracted` (= `pred`). Numbers are compared as values after
+removing ",", "$" and a trailing "." (so "18.00" == "18"; lm-eval compares strings).
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from typing import Any
 
 from specbench.data.dataset import DATASETS, Evaluator, Example, Row, Source, load_source
 from specbench.common.options import integer
-from specbench.data.prompting import PLAIN_PROMPT, fewshot_text
+from specbench.data.prompting import fewshot_example
 
 TEST = Source("GSM8K test", hub="openai/gsm8k", hub_config="main", hub_split="test", local="gsm8k/test.jsonl")
 TRAIN = Source("GSM8K train", hub="openai/gsm8k", hub_config="main", hub_split="train", local="gsm8k/train.jsonl")
@@ -58,17 +54,12 @@ def flexible_answer(output: str) -> str | None:
     return found[-1] if found else None
 
 
-def reference_number(answer: str) -> str:
-    """The final answer of a GSM8K solution ('... #### 1,600' -> '1600')."""
-    return answer.split("####")[-1].strip().replace(",", "")
-
-
 def row_reference(row: Row) -> str:
-    """The reference number of a GSM8K row; a solution without its '#### N' line fails naming the row."""
+    """The final number of a GSM8K row's solution ('... #### 1,600' -> '1600'); no '#### N' line fails, naming it."""
     answer = row.text("answer")
     if "####" not in answer:
         raise row.error("field 'answer' has no final '#### <number>' line, so the row cannot be scored")
-    return reference_number(answer)
+    return answer.split("####")[-1].strip().replace(",", "")
 
 
 def match(pred: str | None, reference: str) -> float:
@@ -89,8 +80,7 @@ class GSM8K(Evaluator):
         super().__init__(**options)
         self.num_fewshot = integer(num_fewshot, "dataset.num_fewshot", low=0, high=8)
         self.data_dir, self.instruction = data_dir, instruction
-        if stop_strings is not None:
-            self.stop_strings = tuple(stop_strings)
+        self.stop_strings = self.stop_strings if stop_strings is None else tuple(stop_strings)
 
     def shots(self) -> list[dict[str, str]]:
         """The few-shot turns: the first num_fewshot training problems and their answers."""
@@ -103,17 +93,8 @@ class GSM8K(Evaluator):
     def examples(self) -> list[Example]:
         rows, shots = load_source(TEST, self.data_dir), self.shots()
         head = f"{self.instruction}\n\n" if self.instruction else ""
-        out = []
-        for i, r in enumerate(rows):
-            msgs = shots + [{"role": "user", "content": question_text(r.text("question"))}]
-            msgs[0] = {**msgs[0], "content": head + msgs[0]["content"]}
-            ref = row_reference(r)
-            if len(msgs) == 1:
-                out.append(Example(id=f"gsm8k-{i:04d}", prompt=msgs[0]["content"], reference=ref))
-            else:
-                out.append(Example(id=f"gsm8k-{i:04d}", prompt=msgs, reference=ref,
-                                   meta={PLAIN_PROMPT: fewshot_text(msgs)}))
-        return out
+        return [fewshot_example(f"gsm8k-{i:04d}", head, shots, question_text(r.text("question")), row_reference(r))
+                for i, r in enumerate(rows)]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
         strict, flexible = strict_answer(output), flexible_answer(output)

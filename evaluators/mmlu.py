@@ -1,18 +1,12 @@
 """`mmlu`: 57-subject multiple choice, scored by the accuracy of the answer letter extracted from the output.
 
-Splits: `validation` (1531 questions, the AdaSD paper's: hub `cais/mmlu`, config all) is the
-default; `test` (14042) is also on the hub and is the only split with a local copy
-(`mmlu/test.jsonl`); `dev` (285) gives the few-shot examples. A split that the chosen source does
-not have fails with a message naming it (offline: run with dataset.split=test); every row
-records the split it came from.
-
-Examples are ordered by subject (alphabetical, stable), so the hub's `all` config and the local
-copy (grouped by subject in another order) give the same examples and ids (`<subject>-<index in
-subject>`). Prompt as lm-eval's generative MMLU: "The following are multiple choice questions
-(with answers) about <subject>.", then, with `num_fewshot` (0..5), the first dev questions of the
-subject with their answer letters (chat turns with a chat template, lm-eval's plain few-shot
-text without one), then "<question>\\nA. ..\\nB. ..\\nC. ..\\nD. ..\\nAnswer:".
-`extract_letter` reads the letter from free-form output (see its docstring).
+Splits: `validation` (1531 questions, the AdaSD paper's: hub `cais/mmlu`, config all) is the default; `test` (14042)
+is also on the hub and is the only split with a local copy (`mmlu/test.jsonl`); `dev` (285) gives the few-shot
+examples. A split the chosen source lacks fails naming it; every row records its split. Examples are ordered by
+subject (a stable sort), so the hub's `all` config and the local copy (another subject order) give the same examples
+and ids (`<subject>-<index in subject>`). Prompt as lm-eval's generative MMLU: "The following are multiple choice
+questions (with answers) about <subject>.", then, with `num_fewshot` (0..5), the subject's first dev questions with
+their letters, then "<question>\\nA. ..\\nB. ..\\nC. ..\\nD. ..\\nAnswer:".
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from typing import Any
 
 from specbench.data.dataset import DATASETS, Evaluator, Example, NoLocalCopyError, Row, Source, load_source
 from specbench.common.options import choice, integer
-from specbench.data.prompting import PLAIN_PROMPT, fewshot_text
+from specbench.data.prompting import fewshot_example
 
 LETTERS = "ABCD"
 SPLITS = {"validation": None, "test": "mmlu/test.jsonl", "dev": None}  # split -> local file (None: hub only)
@@ -50,11 +44,6 @@ def check_row(row: Row) -> Row:
         raise row.error(f"field 'answer' must be the index of the right choice (0 to {len(choices) - 1}), "
                         f"got {answer!r}")
     return row
-
-
-def by_subject(rows: list[Row]) -> list[Row]:
-    """Usable rows sorted by subject, keeping the source order within a subject."""
-    return sorted((check_row(r) for r in rows), key=lambda r: r["subject"])
 
 
 # The letter after optional spaces, asterisks, brackets; not the start of a word ("A new ...").
@@ -86,16 +75,13 @@ def extract_letter(output: str, choices: list[str] | None = None) -> str | None:
             if m.group(1) in LETTERS:  # re.I lets 'a' (the article) match: skip it
                 return m.group(1)
     if choices:
-        hits = [LETTERS[j] for j, c in enumerate(choices) if str(c).strip() and _contains(text, str(c))]
+        # the choices whose text appears in the output as a whole phrase (case-insensitive)
+        hits = [LETTERS[j] for j, c in enumerate(choices)
+                if str(c).strip() and re.search(rf"(?<!\w){re.escape(str(c).strip())}(?!\w)", text, re.I)]
         if len(hits) == 1:
             return hits[0]
     m = LONE.search(text)
     return m.group(1) if m else None
-
-
-def _contains(text: str, choice: str) -> bool:
-    """Whether the choice text appears in the output as a whole phrase (case-insensitive)."""
-    return re.search(rf"(?<!\w){re.escape(choice.strip())}(?!\w)", text, re.I) is not None
 
 
 @DATASETS.register("mmlu")
@@ -106,22 +92,20 @@ class MMLU(Evaluator):
 
     def __init__(self, data_dir: str | None = None, split: str = "validation", num_fewshot: int = 0,
                  stop_strings: list[str] | None = None, **options: Any) -> None:
-        super().__init__(**options)
+        super().__init__(data_dir, **options)
         self.split = choice(split, "dataset.split", SPLITS)
         self.num_fewshot = integer(num_fewshot, "dataset.num_fewshot", low=0, high=5)  # 5 dev questions a subject
-        self.data_dir = data_dir
-        if stop_strings is not None:
-            self.stop_strings = tuple(stop_strings)
+        self.stop_strings = self.stop_strings if stop_strings is None else tuple(stop_strings)
 
     def rows(self, split: str) -> list[Row]:
-        """The rows of `split`, ordered by subject; a clear error if the source does not have it."""
+        """The usable rows of `split` by subject (a stable sort); a clear error if the source does not have it."""
         if self.data_dir and SPLITS[split] is None:
             raise NoLocalCopyError(
                 f"MMLU {split}: no local copy exists (only the test split, {SPLITS['test']}, under "
                 f"data_dir={self.data_dir}); run with dataset.split=test"
                 + (" dataset.num_fewshot=0" if split == "dev" else "") + f", or unset data_dir to load cais/mmlu "
                 f"({split}) from the hub")
-        return by_subject(load_source(source(split), self.data_dir))
+        return sorted((check_row(r) for r in load_source(source(split), self.data_dir)), key=lambda r: r["subject"])
 
     def shots(self) -> dict[str, list[dict[str, str]]]:
         """Few-shot chat turns per subject: its first num_fewshot dev questions and their letters."""
@@ -142,13 +126,8 @@ class MMLU(Evaluator):
             subject = r["subject"]
             i = seen[subject] = seen.get(subject, -1) + 1
             head = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
-            msgs = shots.get(subject, []) + [{"role": "user", "content": question_text(r)}]
-            msgs[0] = {**msgs[0], "content": head + msgs[0]["content"]}
-            meta = {"subject": subject, "choices": r["choices"]}
-            if len(msgs) > 1:
-                meta[PLAIN_PROMPT] = fewshot_text(msgs)
-            out.append(Example(id=f"{subject}-{i:03d}", prompt=msgs[0]["content"] if len(msgs) == 1 else msgs,
-                               reference=LETTERS[r["answer"]], meta=meta))
+            out.append(fewshot_example(f"{subject}-{i:03d}", head, shots.get(subject, []), question_text(r),
+                                       LETTERS[r["answer"]], {"subject": subject, "choices": r["choices"]}))
         return out
 
     def score(self, example: Example, output: str) -> dict[str, Any]:

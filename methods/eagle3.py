@@ -16,7 +16,7 @@ from typing import Any
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, head_state
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape
 from specbench.decoding.state import Counted
 
 
@@ -24,24 +24,19 @@ class Head(Drafter):
     """A head drafting on the target's states (eagle3, medusa): checks `head` before any model loads, binds the
     loaded head in the draft role and reads the states of the layers it was trained on."""
 
-    pair_draft = False  # the head replaces the pair's draft model
-    reads_states = True
-    one_row = "drafts with a head that keeps one row's states and cache"
-    tree_role = ""  # the head grows its tree over its own cache; the target's mask is checked
+    # the head replaces the pair's draft model and grows its tree over its own cache (the target's mask is checked)
+    needs = Needs(pair_draft=False, reads_states=True, one_row="drafts with a head that keeps one row's states and "
+                  "cache", tree_role="")
+    distill_kind = ""  # the task=distill task.kind (and head format) it loads
 
     def __init__(self, head: Any = None) -> None:
         from specbench.models.heads import check_head_source
 
-        check_head_source(self.name, head, self.distill_kind)  # a hub id neither cached nor downloadable fails now
+        check_head_source(self.distill_kind, head, self.distill_kind)  # a hub id neither cached nor downloadable fails now
         self.head = head
         self.head_layers: tuple[int, ...] = ()
 
-    @property
-    def distill_kind(self) -> str:
-        """The task=distill task.kind (and head format) this drafter loads."""
-        return self.name
-
-    def bind(self, binding: Binding) -> Binding:
+    def bind(self, binding: Binding, shape: Shape) -> Binding:
         """The binding with the loaded head in the draft role."""
         from specbench.models.heads import load_head
 
@@ -57,7 +52,7 @@ class Head(Drafter):
 class Eagle3(Head):
     """EAGLE-3's head: chains x_i ~ q_i, or trees grown by the shape."""
 
-    name = "eagle3"
+    distill_kind = "eagle3"
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:

@@ -5,15 +5,11 @@ After each iteration with A accepted drafts out of a planned window γ:
     A' = A + δ           if A == γ (every planned draft accepted: expand)   else A
     γ̄  = clip((1 - η) γ̄ + η A', γ_min, γ_max)                              (EWMA, bounded)
     γ  = ceil(γ̄)
-The paper's Algorithm 1 writes `γ <- A + δ` on line 2 and then overwrites γ on line 5, which would
-make δ a no-op; its text (eq. 7, "increases A by a tunable offset δ") says A is increased: we
-follow the text. "A == γ" compares with the planned window, so an iteration cut short (EOS, the
-length cap, or GammaTune+'s confidence stop) with all its drafts accepted does not expand.
-The paper gives no values: defaults η = 0.5, δ = 2, γ_min = 1, γ_max = 24, initial γ = 5
-(the paper sweeps the initial γ over 1..8, 12, 16, 20, 24). State (γ̄, γ) restarts at the initial
-γ for every generation call unless `persist: true`. Rule `rejection` (lossless).
-GammaTune+ adds a confidence stop: end the draft after a token whose top draft probability
-max_v q_i(v) is below τ (default 0.4).
+Algorithm 1 writes `γ <- A + δ` on line 2 and overwrites γ on line 5, which would make δ a no-op; we follow the
+text (eq. 7, "increases A by a tunable offset δ"). "A == γ" compares with the planned window, so an iteration cut
+short (EOS, the length cap, GammaTune+'s confidence stop) with all its drafts accepted does not expand. The paper
+gives no values: defaults η = 0.5, δ = 2, γ_min = 1, γ_max = 24, initial γ = 5 (it sweeps the initial γ over 1..8,
+12, 16, 20, 24). (γ̄, γ) restart at the initial γ every generation call unless `persist: true`.
 """
 
 from __future__ import annotations
@@ -23,9 +19,9 @@ from typing import Any
 
 import torch
 
-from specbench.common.options import integer, real
-from specbench.decoding.method import (METHODS, IterationRecord, Method, check_gamma, check_option, option_error,
-                                       state_values)
+from specbench.common.options import OptionError, integer, real
+from specbench.decoding.policy import POLICIES, Policy, check_gamma, state_values
+from specbench.decoding.records import IterationRecord
 
 
 def gammatune_step(gamma: int, gamma_bar: float, accepted: int, eta: float, delta: int,
@@ -36,22 +32,19 @@ def gammatune_step(gamma: int, gamma_bar: float, accepted: int, eta: float, delt
     return math.ceil(gamma_bar), gamma_bar
 
 
-@METHODS.register("gammatune")
-class GammaTune(Method):
-    """Adaptive γ from the EWMA of accepted counts (see the module docstring for the exact update)."""
-
-    name = "gammatune"
+@POLICIES.register("gammatune")
+class GammaTune(Policy):
+    """Adaptive γ from the EWMA of accepted counts (the module docstring's update)."""
 
     def __init__(self, gamma: int = 5, eta: float = 0.5, delta: int = 2, gamma_min: int = 1,
-                 gamma_max: int = 24, persist: bool = False, rule: str = "rejection", **options) -> None:
-        super().__init__(rule=rule, **options)
-        self.gamma0 = check_gamma(self.name, gamma)
-        check_gamma(self.name, gamma_min, "gamma_min")
+                 gamma_max: int = 24, persist: bool = False) -> None:
+        self.gamma0 = check_gamma(gamma)
+        check_gamma(gamma_min, "gamma_min")
         if not gamma_min <= gamma_max:
-            raise option_error(self.name, f"method.gamma_min must be <= method.gamma_max, got gamma_min={gamma_min} > "
-                                          f"gamma_max={gamma_max}")
-        check_option(self.name, real, eta, "eta", low=0, high=1, low_open=True)
-        check_option(self.name, integer, delta, "delta", low=0)
+            raise OptionError(f"method.gamma_min must be <= method.gamma_max, got gamma_min={gamma_min} > "
+                              f"gamma_max={gamma_max}")
+        real(eta, "method.eta", low=0, high=1, low_open=True)
+        integer(delta, "method.delta", low=0)
         self.eta, self.delta, self.gamma_min, self.gamma_max = eta, delta, gamma_min, gamma_max
         self.persist = persist
         self.gamma, self.gamma_bar = self.gamma0, float(self.gamma0)
@@ -69,27 +62,26 @@ class GammaTune(Method):
         self.gamma, self.gamma_bar = gammatune_step(self.gamma, self.gamma_bar, record.accepted, self.eta,
                                                     self.delta, self.gamma_min, self.gamma_max)
 
-    def policy_state(self) -> dict[str, float]:
+    def state(self) -> dict[str, float]:
         return {"gamma": self.gamma, "gamma_bar": self.gamma_bar}
 
-    def carried_state(self) -> dict[str, Any] | None:
+    @property
+    def carried(self) -> dict[str, Any] | None:
         return {"gamma": self.gamma, "gamma_bar": float(self.gamma_bar)} if self.persist else None
 
-    def restore_state(self, state: dict[str, Any]) -> None:
-        gamma, gamma_bar = state_values(self.name, state, ("gamma", "gamma_bar"))
-        self.gamma, self.gamma_bar = check_gamma(self.name, gamma), float(gamma_bar)
+    @carried.setter
+    def carried(self, state: dict[str, Any]) -> None:
+        gamma, gamma_bar = state_values("gammatune", state, ("gamma", "gamma_bar"))
+        self.gamma, self.gamma_bar = check_gamma(gamma), float(gamma_bar)
 
 
-@METHODS.register("gammatune_plus")
+@POLICIES.register("gammatune_plus")
 class GammaTunePlus(GammaTune):
     """GammaTune plus the confidence stop: end the draft after a token with max_v q_i(v) < τ."""
 
-    name = "gammatune_plus"
-
-    def __init__(self, tau: float = 0.4, **kwargs) -> None:
+    def __init__(self, tau: float = 0.4, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_option(self.name, real, tau, "tau", low=0, high=1)
-        self.tau = tau
+        self.tau = real(tau, "method.tau", low=0, high=1)
 
     def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool:
         return bool(q_i.max() >= self.tau)

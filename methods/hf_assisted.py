@@ -14,8 +14,11 @@ from transformers.utils import is_sklearn_available
 from specbench.decoding.engine import sync
 from specbench.decoding.records import Generation
 from specbench.common.options import OptionError, choice, real
-from specbench.decoding.method import (METHODS, IterationRecord, Method, check_gamma, check_option, option_error,
-                                       state_values)
+from specbench.decoding.binding import Binding
+from specbench.decoding.method import LOOPS
+from specbench.decoding.policy import check_gamma, state_values
+from specbench.decoding.records import IterationRecord
+from specbench.decoding.parts import Needs
 from specbench.decoding.stopping import StopCriteria
 
 log = logging.getLogger(__name__)
@@ -30,15 +33,11 @@ def leading_matches(a: list[int], b: list[int]) -> int:
 
 
 class Recorder(StoppingCriteria):
-    """Rebuilds transformers' iterations from outside: forward hooks time and count the model calls, and
-    this stopping criterion, which the assisted loop checks once after every iteration, closes each one.
-
-    The target's one verify call per iteration is fed [uncached committed tokens, x_1..x_w], so
-    w = cached + fed - committed and the candidates are the last w fed ids. The sequence handed to the
-    stopping check then holds the committed tokens; accepted n = leading matches of the candidates with
-    them (a correction never equals the rejected draft: argmax at T=0; at T>0 it is drawn from
-    max(p - q, 0), which is 0 at a rejected draft). The models are only observed, never modified.
-    """
+    """Rebuilds transformers' iterations from outside, never modifying the models: forward hooks time and count the
+    calls; this stopping criterion, checked once after every iteration, closes each one. The target's verify is fed
+    [uncached committed tokens, x_1..x_w], so w = cached + fed - committed, the candidates its last w ids; accepted
+    n = leading matches of the candidates with the committed tokens the stopping check gets (a correction never equals
+    the rejected draft: argmax at T=0; at T>0 a draw from max(p - q, 0), which is 0 at a rejected draft)."""
 
     def __init__(self, stop: StopCriteria, prompt_len: int, max_new_tokens: int, room: int, gamma: int, schedule: str
                  ) -> None:
@@ -59,8 +58,7 @@ class Recorder(StoppingCriteria):
         self.layers = 0  # the target's decoder layers
 
     def attach(self, target: PreTrainedModel, draft: PreTrainedModel | None) -> list[Any]:
-        """Register the hooks on the target and the draft model (None: prompt lookup, or early exit, whose drafts
-        are the target's own calls with fewer layers); returns their handles."""
+        """Hook the target and the draft (None: prompt lookup, or early exit's calls of the target); the handles."""
         self.layers = target.config.get_text_config().num_hidden_layers
         hooks = [target.register_forward_pre_hook(self._target_pre, with_kwargs=True),
                  target.register_forward_hook(lambda m, *_: self._post(self._which, m.device))]
@@ -104,7 +102,7 @@ class Recorder(StoppingCriteria):
         self.t_verify = self._t0
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        """End of one iteration: record it; True once the block holds a stop (specbench.decoding.stopping, as the engine)."""
+        """End of one iteration: record it; True once the block holds a stop (the engine's StopCriteria)."""
         eos, cand = self.stop_criteria.eos_ids, self.cand
         new = input_ids[0, self.L:].tolist()  # committed this iteration (cut after EOS by transformers)
         w = len(cand)
@@ -136,133 +134,94 @@ class Recorder(StoppingCriteria):
                           device=input_ids.device)
 
 
-@METHODS.register("hf_assisted")
-class HFAssisted(Method):
-    """transformers' assisted generation run as is, observed through hooks (AdaSD's "AssistedGen").
+@LOOPS.register("hf_assisted")
+class HFAssisted:
+    """transformers' assisted generation run as is on the bound pair, observed through hooks (AdaSD's "AssistedGen").
 
-    Settings: the three assistant keys of the draft's generation_config, with transformers' defaults
-    num_assistant_tokens=20 (option `gamma`), num_assistant_tokens_schedule="constant" ("heuristic",
-    "heuristic_transient"), assistant_confidence_threshold=0.4 (0 disables the confidence stop and its
-    ROC update; the update runs only when scikit-learn is installed, a dependency here).
-    Persistence: transformers reads these from `draft.generation_config` at every call and, with the
-    "heuristic" schedule, writes the final num_assistant_tokens back to it (5.24 fits the confidence
-    threshold on a per-call copy, so the threshold itself does not carry over despite its docs).
-    `persist: false` (default) starts every example from the configured values;
-    `true` carries whatever transformers left in the config into the next example, as one long-lived
-    assistant model would (each row saves it, carried_state, so a resumed run continues from it). Either
-    way the shared draft's config is restored after each call.
-    Everything about the pair comes from the binding (Method.bind): the two models, the decode settings,
-    the EOS ids, the vocabulary range and the context.
-    Decoding: greedy (do_sample=False) at temperature 0, else do_sample with the bound temperature,
-    top_k (0 = off) and top_p (1.0 = off); repetition_penalty=1 and no_repeat_ngram_size=0 are pinned
-    so a checkpoint's generation_config cannot add processors the engine does not apply. After every
-    iteration the engine's StopCriteria (specbench.decoding.stopping), handed to generate_external, checks
-    the block token by token, ends the call at the first stop and drops the tokens after it; the context
-    cap is the bound context. Logit rows beyond the tokenizer's range (embedding
-    padding) are suppressed (`suppress_tokens`, `suppress_padding: true`) so neither model can pick a
-    padding id, as the engine's sampler cuts them.
-    Seeding: transformers draws from torch's global RNG; each call reseeds it, inside
-    torch.random.fork_rng (the caller's global state is restored), from one draw of the engine's
-    generator. Runs are reproducible per example seed, but the random stream differs from the engine's,
-    so sampled tokens are not those of native methods. At T>0 transformers verifies with speculative
-    sampling (Leviathan et al.), so rows carry lossless: true.
-    Records (see Recorder): drafted (transformers' candidate_length), accepted, stop (eos; policy = fewer
-    than both the window and the length cap, i.e. the confidence stop; window; length), draft_s (iteration
-    start to the verify call, transformers' drafting overhead included), verify_s (the target forward),
-    state gamma (num_assistant_tokens after the iteration); a confidence stop on the window's last token
-    reads as "window", and no per-position entropy / JS is recorded. pad_token_id is set to an EOS id
-    (see generate_kwargs). The first iteration starts at the first model call, so first_block_s (to the
-    first committed block) spans what the engine's does, without generate()'s set-up; decode_s spans the
-    whole generate() call.
-    Draft sources (transformers' candidate generators): the pair's draft model (default);
-    `prompt_lookup_num_tokens` (+ `max_matching_ngram_size`, default 2): prompt lookup, no draft model;
-    `assistant_early_exit`: the target's first layers draft (its generation_config then holds the assistant
-    settings); on a pair with `cross_tokenizer: true` both tokenizers are passed, so transformers runs universal
-    assisted generation (greedy: re-tokenized candidates; sampled: Universal Speculative Decoding). In the
-    early-exit case the target's own calls with fewer layers are counted as draft calls.
-    Refused: different vocab sizes of the two models on a pair not marked cross_tokenizer (transformers then
-    needs both tokenizers).
+    Settings: the draft generation_config's three assistant keys, transformers' defaults num_assistant_tokens=20
+    (option `gamma`), num_assistant_tokens_schedule="constant" ("heuristic", "heuristic_transient"),
+    assistant_confidence_threshold=0.4 (0 disables the confidence stop and its ROC update, which needs
+    scikit-learn, a dependency here). transformers reads them from the config at every call and, with "heuristic",
+    writes the final num_assistant_tokens back (5.24 fits the threshold on a per-call copy: despite its docs it does
+    not carry over). `persist: false` (default) starts every example from the configured values; `true` carries
+    what transformers left into the next example, as one long-lived assistant would (rows save it, `carried`, so a
+    resumed run continues). Either way the shared draft's config is restored after each call.
+    Decoding: do_sample=False at temperature 0, else the bound temperature, top_k (0 = off), top_p (1.0 = off);
+    repetition_penalty=1 and no_repeat_ngram_size=0 are pinned so a checkpoint's generation_config adds no processor
+    the engine lacks. The engine's StopCriteria, handed to generate, checks each block token by token, ends the call
+    at the first stop and drops the tokens after it; the context cap is the bound context. Logits beyond the
+    tokenizer's range (embedding padding) are suppressed (`suppress_padding: true`), as the engine's sampler cuts them.
+    Seeding: transformers draws from torch's global RNG, reseeded per call inside torch.random.fork_rng (the caller's
+    state restored) from one draw of the engine's generator: reproducible per example seed, but not the native
+    methods' sampled tokens. At T>0 transformers verifies by speculative sampling (Leviathan et al.): lossless.
+    Records (Recorder): drafted (candidate_length), accepted, stop (eos; policy = fewer than both the window and the
+    length cap, i.e. the confidence stop, which on the window's last token reads as "window"; window; length),
+    draft_s (iteration start to the verify call, transformers' overhead included), verify_s, state gamma
+    (num_assistant_tokens after the iteration); no entropy / JS. The first iteration starts at the first model call,
+    so first_block_s spans what the engine's does, without generate()'s set-up; decode_s spans the whole call.
+    Draft sources: the pair's draft (default); `prompt_lookup_num_tokens` (+ `max_matching_ngram_size`, default 2):
+    prompt lookup; `assistant_early_exit`: the target's first layers (its generation_config then holds the assistant
+    settings; its calls with fewer layers count as draft calls); a `cross_tokenizer: true` pair passes both
+    tokenizers: universal assisted generation (greedy: re-tokenized candidates; sampled: Universal Speculative
+    Decoding). Refused: models of different vocab sizes on a pair not marked cross_tokenizer.
     """
-
-    name = "hf_assisted"
-    external = True
-
-    cross_tokenizer = True  # a draft of another tokenizer: transformers' universal assisted generation
 
     def __init__(self, gamma: int = 20, num_assistant_tokens_schedule: str = "constant",
                  assistant_confidence_threshold: float = 0.4, persist: bool = False,
                  suppress_padding: bool = True, prompt_lookup_num_tokens: int | None = None,
-                 max_matching_ngram_size: int | None = None, assistant_early_exit: int | None = None,
-                 **options) -> None:
-        super().__init__(**options)
-        if self.rule_spec != "rejection":
-            raise option_error(self.name, f"method.parts.rule: transformers' assisted generation accepts drafts by its "
-                                          f"own rejection sampling; got {self.rule_spec!r}")
+                 max_matching_ngram_size: int | None = None, assistant_early_exit: int | None = None) -> None:
         if prompt_lookup_num_tokens is not None and assistant_early_exit is not None:
-            raise option_error(self.name, "method.prompt_lookup_num_tokens and method.assistant_early_exit choose two "
-                                          "different draft sources; set at most one of them (the other null)")
+            raise OptionError("method.prompt_lookup_num_tokens and method.assistant_early_exit choose two different "
+                              "draft sources; set at most one of them (the other null)")
         if max_matching_ngram_size is not None and prompt_lookup_num_tokens is None:
-            raise option_error(self.name, "method.max_matching_ngram_size applies to prompt lookup only; set "
-                                          "method.prompt_lookup_num_tokens too (or "
-                                          "method.max_matching_ngram_size=null)")
+            raise OptionError("method.max_matching_ngram_size applies to prompt lookup only; set "
+                              "method.prompt_lookup_num_tokens too (or method.max_matching_ngram_size=null)")
         self.lookup = {} if prompt_lookup_num_tokens is None else {
-            "prompt_lookup_num_tokens": check_gamma(self.name, prompt_lookup_num_tokens, "prompt_lookup_num_tokens"),
-            "max_matching_ngram_size": check_gamma(self.name, max_matching_ngram_size or 2, "max_matching_ngram_size")}
-        self.early_exit = None if assistant_early_exit is None else check_gamma(self.name, assistant_early_exit,
+            "prompt_lookup_num_tokens": check_gamma(prompt_lookup_num_tokens, "prompt_lookup_num_tokens"),
+            "max_matching_ngram_size": check_gamma(max_matching_ngram_size or 2, "max_matching_ngram_size")}
+        self.early_exit = None if assistant_early_exit is None else check_gamma(assistant_early_exit,
                                                                                 "assistant_early_exit")
-        self.with_draft_model = not self.lookup and self.early_exit is None  # else: no draft model
-        check_option(self.name, choice, num_assistant_tokens_schedule, "num_assistant_tokens_schedule",
-                     choices=SCHEDULES)
-        self.settings = {"num_assistant_tokens": check_gamma(self.name, gamma),
+        # the pair's draft model is loaded unless prompt lookup or an early exit drafts; a draft of another
+        # tokenizer runs transformers' universal assisted generation; one sequence at a time, eagerly
+        self.needs = Needs(pair_draft=not self.lookup and self.early_exit is None, cross_tokenizer=True,
+                           one_row="runs transformers' assisted generation, which supports batch size 1 only "
+                           "(method=vanilla or heuristic run batched in specbench's engine)")
+        choice(num_assistant_tokens_schedule, "method.num_assistant_tokens_schedule", choices=SCHEDULES)
+        self.settings: dict[str, Any] = {"num_assistant_tokens": check_gamma(gamma),
                          "num_assistant_tokens_schedule": num_assistant_tokens_schedule,
-                         "assistant_confidence_threshold": check_option(self.name, real, assistant_confidence_threshold,
-                                                                        "assistant_confidence_threshold", low=0,
-                                                                        high=1)}
+                         "assistant_confidence_threshold": real(assistant_confidence_threshold,
+                                                                "method.assistant_confidence_threshold", low=0, high=1)}
         self.persist = bool(persist)
         self.suppress_padding = bool(suppress_padding)
-        self.carried: dict[str, Any] | None = None  # what transformers left in the draft's config
+        self.left: dict[str, Any] | None = None  # what transformers left in the draft's config
+        self.bound: Binding | None = None  # the pair of the current generate()
         if assistant_confidence_threshold and not is_sklearn_available():
             log.warning("scikit-learn is not installed: transformers will not update the confidence threshold")
 
     @property
-    def lossless(self) -> bool:
-        return True  # greedy matching at T=0, speculative sampling at T>0
+    def carried(self) -> dict[str, Any] | None:
+        return dict(self.left or self.settings) if self.persist else None
 
-    def carried_state(self) -> dict[str, Any] | None:
-        return dict(self.carried or self.settings) if self.persist else None
+    @carried.setter
+    def carried(self, state: dict[str, Any]) -> None:
+        self.left = dict(zip(ASSISTANT_KEYS, state_values("hf_assisted", state, ASSISTANT_KEYS)))
 
-    @property
-    def pair_draft(self) -> bool:
-        """transformers' assistant is the pair's draft model (not prompt lookup, not an early exit)."""
-        return self.with_draft_model
-
-    def check_batch(self, batch_size: int) -> None:
-        """transformers' assisted generation decodes one sequence at a time: batch_size must be 1."""
-        from specbench.common.options import OptionError
-
-        if batch_size > 1:
-            raise OptionError(f"method 'hf_assisted' runs transformers' assisted generation, which supports batch "
-                              f"size 1 only (got batch_size={batch_size}); set batch_size=1, or use method=vanilla "
-                              "or heuristic, which run batched in specbench's engine")
-
-    def restore_state(self, state: dict[str, Any]) -> None:
-        self.carried = dict(zip(ASSISTANT_KEYS, state_values(self.name, state, ASSISTANT_KEYS)))
-
-    def generate_external(self, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
-                          generator: torch.Generator | None, trace: bool) -> Generation:
+    def generate(self, bound: Binding, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
+                 generator: torch.Generator | None, trace: bool) -> Generation:
         """One transformers assisted generation on the bound pair, returned as the engine's Generation."""
-        target, draft = transformers_model(self.verifier_model), self.assistant()
+        self.bound = bound
+        target, draft = transformers_model(bound.models["target"]), self.assistant()
         if not isinstance(target, GenerationMixin):
             raise OptionError(f"method 'hf_assisted': the target {type(target).__name__} has no generate()")
-        cross = self.bound.pair is not None and self.pair_draft and self.bound.pair.draft_tokenizer is not None
+        cross = bound.pair is not None and self.needs.pair_draft and bound.pair.draft_tokenizer is not None
         if draft is not None and draft is not target and not cross:
             check_vocab_sizes(target, draft)
         P = len(prompt_ids)
-        ctx = self.bound.context_length or (P + max_new_tokens + 1)
+        ctx = bound.context_length or (P + max_new_tokens + 1)
         if P >= ctx:
             raise ValueError(f"prompt of {P} tokens does not fit the model context of {ctx} tokens")
         max_new = min(max_new_tokens, ctx - P)  # the engine stops at the context too
-        settings = self.carried if self.persist and self.carried is not None else self.settings
+        settings = self.left if self.persist and self.left is not None else self.settings
         gamma = self.lookup.get("prompt_lookup_num_tokens", settings["num_assistant_tokens"])
         rec = Recorder(stop, P, max_new_tokens, ctx - P, int(gamma),
                        "constant" if self.lookup else settings["num_assistant_tokens_schedule"])
@@ -285,7 +244,7 @@ class HFAssisted(Method):
                 sync(target.device)
                 decode_s = time.perf_counter() - rec.t_start
         finally:
-            self.carried = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
+            self.left = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
             for k, v in saved.items():
                 setattr(gc, k, v)
             for h in hooks:
@@ -293,34 +252,32 @@ class HFAssisted(Method):
         return self.finish(out[0, P:].tolist(), rec, decode_s)
 
     def assistant(self) -> PreTrainedModel | None:
-        """The model that drafts in transformers' loop: the pair's draft, the target itself (early exit) or none
-        (prompt lookup)."""
+        """The model that drafts: the pair's draft, the target (early exit) or none (prompt lookup)."""
         if self.lookup:
             return None
-        model = self.verifier_model if self.early_exit is not None else self.draft_model
+        models = self.binding.models
+        model = models["target"] if self.early_exit is not None else models.get("draft")
         return transformers_model(model) if model is not None else None
 
     def source_kwargs(self, draft: PreTrainedModel | None, cross: bool) -> dict[str, Any]:
-        """generate() keyword arguments that choose transformers' draft source: prompt lookup, early exit, an
-        assistant model, and with a draft of another tokenizer both tokenizers (universal assisted generation)."""
+        """generate()'s arguments that choose the draft source (both tokenizers for universal assisted generation)."""
         if self.lookup:
             return dict(self.lookup)
         if self.early_exit is not None:
             return {"assistant_early_exit": self.early_exit}
         kw: dict[str, Any] = {"assistant_model": draft}
         if cross:
-            pair = self.bound.pair
+            pair = self.binding.pair
             assert pair is not None  # cross: the bound pair's draft has its own tokenizer
-            kw |= {"tokenizer": self.bound.tokenizer, "assistant_tokenizer": pair.draft_tokenizer}
+            kw |= {"tokenizer": self.binding.tokenizer, "assistant_tokenizer": pair.draft_tokenizer}
         return kw
 
     def generate_kwargs(self, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
         """generate() keyword arguments for the bound decode settings, EOS ids and vocabulary range."""
-        sp, vocab = self.bound.params, self.bound.vocab_size
-        eos = sorted(self.bound.eos_ids)
-        # pad = an EOS id: the drafter's inner generate() gets no attention mask, infers one from the pad id
-        # (utils.py, _prepare_attention_mask_for_generation) and would mask any generated token equal to it;
-        # transformers skips that inference when the pad id is an EOS id
+        sp, vocab = self.binding.params, self.binding.vocab_size
+        eos = sorted(self.binding.eos_ids)
+        # pad = an EOS id: the drafter's inner generate() infers a mask from the pad id (utils.py,
+        # _prepare_attention_mask_for_generation), masking any token equal to it, unless the pad id is an EOS id
         kw: dict[str, Any] = {"max_new_tokens": max_new, "eos_token_id": eos or None,
                               "pad_token_id": eos[0] if eos else None,
                               "do_sample": not sp.greedy, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
@@ -343,7 +300,13 @@ class HFAssisted(Method):
                           first_block_s=rec.first_block_s, target_model_s=rec.seconds["target"],
                           draft_model_s=rec.seconds["draft"], target_calls=rec.calls["target"],
                           draft_calls=rec.calls["draft"], text=stop.text(out, reason),
-                          extra={"assistant_settings_after": dict(self.carried or {})})
+                          extra={"assistant_settings_after": dict(self.left or {})})
+
+    @property
+    def binding(self) -> Binding:
+        """The pair of the current generate()."""
+        assert self.bound is not None  # set by generate()
+        return self.bound
 
 
 def transformers_model(model: torch.nn.Module) -> PreTrainedModel:

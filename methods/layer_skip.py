@@ -1,12 +1,11 @@
-"""Drafter `early_exit` (conf/method/layer_skip.yaml): self-speculation by layer skipping: the target's first `exit_layer` layers, its final norm and its
-head draft (transformers' `assistant_early_exit`, LayerSkip's self-speculative decoding); the full target verifies.
+"""Drafter `early_exit` (conf/method/layer_skip.yaml): self-speculation by layer skipping: the target's first
+`exit_layer` layers, final norm and head draft (transformers' `assistant_early_exit`, LayerSkip's self-speculative
+decoding); the full target verifies.
 
-The draft model is an early-exit view of the target (specbench.models.early_exit: shared weights, its own KV
-cache), in the pair's draft role, so its calls and seconds are draft calls; the pair needs no draft model.
-Drafting is vanilla's: γ tokens per iteration, `rejection`, lossless. Models trained for early exit (e.g.
-facebook/layerskip-llama3.2-1B) draft well; on other models the early layers' predictions are poor and
-acceptance is low. Equal to hf_assisted's early exit token for token, candidates, matches and calls on transformers
-5.24.0 (tests/test_draft_sources.py).
+The draft is an early-exit view of the target (specbench.models.early_exit: shared weights, its own KV cache) in
+the pair's draft role, so its calls and seconds are draft calls; the pair needs no draft model. Models trained for
+early exit (e.g. facebook/layerskip-llama3.2-1B) draft well; on others acceptance is low. Equal to hf_assisted's
+early exit token for token, candidates, matches and calls on transformers 5.24.0 (tests/test_draft_sources.py).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from transformers import PreTrainedModel
 from specbench.common.options import OptionError
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape, model_source
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape, model_source
 from specbench.decoding.state import Counted
 
 
@@ -26,13 +25,12 @@ from specbench.decoding.state import Counted
 class EarlyExit(Drafter):
     """The target's first exit_layer layers (default: half of them) as the draft model."""
 
-    name = "early_exit"
-    pair_draft = False
+    needs = Needs(pair_draft=False)
 
     def __init__(self, exit_layer: int | None = None) -> None:
         self.exit_layer = exit_layer  # checked against the target's layers at bind (early_exit)
 
-    def bind(self, binding: Binding) -> Binding:
+    def bind(self, binding: Binding, shape: Shape) -> Binding:
         """The early-exit view of the target in the draft role."""
         from specbench.models.early_exit import early_exit, exit_layers
 

@@ -32,9 +32,8 @@ import torch
 from specbench.common.options import integer
 from specbench.decoding.binding import Binding
 from specbench.decoding.drafts import DraftSource, Drafting
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape
 from specbench.decoding.proposal import TOP_K, Proposal, chain
-from specbench.decoding.tree_drafts import Grower
 from specbench.decoding.state import Counted
 
 
@@ -158,10 +157,7 @@ class LookaheadDraft(DraftSource):
 class Lookahead(Drafter):
     """Lookahead decoding: window width W, n-grams of N tokens, at most G n-grams per key, the window's seed."""
 
-    name = "lookahead"
-    proposes = ("tree",)  # its candidates and its window: one tree
-    pair_draft = False
-    tree_role = ""
+    needs = Needs(proposes=("tree",), pair_draft=False, tree_role="")  # its candidates and its window: one tree
 
     def __init__(self, width: int = 7, ngram: int = 5, guesses: int = 7, seed: int = 10) -> None:
         self.width = integer(width, "method.width", low=2, high=256)

@@ -12,10 +12,12 @@ tree (`paths` or `branching`); one row, eager path.
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from specbench.decoding.drafts import DraftSource
 from specbench.decoding.head_drafts import DraftHead, MedusaDraft, head_state
 from specbench.decoding.method import Binding
+from specbench.common.options import OptionError
 from specbench.decoding.parts import DRAFTERS, Shape
 from specbench.methods.eagle3 import Head
 from specbench.decoding.state import Counted
@@ -26,24 +28,23 @@ from specbench.models.medusa import MedusaHeads
 class Medusa(Head):
     """Medusa heads: a static tree whose depth d children come from head d + 1."""
 
-    name = "medusa"
-    proposes = ("grown",)
+    distill_kind = "medusa"
+    needs = replace(Head.needs, proposes=("static_tree",))
 
-    def check_shape(self, shape: Shape) -> str:
-        return "" if shape.name == "static_tree" else (f"the medusa drafter proposes a static tree (method.parts.shape="
-                                                       f"static_tree), got shape {shape.name!r}")
-
-    def check_bound(self, binding: Binding, shape: Shape) -> str:
-        """A tree deeper than the heads are many is refused."""
+    def bind(self, binding: Binding, shape: Shape) -> Binding:
+        """The loaded heads in the draft role; a tree deeper than the heads are many is refused."""
+        binding = super().bind(binding, shape)
         draft = binding.models["draft"]
         module = draft.head if isinstance(draft, DraftHead) else draft
         if not isinstance(module, MedusaHeads):
-            return f"method.head: {self.head!r} loaded a {type(module).__name__}, not Medusa heads"
+            raise OptionError(f"method.head: {self.head!r} loaded a {type(module).__name__}, not Medusa heads")
         grower = shape.grower()
-        assert grower is not None  # check_shape: a static tree
+        assert grower is not None  # the plan: a static tree
         heads, depth = module.config.num_heads, grower.depth
-        return (f"method.paths / method.branching: the tree is {depth} deep but the head {self.head!r} has {heads} "
-                f"heads (one per depth)") if depth > heads else ""
+        if depth > heads:
+            raise OptionError(f"method.paths / method.branching: the tree is {depth} deep but the head {self.head!r} "
+                              f"has {heads} heads (one per depth)")
+        return binding
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:

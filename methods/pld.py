@@ -4,24 +4,21 @@ Lookup (transformers' PromptLookupCandidateGenerator, the same search): for n = 
 the last n committed tokens s = buf[L-n:L] are searched among all windows buf[j:j+n], left to right; the
 first match with a continuation proposes c = buf[j+n : min(j+n+gamma, L)], cut before its first EOS (an empty
 cut proposes nothing and ends the search, as there). No match: no drafts, one target forward gives one token.
-Every draft has q = one-hot (specbench.decoding.drafts), so `rejection` is lossless at any temperature.
-Defaults are transformers' (max_matching_ngram_size 2, prompt_lookup_num_tokens 10); equal to hf_assisted's prompt
-lookup token for token and candidates for candidates on transformers 5.24.0 (tests/test_draft_sources.py);
-conf/method/pld.yaml is this drafter with vanilla's fixed window (gamma, transformers' prompt_lookup_num_tokens);
-conf/method/pld_spec_bench.yaml is Spec-Bench's PLD row (max_ngram 3, 10 tokens).
+Every draft has q = one-hot (specbench.decoding.drafts), so `rejection` is lossless at any temperature. Defaults
+are transformers' (max_matching_ngram_size 2, prompt_lookup_num_tokens 10, here vanilla's gamma: conf/method/pld.yaml);
+equal to hf_assisted's prompt lookup token for token and candidates for candidates on transformers 5.24.0
+(tests/test_draft_sources.py). conf/method/pld_spec_bench.yaml is Spec-Bench's PLD row (max_ngram 3, 10 tokens).
 """
 
 from __future__ import annotations
-
 
 import torch
 
 from specbench.common.options import integer
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape
 from specbench.decoding.proposal import Proposal
-from specbench.decoding.tree_drafts import Grower
 from specbench.decoding.state import Counted
 
 
@@ -58,9 +55,7 @@ class PromptLookup(Drafter):
     """Prompt lookup: the continuation of the longest matching n-gram (at most `max_ngram` tokens), at most the
     policy's window of drafts per iteration (gamma, transformers' prompt_lookup_num_tokens)."""
 
-    name = "lookup"
-    proposes = ("chain",)
-    pair_draft = False
+    needs = Needs(proposes=("chain",), pair_draft=False)
 
     def __init__(self, max_ngram: int = 2) -> None:
         self.max_ngram = integer(max_ngram, "method.max_ngram", low=1)

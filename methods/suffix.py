@@ -1,18 +1,15 @@
 """Drafter `suffix` (conf/method/suffix.yaml): SuffixDecoding (Oliaro et al., NeurIPS 2025): drafts from suffix trees, no draft model.
 
-Two trees are read (specbench.decoding.suffix, the reference's speculation): the row's own, over its prompt and its
-output so far, and the run's, over the outputs of the examples decoded before it in this run (`global_cache`). Each
-iteration both speculate from the row's last `max_depth` tokens and the draft with the higher score is proposed
-(the row's own on ties, as arctic-inference's SuffixDecodingCache.speculate). Its size adapts to the match: at most
-min(gamma, max_spec_factor * match length + max_spec_offset) tokens, each with an estimated probability (counts
-along the tree) of at least min_token_prob. The shape `chain` proposes the path of most frequent continuations (what
-arctic-inference's vLLM integration runs); the shape `tree` the best-first speculation tree of the paper (batch_size
-1, eager). Drafts are deterministic (q one-hot), so `rejection` keeps the target's distribution.
+Two trees speculate (specbench.decoding.suffix) from the row's last `max_depth` tokens: the row's own, over its
+prompt and output so far, and the run's, over the outputs of the examples decoded before it (`global_cache`); the
+higher score is proposed (the row's own on ties, as arctic-inference's SuffixDecodingCache.speculate), at most
+min(gamma, max_spec_factor * match length + max_spec_offset) tokens, each of estimated probability at least
+min_token_prob. Shape `chain`: the path of most frequent continuations (arctic-inference's vLLM integration); shape
+`tree`: the paper's best-first speculation tree (batch_size 1, eager). Drafts are one-hot: `rejection` is lossless.
 
-The run's tree holds the outputs of the examples recorded so far, in the order they were decoded (a warm-up adds
-nothing; each repeat starts empty); the rows record how many it held, and a resumed run rebuilds it from the rows
-already in the folder. Unlike the reference, the row being decoded enters the run's tree when it is finished (its
-own tree has its output as it grows).
+The run's tree holds the recorded examples' outputs in decoding order (a warm-up adds nothing; each repeat starts
+empty); rows record how many it held, and a resumed run rebuilds it from the rows in the folder. Unlike the
+reference, the row being decoded enters the run's tree when finished (its own tree grows with its output).
 """
 
 from __future__ import annotations
@@ -23,8 +20,9 @@ import torch
 
 from specbench.common.options import OptionError, integer, real
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
-from specbench.decoding.method import Binding, state_values
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape
+from specbench.decoding.method import Binding
+from specbench.decoding.policy import state_values
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape
 from specbench.decoding.proposal import TOP_K, Proposal, chain
 from specbench.decoding.state import Counted
 from specbench.decoding.suffix import Draft, SuffixIndex
@@ -89,9 +87,9 @@ class Suffix(Drafter):
     """SuffixDecoding: chains (or trees) of one-hot drafts from the row's and the run's suffix trees, at most the
     policy's window (gamma) of nodes."""
 
-    name = "suffix"
-    proposes = ("chain", "tree")  # the path of most frequent continuations, or the paper's speculation tree
-    pair_draft = False
+    # the path of most frequent continuations, or the paper's speculation tree, grown from the suffix index: only the
+    # target's mask is checked
+    needs = Needs(proposes=("chain", "tree"), pair_draft=False, tree_role="")
 
     def __init__(self, max_depth: int = 64, max_spec_factor: float = 1.0, max_spec_offset: float = 0.0,
                  min_token_prob: float = 0.1, global_cache: bool = True) -> None:
@@ -102,7 +100,6 @@ class Suffix(Drafter):
         if not isinstance(global_cache, bool):
             raise OptionError(f"method.global_cache must be true or false, got {global_cache!r}")
         self.global_cache = global_cache
-        self.tree_role = ""  # the tree is grown from the suffix index: only the target's mask is checked
         self.run_index = SuffixIndex(self.max_depth)  # the outputs recorded so far, one sequence each
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
@@ -117,11 +114,13 @@ class Suffix(Drafter):
         if self.global_cache:
             self.run_index.new_sequence(token_ids)
 
-    def carried_state(self) -> dict[str, Any] | None:
+    @property
+    def carried(self) -> dict[str, Any] | None:
         """How many outputs the run's tree holds (the runner hands their tokens back on resume)."""
         return {"outputs": len(self.run_index.starts)} if self.global_cache else None
 
-    def restore_state(self, state: dict[str, Any]) -> None:
+    @carried.setter
+    def carried(self, state: dict[str, Any]) -> None:
         """{"outputs": k}: keep the first k outputs; {"outputs": [[ids], ..]}: the run's tree over exactly those."""
         [outputs] = state_values("suffix", state, ("outputs",))
         if isinstance(outputs, int):

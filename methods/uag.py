@@ -10,15 +10,11 @@ markers that both know, such as ChatML's, map to each other):
      target ids: T_t.encode(T_t.decode(last lookbehind committed ids) + s) minus those committed ids when the
      re-encoding reproduces them, else T_t.encode(s) alone; cut at tokens left and at the first target EOS;
   4. these target ids are drafts with q = one-hot (specbench.decoding.drafts), verified by the target.
-Under greedy decoding every accepted token is the target's argmax, so the output equals `ar`'s.
-Where transformers differs: it decodes with skip_special_tokens=True and re-encodes with special tokens added,
-aligns the re-encodings by the longest common diagonal of the last `target_lookbehind` / `assistant_lookbehind`
-(10) tokens, stops the assistant also at its confidence threshold (0.4) and drafts num_assistant_tokens (20)
-per iteration; so its candidates per iteration can differ from these (the tokens cannot, under greedy).
-Temperature > 0 is refused: transformers then switches to another algorithm (Universal Speculative Decoding:
-the draft's logits mapped onto the tokens both vocabularies share, verified by speculative sampling), which is
-not implemented here; `hf_assisted` on a cross-tokenizer pair runs transformers' own, greedy or sampled.
-One row at a time: the draft context is a re-tokenization per row (batch_size 1).
+Under greedy decoding every accepted token is the target's argmax, so the output equals `ar`'s. Where transformers
+differs: it decodes with skip_special_tokens=True and re-encodes with special tokens added, aligns the re-encodings
+by the longest common diagonal of the last `target_lookbehind` / `assistant_lookbehind` (10) tokens, also stops the
+assistant at its confidence threshold (0.4) and drafts num_assistant_tokens (20) per iteration, so its candidates
+per iteration can differ (under greedy its tokens cannot). Temperature > 0 is refused (Needs.greedy_only).
 """
 
 from __future__ import annotations
@@ -32,9 +28,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from specbench.common.options import OptionError, integer
 from specbench.decoding.drafts import DraftSource, Drafting, fixed_proposals
 from specbench.decoding.method import Binding
-from specbench.decoding.parts import DRAFTERS, Drafter, Shape
+from specbench.decoding.parts import DRAFTERS, Drafter, Needs, Shape
 from specbench.decoding.proposal import Proposal
-from specbench.decoding.sampling import SamplingParams
 from specbench.decoding.state import Counted, ModelState, model_state
 from specbench.decoding.stopping import as_text
 
@@ -94,10 +89,11 @@ class Retokenize(Drafter):
     """A draft model with its own tokenizer drafting the policy's window (gamma) of greedy draft tokens, re-tokenized
     for the target and verified (lossless); as many target candidates per iteration as their text gives."""
 
-    name = "retokenized"
-    proposes = ("chain",)
-    cross_tokenizer = True
-    one_row = "re-tokenizes each row's context for its draft model and decodes one row at a time"
+    needs = Needs(proposes=("chain",), cross_tokenizer=True,
+                  one_row="re-tokenizes each row's context for its draft model and decodes one row at a time",
+                  greedy_only="with sampling, transformers drafts across vocabularies by Universal Speculative "
+                  "Decoding (draft logits mapped onto the shared tokens), another algorithm not implemented here; use "
+                  "method=hf_assisted for it")
 
     def __init__(self, lookbehind: int = 10) -> None:
         self.lookbehind = integer(lookbehind, "method.lookbehind", low=1)
@@ -106,19 +102,12 @@ class Retokenize(Drafter):
         """Target candidates per iteration: as many as the window's draft tokens' text gives (not capped)."""
         return sys.maxsize
 
-    def check_decode(self, params: SamplingParams) -> None:
-        if not params.greedy:
-            raise OptionError(
-                f"method 'uag' runs at decode.temperature=0 only (got {params.temperature:g}): with sampling, "
-                "transformers drafts across vocabularies by Universal Speculative Decoding (draft logits mapped onto "
-                "the shared tokens), another algorithm not implemented here; use method=hf_assisted for it")
-
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
                fixed_window: bool) -> DraftSource:
         draft, target_tok = binding.models["draft"], binding.tokenizer
         d_tok = (binding.pair.draft_tokenizer if binding.pair is not None else None) or target_tok
         if not isinstance(draft, PreTrainedModel) or target_tok is None or d_tok is None:
-            raise OptionError(f"method {self.name!r} re-tokenizes drafts through text: it needs a transformers draft "
+            raise OptionError("the retokenized drafter re-tokenizes drafts through text: it needs a transformers draft "
                               "model and the pair's tokenizers")
         eos = {d_tok.eos_token_id}  # the pair's draft_tokenizer None: the target's
         gen = draft.generation_config.eos_token_id if draft.generation_config is not None else None

@@ -3,33 +3,22 @@
     python -m specbench.lm_eval --model specbench \\
         --model_args pair=tiny_random,method=vanilla,method.gamma=3,device=cpu --tasks gsm8k --limit 10
 
-lm-eval 0.4.13 finds models only in its own registry (its CLI reads no entry points), so an
-external model must be registered in the process that runs the CLI: `python -m specbench.lm_eval`
-imports this module (which registers `specbench`) and then runs lm-eval's own CLI with the same
-arguments (`lm_eval ...` works identically; `run`, `ls` and `validate` subcommands too). From
+lm-eval 0.4.13 finds models only in its own registry (its CLI reads no entry points), so `python -m specbench.lm_eval`
+imports this module (which registers `specbench`), then runs lm-eval's own CLI with the same arguments; from
 Python, `import specbench.lm_eval` and call `lm_eval.simple_evaluate(model="specbench", ...)`.
 
-model_args are Hydra overrides of conf/config.yaml (composed as run.py does, a mistyped method or
-dataset key refused with the valid ones): `pair=...`, `method=...`, `method.gamma=8`, `decode=t1`,
-`threads=1` (torch CPU threads, as in a run), ... (values with commas need the JSON form of
---model_args). Adapter keys: `config_dir` (default: the project's conf/), `rows_path` (a JSON-lines
-file receiving one row of engine metrics per request) and `max_gen_toks` (the new-token cap of a
-request whose task sets none; default 256, lm-eval's HFLM default). The device is lm-eval's
-`--device` (model_args cannot carry `device`: lm-eval always passes its own, default "cuda:0";
-when CUDA is not available that default falls back to the config's `device`, auto = CPU).
-`--batch_size` is ignored (the engine decodes one sequence at a time).
+model_args are Hydra overrides of conf/config.yaml, composed and checked as run.py does (`pair=...`,
+`method.gamma=8`, `decode=t1`, `threads=1`, ...; values with commas need the JSON form of --model_args), plus
+the adapter keys `config_dir` (default: the project's conf/), `rows_path` (a JSON-lines file receiving one row of
+engine metrics per request) and `max_gen_toks` (the new-token cap of a request whose task sets none; default 256,
+lm-eval's HFLM default). The device is lm-eval's `--device` (model_args cannot carry `device`: lm-eval always
+passes its own, default "cuda:0", which falls back to the config's `device` when CUDA is not available).
 
-Generation (`generate_until` only; loglikelihood requests are refused: they involve no decoding):
-the request's context is tokenized as lm-eval gives it (already chat-formatted when lm-eval's
-`--apply_chat_template` is used, through `apply_chat_template` below; special tokens are then not
-added again), left-truncated to fit the context like lm-eval's HF model, and decoded by the
-runner's engine with the method. The task's `until` strings are the engine's stop strings (the
-text ends before them); the request's `max_gen_toks` (or an alias lm-eval accepts, read with its
-normalize_gen_kwargs) caps new tokens, else the adapter's `max_gen_toks`, as lm-eval's HFLM does:
-decode.max_new_tokens is not used, and giving it in model_args is refused naming `max_gen_toks`; the
-task's `do_sample` / `temperature` / `top_k` / `top_p` override the decode config (do_sample=false
-means greedy), as lm-eval's own models do. Each request is seeded from decode.seed and its context,
-so a rerun gives the same outputs.
+Only `generate_until` requests are served (loglikelihood ones involve no decoding). As lm-eval's HF model does,
+the context is left-truncated to fit, the task's `until` strings end the text, its `max_gen_toks` (or an alias
+lm-eval accepts) caps new tokens (decode.max_new_tokens is refused), and its do_sample / temperature / top_k /
+top_p override the decode config. Each request is seeded from decode.seed and its context, so a rerun gives the
+same outputs.
 """
 
 from __future__ import annotations
@@ -45,11 +34,11 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs
+from tqdm.auto import tqdm
 
 from specbench.common.configs import compose_config, plain
 from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, check_run_settings, integer
-from specbench.decoding.decoders import Decoder
 from specbench.decoding.metrics import example_metrics, summarize
 from specbench.models.pairs import load_pair, resolve_device
 from specbench.runs.overrides import check_option_overrides
@@ -66,12 +55,8 @@ MAX_GEN_TOKS = 256  # lm-eval's HFLM.max_gen_toks: the cap of a request whose ta
 
 def to_override(key: str, value: Any) -> str:
     """A model_args item (already typed by lm-eval's parser) as a Hydra override string."""
-    if isinstance(value, bool):
-        value = str(value).lower()
-    elif value is None:
-        value = "null"
-    elif isinstance(value, (list, dict)):
-        value = json.dumps(value)
+    if value is None or isinstance(value, (bool, list, dict)):
+        value = json.dumps(value)  # true, false, null, JSON lists and dicts
     return f"{key}={value}"
 
 
@@ -136,17 +121,14 @@ class SpecbenchLM(LM):
                                                        add_generation_prompt=add_generation_prompt)
         return cast(str, text)  # tokenize=False: the formatted text (transformers types every kind it may return)
 
-    def engine(self, params: SamplingParams, until: tuple[str, ...]) -> Decoder:
-        """The engine for these sampling settings and stop strings, the method bound to them (requests may differ)."""
-        return make_engine(self.pair, self.method, params, until + self.extra_stops)
-
     def generate_one(self, context: str, gen_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Decode one request; returns the text (cut before any `until` string) and the engine metrics."""
         kwargs = dict(gen_kwargs)
         until = kwargs.pop("until", None) or ()
         until = (until,) if isinstance(until, str) else tuple(until)
-        max_new = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)["max_gen_toks"]  # lm-eval's aliases, HFLM's default
-        engine = self.engine(task_sampling(kwargs, self.params), until)
+        max_new = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)["max_gen_toks"]  # aliases, HFLM's default
+        # the method bound to this request's sampling settings and stop strings (requests may differ)
+        engine = make_engine(self.pair, self.method, task_sampling(kwargs, self.params), until + self.extra_stops)
         ids = self.pair.tokenizer(context, add_special_tokens=not self._templated)["input_ids"]
         ids, cut = fit_prompt(ids, engine.context_length, max_new, "truncate", "lm-eval request")
         gen = torch.Generator(device=decoder_device(engine)).manual_seed(example_seed(self.seed, context))
@@ -154,12 +136,9 @@ class SpecbenchLM(LM):
         text = g.text
         for s in until:  # the engine already stops at them; cut again in case the text ended otherwise
             text = text.split(s)[0] if s else text
-        return text, {"prompt_tokens": len(ids), "prompt_truncated_from": cut,
-                      **example_metrics(g)}
+        return text, {"prompt_tokens": len(ids), "prompt_truncated_from": cut, **example_metrics(g)}
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
-        from tqdm.auto import tqdm
-
         out = []
         for req in tqdm(requests, desc=f"specbench {self.method.name}", disable=disable_tqdm):
             context, gen_kwargs = req.args

@@ -1,5 +1,4 @@
-"""`python -m specbench.report results/`: the report CLI (specbench.analysis.report) at the package's top,
-beside `specbench.bench` and `specbench.lm_eval`."""
+"""`python -m specbench.report results/`: the report CLI (specbench.analysis.report), beside `specbench.bench`."""
 
 import sys
 

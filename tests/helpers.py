@@ -15,6 +15,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import copy
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -170,19 +171,11 @@ class AcceptAll(Rule):
         return torch.ones_like(c.x, dtype=torch.bool), p.argmax(-1)
 
 
-class FixedGamma(Method):
-    """vanilla gamma=2 with an arbitrary rule object."""
+@dataclass
+class FixedGamma:
+    """vanilla gamma=2 deciding with an arbitrary rule object (the engine's rule, whatever the decode settings)."""
 
-    def __init__(self, rule: Rule) -> None:
-        super().__init__()
-        self.fixed = rule
-
-    def bind(self, binding) -> None:
-        super().bind(binding)
-        self.rule = self.fixed  # the rule under test, whatever the decode settings
-
-    def window(self) -> int:
-        return 2
+    rule: Rule
 
 
 def joint_counts(engine, n: int, prompt: list[int] = PROMPT) -> np.ndarray:
@@ -276,24 +269,29 @@ def chi2_pvalue_groups(counts: np.ndarray, probs: np.ndarray) -> float:
 # --- engines bound by hand (EOS ids, stop strings, context) instead of by the runner ---
 
 
-def bound_engine(method: Method, models: dict[str, Any], vocab_size: int, temperature: float = 0.0,
+def bound_engine(method: Method | FixedGamma, models: dict[str, Any], vocab_size: int, temperature: float = 0.0,
                  eos_ids=(), tokenizer: Any = None, stop_strings=(), context: int | None = None,
                  pair: Any = None, compile: bool = False) -> Engine:
     """An engine running `method` bound to `models` (pair role -> model) with these settings."""
-    method.bind(Binding(models, tokenizer, vocab_size, frozenset(eos_ids), SamplingParams(temperature), context, pair))
-    return make_decoder(method, tuple(stop_strings), compile)
+    m = build_method({"name": "vanilla", "gamma": 2}) if isinstance(method, FixedGamma) else method
+    binding = Binding(models, tokenizer, vocab_size, frozenset(eos_ids), SamplingParams(temperature), context, pair)
+    decoder = make_decoder(m.bind(binding), tuple(stop_strings), compile)
+    if isinstance(method, FixedGamma):
+        decoder.rule = method.rule
+    return decoder
 
 
-def pair_engine(pair: Any, method: dict | Method, eos_ids=(), stop_strings=(), context: int | None = 512,
+def pair_engine(pair: Any, method: dict | Method | FixedGamma, eos_ids=(), stop_strings=(), context: int | None = 512,
                 temperature: float = 0.0, compile: bool = False) -> Engine:
     """An engine running `method` (a method config or a built method) on the roles it needs of `pair`."""
     m = build_method(method) if isinstance(method, dict) else method
-    models = {role: pair.model(role) for role in m.roles}
+    roles = ("target", "draft") if isinstance(m, FixedGamma) else m.plan.roles
+    models = {role: pair.model(role) for role in roles}
     return bound_engine(m, models, pair.vocab_size, temperature, eos_ids, pair.tokenizer, stop_strings, context, pair,
                         compile)
 
 
-def table_engine(method: Method, target: Any, draft: Any, temperature: float, context: int) -> Engine:
+def table_engine(method: Method | FixedGamma, target: Any, draft: Any, temperature: float, context: int) -> Engine:
     """An engine running `method` bound to two models without a tokenizer or EOS id (table LMs, tiny Llamas)."""
     return bound_engine(method, {"target": target, "draft": draft}, target.config.vocab_size, temperature,
                         context=context)

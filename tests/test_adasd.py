@@ -1,6 +1,7 @@
 """AdaSD and its variants (methods/adasd.py) against hand-worked threshold updates, the paper's example,
 exact equalities with ar / vanilla, and the distribution test for the lossless Gen-Only ablation."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 import torch
 
 from specbench.decoding.engine import Engine
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.method import Method
+from specbench.decoding.records import IterationRecord
+from specbench.decoding.policy import POLICIES
 from specbench.runs.runner import build_method, run
 from helpers import PROMPT, V, chi2_pvalue, compose_cfg, small, table_engine, target_joint
 from table_lm import TableLM
@@ -33,7 +36,8 @@ def rec(w: int, n: int, entropy: list[float] | None = None, js: list[float] | No
 
 
 def method(name: str, **options):
-    m = build_method({"name": name, **options})
+    """The policy of method `name` with `options`, reset."""
+    m = build_method({"name": name, **options}).policy
     m.reset()
     return m
 
@@ -90,7 +94,8 @@ def test_lists_hold_the_accepted_and_the_first_rejected_draft_only():
 
 def test_gen_only_and_verify_only_updates():
     g, v = method("adasd_gen_only"), method("adasd_verify_only")
-    assert g.rule.name == "sample_match" and v.rule.name == "js_relaxed(sample_match)"
+    plans = [build_method({"name": n}).plan for n in ("adasd_gen_only", "adasd_verify_only")]
+    assert [p.rule for p in plans] == ["sample_match", "js_relaxed(sample_match)"]
     for r, t_g, t_v in zip(SEQ, T_G, T_V["adasd"]):
         g.update(r)
         v.update(r)
@@ -201,6 +206,10 @@ def test_verify_only_drafts_gamma_tokens():
 
 
 def engine(m, temperature: float = 1.0) -> Engine:
+    """An engine of the method `m`, or of the AdaSD method around the policy `m`."""
+    if not isinstance(m, Method):
+        name = next(n for n in POLICIES.names() if POLICIES.get(n) is type(m))
+        m = dataclasses.replace(build_method({"name": name}), policy=m)
     return table_engine(m, TableLM(V, 11), TableLM(V, 12), temperature, 128)
 
 
@@ -231,7 +240,7 @@ def test_relaxed_acceptances_are_counted_apart_from_exact_ones():
     drafts equal to the target's argmax after their prefix (TableLM.logits_for), the others only the relaxation."""
     m = method("adasd", fixed_t_v=1.0)
     target = TableLM(V, 11)
-    eng = table_engine(m, target, TableLM(V, 12), 0.0, 128)
+    eng = engine(m, 0.0)  # its target: TableLM(V, 11), as `target`
     gen = eng.generate(PROMPT, 61)
     out, pos, relaxed = gen.token_ids, 0, []
     for r in gen.records[:-1]:  # the last block may be cut by max_new_tokens
@@ -267,9 +276,9 @@ def test_configs_build_the_registered_methods():
     for name in ALL:
         cfg = compose_cfg(f"method={name}").method
         m = build_method(dict(cfg))
-        assert m.name == name and m.lossless == (name == "adasd_gen_only")
-        assert m.window() == (5 if name == "adasd_verify_only" else 20)
-        assert not m.persist and m.fixed_t_v is None
+        assert m.name == name and m.plan.lossless == (name == "adasd_gen_only")
+        assert m.policy.window() == (5 if name == "adasd_verify_only" else 20)
+        assert not m.policy.persist and m.policy.fixed_t_v is None
 
 
 @pytest.fixture(scope="module")

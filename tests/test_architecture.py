@@ -188,15 +188,17 @@ def test_every_module_imports_on_its_own():
 @pytest.mark.parametrize("registry", ["methods", "datasets", "builders", "tasks"])
 def test_registries_discover_their_plugins(registry):
     """Every module in a plugin package registers something; the registry finds it without a list (methods/: a
-    policy, a drafter, a shape (specbench.decoding.parts) or a rule (specbench.decoding.rule))."""
+    policy (specbench.decoding.policy), a drafter, a shape (specbench.decoding.parts), a rule (specbench.decoding.rule)
+    or a loop (specbench.decoding.method))."""
     from specbench.data.dataset import DATASETS
-    from specbench.decoding.method import METHODS
+    from specbench.decoding.method import LOOPS
+    from specbench.decoding.policy import POLICIES
     from specbench.decoding.parts import DRAFTERS, SHAPES
     from specbench.decoding.rule import RULES
     from specbench.models.pairs import BUILDERS
     from specbench.runs.runner import TASKS
 
-    regs, folder = {"methods": ((METHODS, DRAFTERS, SHAPES, RULES), ROOT / "methods"),
+    regs, folder = {"methods": ((POLICIES, DRAFTERS, SHAPES, RULES, LOOPS), ROOT / "methods"),
                     "datasets": ((DATASETS,), ROOT / "evaluators"), "builders": ((BUILDERS,), None),
                     "tasks": ((TASKS,), None)}[registry]
     names = [(reg, n) for reg in regs for n in reg.names()]

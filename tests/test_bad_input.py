@@ -195,7 +195,7 @@ def test_unknown_options_list_the_valid_ones():
 
 
 def test_good_values_still_pass():
-    method = build_method({"name": "gammatune_plus", "gamma": 3, "eta": 1, "tau": 0, "persist": True})
+    method = build_method({"name": "gammatune_plus", "gamma": 3, "eta": 1, "tau": 0, "persist": True}).policy
     assert (method.window(), method.tau) == (3, 0)
     params = sampling_params({"max_new_tokens": 4, "temperature": 1, "top_k": 0, "top_p": 1, "seed": 2**40})
     assert (params.temperature, params.top_k, params.top_p) == (1.0, 0, 1.0)
@@ -382,7 +382,7 @@ def test_option_keys_are_checked_for_every_choice_the_command_runs():
 
     with pytest.raises(OptionError, match=r"method 'vanilla' got unknown options \['persist'\]"):
         check_option_overrides(["-m", "method=adasd,vanilla", "+method.persist=true"])  # adasd has it, vanilla not
-    with pytest.raises(OptionError, match=r"method 'draft_only' got unknown .*'gama'.*policy draft_only: none"):
+    with pytest.raises(OptionError, match=r"method 'draft_only' got unknown .*'gama'.*policy ar: none; drafter none: verifier"):
         check_option_overrides(["-m", "experiment=adasd_table1", "+method.gama=1"])  # the experiment's sweep
     with pytest.raises(OptionError, match=r"dataset 'gsm8k' got unknown options \['nfewshot'\] .*num_fewshot"):
         check_option_overrides(["dataset=gsm8k", "++dataset.nfewshot=2"])
@@ -491,7 +491,7 @@ def test_a_pair_without_a_draft_names_the_methods_that_run_there(tmp_path, no_mo
     assert {"ar", "pld", "suffix", "lookahead", "layer_skip"} <= set(listed)
     assert not {"vanilla", "draft_only", "sd2", "uag"} & set(listed)
     for name in listed:
-        assert "draft" not in build_method({"name": name}).roles
+        assert "draft" not in build_method({"name": name}).plan.roles
 
 
 def test_the_target_alone_runs_where_the_pair_has_no_draft(tmp_path):

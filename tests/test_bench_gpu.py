@@ -14,7 +14,7 @@ from specbench.bench import cli, gpu, gpu_sections
 from specbench.bench.schedule import Budget, Model, OutOfTime, Pace
 from specbench.bench.engine import per_token
 from specbench.common.files import ROOT
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 
 
 @pytest.fixture(scope="module")

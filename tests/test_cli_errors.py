@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from helpers import CONF, ROOT, compose_cfg, small
+from specbench.decoding.compose import method_label
 from specbench.common.errors import UserError
 from specbench.common.files import remove_temporaries, temporary_sibling
 from specbench.common.options import OptionError
@@ -155,7 +156,8 @@ METHOD_OPTIONS = [  # method options out of range or in conflict: each names its
 def test_method_option_ranges_are_option_errors_naming_the_key(options, says):
     with pytest.raises(OptionError) as err:
         build_method(options)
-    assert str(err.value).startswith(says) and str(err.value).endswith(f"(method {options['name']!r})"), err.value
+    label = method_label(options)  # the method's name, with each part that differs from its preset's
+    assert str(err.value).startswith(says) and str(err.value).endswith(f"(method {label!r})"), err.value
 
 
 # ---------------------------------------------------------------- a results folder that cannot be written

@@ -30,7 +30,8 @@ NEEDS_TRAINING = ("distilled", "sd2")  # their drafters come from task=distill r
 def refuses(name: str) -> bool:
     """Does method `name` (as configured) refuse the compiled path?"""
     try:
-        runner.build_method(OmegaConf.to_container(compose_cfg(f"method={name}").method, resolve=True)).check_compile()
+        runner.build_method(OmegaConf.to_container(compose_cfg(f"method={name}").method, resolve=True)
+                            ).plan.refuse(name, compile=True)
     except OptionError:
         return True
     return False
@@ -43,7 +44,7 @@ def lossless_compiled() -> list[str]:
         if name in NEEDS_TRAINING or refuses(name):
             continue
         cfg = OmegaConf.to_container(compose_cfg(f"method={name}").method, resolve=True)
-        if runner.build_method(cfg).lossless:
+        if runner.build_method(cfg).plan.lossless:
             names.append(name)
     return names
 

@@ -17,7 +17,7 @@ from specbench.common.configs import differences, flatten
 from specbench.common.options import OptionError
 from specbench.data.dataset import DATASETS, build_dataset, select
 from specbench.decoding.compose import PART_KEYS, part_classes, part_names
-from specbench.decoding.method import METHODS
+from specbench.decoding.policy import POLICIES
 from specbench.models.pairs import check_vocab, load_model
 from specbench.common.registry import UnknownNameError
 from specbench.runs import runner, validation
@@ -47,7 +47,7 @@ def test_config_names_are_registered():
     for m in options("method"):  # a method's parts (its policy, drafter, shape and rule) are registered names
         cfg = OmegaConf.to_container(compose_cfg(f"method={m}").method)
         assert cfg["name"] == m and set(part_names(cfg)) == set(PART_KEYS)
-        assert m in METHODS or set(part_classes(cfg)) == {"policy", "drafter", "shape"}
+        assert m in POLICIES or set(part_classes(cfg)) in ({"policy", "drafter", "shape"}, {"loop"})
     for d in options("dataset"):  # a dataset runs the evaluator registered under its name, or its `evaluator`
         dataset = compose_cfg(f"dataset={d}").dataset
         assert dataset.name == d and dataset.get("evaluator", d) in DATASETS
@@ -71,7 +71,7 @@ def test_unknown_group_option_lists_valid_ones(group):
 
 
 def test_unknown_method_and_dataset_names_list_valid_ones():
-    with pytest.raises(UnknownNameError, match="valid names: .*ar, .*draft_only, .*vanilla"):
+    with pytest.raises(UnknownNameError, match="unknown policy .speculate_harder.; valid names: .*ar, .*gammatune, .*vanilla"):
         build_method({"name": "speculate_harder"})
     with pytest.raises(UnknownNameError, match="smoke"):
         build_dataset({"name": "no_such_set"})

@@ -109,7 +109,7 @@ def test_pld_proposes_nothing_without_a_match(pair):
     gen = decode(pair, {"name": "pld"}, [[7]], max_new=1)[0]  # one token: no n-gram with an earlier occurrence
     assert [(r.drafted, r.stop) for r in gen.records] == [(0, "length")]
     engine = pair_engine(pair, {"name": "pld", "max_ngram": 2})
-    assert lookup([3, 1, 2], 2, 10, frozenset()) == [] and engine.method.parts.drafter.max_ngram == 2
+    assert lookup([3, 1, 2], 2, 10, frozenset()) == [] and engine.method.drafter.max_ngram == 2
 
 
 def test_pld_cuts_its_proposal_before_an_eos():
@@ -248,7 +248,7 @@ def test_pld_sampling_follows_the_target():
     assert chi2_pvalue(counts, joint) > 1e-3
     leaky = runner.build_method({"name": "pld", "gamma": 2})
     engine = bound_engine(leaky, {"target": target}, V, 1.0, context=64)
-    leaky.rule = AcceptAll()  # a wrong rule: the same test must fail
+    engine.rule = AcceptAll()  # a wrong rule: the same test must fail
     assert chi2_pvalue(joint_counts(engine, 2000, PLD_PROMPT), joint) < 1e-6
 
 
@@ -260,6 +260,6 @@ def test_layer_skip_sampling_follows_the_target():
                         initializer_range=0.6)
     method = runner.build_method({"name": "layer_skip", "gamma": 2, "exit_layer": 1})
     engine = bound_engine(method, {"target": target}, V, 1.0, context=64)
-    assert method.rule.lossless and make_rule("rejection").lossless
+    assert method.plan.lossless and engine.rule.lossless and make_rule("rejection").lossless
     joint = target_joint(target, [1, 5, 2])
     assert chi2_pvalue(joint_counts(engine, N, [1, 5, 2]), joint) > 1e-3

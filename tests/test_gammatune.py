@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import N, V, chi2_pvalue, sample_pairs, small, target_joint
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 from specbench.runs.runner import build_method, run
 from specbench.runs.traces import read_traces
 from table_lm import TableLM
@@ -36,33 +36,33 @@ def test_gammatune_hand_worked_sequence():
     #  γ=3, A=1 ->       γ̄ = 1.25 + 0.5 = 1.75 -> 2
     #  γ=2, A=0 ->       γ̄ = 0.875 -> γ_min 1  -> 1
     #  γ=1, A=1 -> A'=3, γ̄ = 0.5 + 1.5 = 2     -> 2
-    m = build_method({"name": "gammatune"})
+    m = build_method({"name": "gammatune"}).policy
     assert feed(m, [5, 2, 4, 0, 1, 0, 1]) == [5, 6, 4, 5, 3, 2, 1, 2]
 
 
 def test_gammatune_bounds_eta_and_reset():
-    m = build_method({"name": "gammatune", "gamma": 6, "gamma_max": 6})
+    m = build_method({"name": "gammatune", "gamma": 6, "gamma_max": 6}).policy
     assert feed(m, [6, 6]) == [6, 6, 6]  # γ̄ = 3 + 4 = 7 -> clipped to 6
-    m = build_method({"name": "gammatune", "gamma": 4, "eta": 0.25, "delta": 1})
+    m = build_method({"name": "gammatune", "gamma": 4, "eta": 0.25, "delta": 1}).policy
     # γ̄ = 0.75*4 + 0.25*5 = 4.25 -> 5 ; then A=0: 0.75*4.25 = 3.1875 -> 4
     assert feed(m, [4, 0]) == [4, 5, 4]
     assert m.gamma == 4
     m.reset()
     assert m.window() == 4 and m.gamma_bar == 4.0
-    keep = build_method({"name": "gammatune", "gamma": 4, "persist": True})
+    keep = build_method({"name": "gammatune", "gamma": 4, "persist": True}).policy
     feed(keep, [4])
     keep.reset()
     assert keep.window() == 5  # persisted across calls
 
 
 def test_short_iteration_does_not_expand():
-    m = build_method({"name": "gammatune"})  # γ = 5
+    m = build_method({"name": "gammatune"}).policy  # γ = 5
     m.update(rec(3, 3))  # drafting stopped at 3 (EOS / confidence), all accepted: A = 3 != γ
     assert m.gamma_bar == pytest.approx(4.0) and m.window() == 4
 
 
 def test_gammatune_plus_confidence_stop():
-    m = build_method({"name": "gammatune_plus", "tau": 0.4})
+    m = build_method({"name": "gammatune_plus", "tau": 0.4}).policy
     assert m.keep_drafting(1, torch.tensor([0.5, 0.3, 0.2]), 0)
     assert not m.keep_drafting(1, torch.tensor([0.35, 0.33, 0.32]), 0)
 

@@ -18,7 +18,7 @@ from specbench.common.options import OptionError
 from specbench.decoding.drafts import Drafting
 from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, MedusaDraft
 from specbench.decoding.sampling import Sampler, SamplingParams
-from specbench.decoding.parts import Parts
+from specbench.decoding.compose import compose
 from specbench.methods.dyn_tree import DynamicShape, DynamicTree
 from specbench.methods.eagle3 import Eagle3
 from specbench.methods.medusa import Medusa
@@ -236,7 +236,7 @@ def test_the_engine_hands_a_tree_method_the_states_of_its_committed_path(tiny_pa
 
     monkeypatch.setattr(Engine, "committed_states", staticmethod(spy))
     prompt = tiny_pair.tokenizer(PROMPT)["input_ids"]
-    method = Vanilla(rule="greedy", parts=Parts(Eagle3(head=head), DynamicTree(depth=3, top_k=2, total_nodes=6)))
+    method = compose(Vanilla(), Eagle3(head=head), DynamicTree(depth=3, top_k=2, total_nodes=6), "greedy")
     gen = pair_engine(tiny_pair, method).generate(prompt, 30)
     ar = pair_engine(tiny_pair, {"name": "ar"}).generate(prompt, 30)
     assert gen.token_ids == ar.token_ids

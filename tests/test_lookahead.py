@@ -14,7 +14,8 @@ import torch
 
 from helpers import pair_engine
 from specbench.common.options import OptionError
-from specbench.decoding.parts import OwnTree, Parts
+from specbench.decoding.compose import compose
+from specbench.decoding.parts import OwnTree
 from specbench.methods.lookahead import Lookahead, Window, trie
 from specbench.methods.vanilla import Vanilla
 from specbench.runs.runner import build_method
@@ -144,7 +145,7 @@ def test_lookahead_equals_the_cache_free_lade_loop(tiny_pair, W, N, G):
             return src
 
     prompt = tiny_pair.tokenizer(PROMPT)["input_ids"]
-    method = Vanilla(rule="greedy", parts=Parts(Keep(width=W, ngram=N, guesses=G), OwnTree()), name="lookahead")
+    method = compose(Vanilla(), Keep(width=W, ngram=N, guesses=G), OwnTree(), "greedy", "lookahead")
     gen = pair_engine(tiny_pair, method).generate(prompt, 48)
     want, accepted, pool = reference(tiny_pair.target, prompt, 48, W, N, G, 10)
     assert gen.token_ids == want
@@ -181,6 +182,6 @@ def test_options_and_refusals():
         build_method({"name": "lookahead", "width": 1})
     m = build_method({"name": "lookahead"})
     with pytest.raises(OptionError, match="one row at a time"):
-        m.check_batch(2)
+        m.plan.refuse(m.name, batch_size=2)
     with pytest.raises(OptionError, match="verifies chains only"):
-        m.check_compile()
+        m.plan.refuse(m.name, compile=True)

@@ -1,4 +1,4 @@
-"""Contracts every registered method keeps, checked for each name in METHODS, so a new method file is tested
+"""Contracts every method in conf/method keeps, checked for each name, so a new method file is tested
 without a test of its own:
   (a) a method that says it is lossless decodes, greedily, the tokens of the target's own argmax decode
       (full forwards without a cache: the truth `ar` must match too);
@@ -14,8 +14,9 @@ Each method runs through the real composed config (`method=<name>`: conf/method/
 with one vocab_size for both models (transformers' assisted generation, `hf_assisted`, refuses different sizes),
 the smoke prompts, greedy, float32 (the CPU default), one thread. A method whose config names a trained drafter
 (`drafter:`, as distilled and sd2) or head (`head:`, as eagle3, eagle3_tree and medusa) gets a two-step
-`task=distill` run of its class's `kind` (the session fixture `trained_drafter`). An external method (`external = True`: hf_assisted) decodes with transformers' loop, which
-never asks window(): its contract is (a), the length part of (b), (c) and (d).
+`task=distill` run of its class's `kind` (the session fixture `trained_drafter`). A method with a loop of its own
+(Method.loop: hf_assisted) decodes with transformers' loop, which never asks window(): its contract is (a), the
+length part of (b), (c) and (d).
 For (d) the method built from the same config, bound as the runner binds it, decodes SAMPLED_NEW new tokens after two
 fixed prompts a few dozen times per case (DRAWS): the first two tokens against the exact joint (chi-square), every
 token against the exact distribution given its prefix (a randomized probability integral transform, pit_pvalue), and
@@ -44,9 +45,9 @@ from specbench.data.prompting import encode
 from specbench.decoding.acceptance import Greedy
 from specbench.decoding.engine import Engine
 from specbench.decoding.compose import method_names
-from specbench.decoding.method import METHODS, IterationRecord, Method
+from specbench.decoding.method import Method
+from specbench.decoding.records import IterationRecord
 from specbench.decoding.sampling import Sampler
-from specbench.methods.vanilla import Vanilla
 from specbench.models.pairs import load_pair
 from specbench.runs.results import ROWS, read_rows
 from specbench.runs.traces import read_traces
@@ -70,7 +71,7 @@ def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) ->
     cfg = small(*SETTINGS, f"method={base}", *overrides)
     for key in ("drafter", "head"):
         if key in cfg.method and trained_drafter is not None:
-            folder = trained_drafter(runner.build_method({"name": base}).parts.drafter.distill_kind, *SAME_VOCAB)
+            folder = trained_drafter(runner.build_method({"name": base}).drafter.distill_kind, *SAME_VOCAB)
             cfg = small(*SETTINGS, f"method={base}", *overrides, f"method.{key}={folder}")
     return cfg
 
@@ -78,7 +79,7 @@ def method_cfg(name: str, trained_drafter: Callable[..., Path] | None = None) ->
 def lossless_names() -> list[str]:
     """The registered methods that, as configured in conf/method/, say they are lossless."""
     built = {n: runner.build_method(OmegaConf.to_container(method_cfg(n).method, resolve=True)) for n in NAMES}
-    return [n for n, m in built.items() if m.lossless]
+    return [n for n, m in built.items() if m.plan.lossless]
 
 
 @dataclasses.dataclass
@@ -93,21 +94,24 @@ class Decoded:
 
 
 def watch_windows(method: Method) -> list[tuple[int | None, int]]:
-    """Wrap the method's budget() (the window in force: the most nodes the engine lets it draft, its policy's window
-    for a chain) and update() to log (window in force, drafted) per iteration; returns the log."""
+    """Wrap the policy's window() to note the budget in force (Method.budget: the most nodes the engine lets it
+    draft, the window for a chain) and its update() to log (budget in force, drafted) per iteration; returns the
+    log."""
     log: list[tuple[int | None, int]] = []
     last: list[int | None] = [None]  # no window asked yet (a method that never drafts)
-    budget, update = method.budget, method.update
+    policy = method.policy
+    window, update = policy.window, policy.update
 
-    def logged_budget() -> int:
-        last[0] = budget()
-        return last[0]
+    def logged_window() -> int:
+        w = window()
+        last[0] = method.drafter.budget(method.shape.budget(w))
+        return w
 
     def logged_update(record: IterationRecord) -> None:
         log.append((last[0], record.drafted))
         update(record)
 
-    method.budget, method.update = logged_budget, logged_update
+    policy.window, policy.update = logged_window, logged_update  # type: ignore[method-assign]
     return log
 
 
@@ -154,7 +158,7 @@ def check_windows(d: Decoded, max_new: int) -> dict[str, int]:
     met = {"window": sum(0 < drafted == window for window, drafted in d.windows), "length": 0}
     for k, (window, drafted) in enumerate(d.windows):
         assert drafted <= (window or 0), f"{d.method.name}: iteration {k} drafted {drafted}, window() was {window}"
-    if not d.method.external:  # every traced iteration went through the watched update
+    if d.method.loop is None:  # every traced iteration went through the watched update
         assert len(d.windows) == len(d.traces), f"{d.method.name}: {len(d.windows)} updates, {len(d.traces)} records"
     for r in d.rows:
         its = d.traces[d.traces["id"] == r["id"]].sort_values("iteration")
@@ -173,7 +177,7 @@ def check_windows(d: Decoded, max_new: int) -> dict[str, int]:
 def check_state(d: Decoded) -> None:
     """Every key of state() is a trace column with a value in every record."""
     assert len(d.traces), f"{d.method.name}: no trace records"
-    for key in d.method.state():
+    for key in d.method.logged_state(d.method.policy):
         assert key in d.traces.columns, f"{d.method.name}: state key {key!r} missing from the traces"
         assert d.traces[key].notna().all(), f"{d.method.name}: state key {key!r} missing from some trace records"
 
@@ -214,7 +218,7 @@ def test_every_registered_method_is_checked():
 @pytest.mark.parametrize("name", lossless_names())
 def test_a_lossless_method_decodes_the_targets_greedy_tokens(decoded, truth, name):
     d = decoded(name)
-    assert d.method.lossless
+    assert d.method.plan.lossless
     check_lossless(d, truth)
 
 
@@ -224,7 +228,7 @@ def test_an_iterations_wall_time_splits_into_forwards_and_host_work(decoded, nam
     host_s) sum over a row to its decode_s, and its forwards to its model_s (batch_size 1: the engine's own
     bookkeeping, whatever the timings); an external method (transformers' loop) records no split."""
     d = decoded(name)
-    if d.method.external:
+    if d.method.loop is not None:
         pytest.skip(f"{name} decodes in transformers' loop: its iterations are not the engine's")
     for r in d.rows:
         its = d.traces[d.traces["id"] == r["id"]]
@@ -264,28 +268,16 @@ class ShiftEveryThird(Greedy):
         return ok, (top + 1) % p.shape[-1] if self.calls % 3 == 0 else top
 
 
-class LossyVanilla(Vanilla):
-    """vanilla with ShiftEveryThird as its rule."""
-
-    name = "lossy_vanilla"
-
-    def __init__(self, gamma: int = 5, rule: str = "rejection", **options) -> None:
-        super().__init__(gamma=gamma, rule=rule, **options)
-
-    def bind(self, binding) -> None:
-        super().bind(binding)
-        self.rule = ShiftEveryThird()  # after bind, which builds the configured rule
-
-
 def test_the_lossless_check_catches_a_lossy_method(monkeypatch, tmp_path, truth):
-    """A method known to the registry only inside this test corrupts tokens while saying it is lossless."""
-    real = METHODS.get
-    monkeypatch.setattr(METHODS, "get", lambda name: LossyVanilla if name == "lossy_vanilla" else real(name))
-    d = decode_run(small(*SETTINGS, "method=vanilla", "method.parts.policy=lossy_vanilla"), tmp_path)
-    assert isinstance(d.method, LossyVanilla) and d.method.lossless
+    """vanilla whose engine decides with ShiftEveryThird corrupts tokens while its plan says it is lossless."""
+    from specbench.decoding import engine
+
+    monkeypatch.setattr(engine, "make_rule", lambda spec, greedy=False: ShiftEveryThird())
+    d = decode_run(small(*SETTINGS, "method=vanilla"), tmp_path)
+    assert d.method.plan.lossless
     check_windows(d, MAX_NEW)
     check_state(d)
-    with pytest.raises(AssertionError, match="vanilla.policy=lossy_vanilla says it is lossless but smoke-00 differs"):
+    with pytest.raises(AssertionError, match="vanilla says it is lossless but smoke-00 differs"):
         check_lossless(d, truth)
 
 
@@ -382,8 +374,7 @@ def sampled_engine(pair, name: str, B: int, setting: str, trained_drafter: Calla
     method_dict, decode = composed(name, trained_drafter)
     params = runner.sampling_params({**decode, "temperature": T, "top_k": top_k, "top_p": top_p})
     method = runner.build_method(method_dict)
-    method.check_batch(B)
-    method.check_decode(params)
+    method.plan.refuse(method.name, B, params=params)
     return runner.make_engine(pair, method, params, ())
 
 

@@ -21,7 +21,7 @@ from specbench.bench import methods as bench
 from specbench.analysis.selection import ReportError
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.engine import Generation
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 from specbench.decoding.metrics import example_metrics, summarize
 
 
@@ -156,30 +156,35 @@ def test_adasd_tables_by_hand(adasd_runs):
     assert t3.values.loc[("p", "Variant A")].isna().all()
 
 
+def speedups(runs, baseline="vanilla"):
+    """Every run's speedup over its baseline run (NaN where the pair and dataset have none)."""
+    return [baselines.speedup_over(r, baselines.find_baseline(r, runs, baseline)) for _, r in runs.iterrows()]
+
+
 def test_refuses_mismatched_baseline(adasd_runs, tmp_path):
     hot = write_run(tmp_path / "t1", "adasd", "adasd", tps(50), temperature=1.0)
     write_run(tmp_path / "t1", "vanilla", "vanilla", tps(25), gamma=5)  # greedy: differs in temperature
     runs = load.load_runs(tmp_path / "t1")
     run = runs[runs["run_dir"] == str(hot)].iloc[0]
     with pytest.raises(ReportError, match=r"differ in decode\.temperature \(1\.0 vs 0\.0\)"):
-        baselines.speedup(run, runs, "vanilla")
+        baselines.find_baseline(run, runs, "vanilla")
     with pytest.raises(ReportError, match="decode.temperature"):
         adasd_tables(runs)
     # another device, other examples
     write_run(tmp_path / "dev", "adasd", "adasd", tps(50))
     write_run(tmp_path / "dev", "vanilla", "vanilla", tps(25), device="cuda:0", gamma=5)
     with pytest.raises(ReportError, match=r"device_info\.device \('cpu' vs 'cuda:0'\)"):
-        baselines.add_speedup(load.load_runs(tmp_path / "dev"))
+        speedups(load.load_runs(tmp_path / "dev"))
     write_run(tmp_path / "ids", "adasd", "adasd", [{"new": 5, "s": 1.0, "id": "a"}])
     write_run(tmp_path / "ids", "vanilla", "vanilla", [{"new": 5, "s": 1.0, "id": "b"}], gamma=5)
     with pytest.raises(ReportError, match="different example ids"):
-        baselines.add_speedup(load.load_runs(tmp_path / "ids"))
+        speedups(load.load_runs(tmp_path / "ids"))
     # the CLI reports the refusal in a note and exits 0 (the report was built); --strict makes it fail
     assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2"]) == 0
     assert report.main([str(tmp_path / "t1"), "--table", "adasd_table1_2", "--strict"]) == 1
     # no baseline run at all for the pair/dataset: empty speedup, not a number
     write_run(tmp_path / "none", "adasd", "adasd", tps(50))
-    assert math.isnan(baselines.add_speedup(load.load_runs(tmp_path / "none"))["speedup"].iloc[0])
+    assert math.isnan(speedups(load.load_runs(tmp_path / "none"))[0])
 
 
 def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
@@ -203,7 +208,7 @@ def test_refuses_ambiguous_and_bad_input(adasd_runs, tmp_path):
     write_run(tmp_path / "twice", "c", "ar", tps(6))
     twice = load.load_runs(tmp_path / "twice")
     with pytest.raises(ReportError, match=r"ambiguous .*give its options"):
-        baselines.add_speedup(twice)
+        speedups(twice)
 
 
 def test_gammatune_table_by_hand(tmp_path):

@@ -13,10 +13,10 @@ import pytest
 
 import specbench.data.isolation as isolation_module
 from helpers import SYNTHETIC
-from specbench.data.isolation import Limits, namespaces_available, resolve_isolation
+from specbench.data.isolation import Limits, namespace_problem, resolve_isolation
 from specbench.data.sandbox import Check, decode_value, encode_value, run_check
 
-NAMESPACES = pytest.mark.skipif(not namespaces_available(), reason="Linux namespaces (unshare/setpriv) not available")
+NAMESPACES = pytest.mark.skipif(bool(namespace_problem()), reason="Linux namespaces (unshare/setpriv) not available")
 MODES = ["process", pytest.param("namespace", marks=NAMESPACES)]
 LIMITS = Limits(timeout_s=30.0, memory_mb=512)  # generous: a busy machine must not time a check out
 

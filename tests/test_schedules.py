@@ -9,7 +9,7 @@ import torch
 from sklearn.metrics import roc_curve
 
 from helpers import small
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 from specbench.runs.runner import build_method, run
 
 
@@ -22,7 +22,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def test_heuristic_gamma_sequence_by_hand():
-    m = build_method({"name": "heuristic", "gamma": 3})
+    m = build_method({"name": "heuristic", "gamma": 3}).policy
     m.reset()
     # (drafted, accepted, stop) -> γ after the update, worked by hand with
     # γ += 2 if accepted == drafted else max(1, γ - 1):
@@ -48,7 +48,7 @@ def test_heuristic_gamma_sequence_by_hand():
 
 @pytest.mark.parametrize("persist", [False, True])
 def test_heuristic_reset_and_persist(persist):
-    m = build_method({"name": "heuristic", "gamma": 5, "persist": persist})
+    m = build_method({"name": "heuristic", "gamma": 5, "persist": persist}).policy
     m.reset()
     m.update(rec(5, 5))
     assert m.window() == 7
@@ -69,7 +69,7 @@ def drive(m, iterations: list[tuple[list[float], int]]) -> list[float]:
 
 
 def test_confidence_threshold_update_matches_roc_by_hand():
-    m = build_method({"name": "confidence"})
+    m = build_method({"name": "confidence"}).policy
     m.reset()
     its = [
         ([0.9, 0.8, 0.3], 3),  # all accepted: labels 1 1 1 (3 samples: no refit)
@@ -91,21 +91,21 @@ def test_confidence_threshold_update_matches_roc_by_hand():
 
 
 def test_confidence_stop_rule_and_off_switch():
-    m = build_method({"name": "confidence", "threshold": 0.4})
+    m = build_method({"name": "confidence", "threshold": 0.4}).policy
     m.reset()
     assert m.keep_drafting(1, torch.tensor([0.4, 0.6]), 0)  # p == threshold: keep (the test is p < threshold)
     assert not m.keep_drafting(2, torch.tensor([0.39, 0.61]), 0)
-    off = build_method({"name": "confidence", "threshold": 0.0})
+    off = build_method({"name": "confidence", "threshold": 0.0}).policy
     off.reset()
     assert off.keep_drafting(1, torch.tensor([1e-6, 1.0]), 0)
     assert drive(off, [([0.1, 0.9], 1)] * 4) == [0.0] * 4 and off.probs == []  # no samples, no refit
-    fixed = build_method({"name": "confidence", "roc": False})
+    fixed = build_method({"name": "confidence", "roc": False}).policy
     fixed.reset()
     assert drive(fixed, [([0.9, 0.5, 0.45], 1)] * 4) == [0.4] * 4
 
 
 def test_confidence_restarts_every_call():
-    m = build_method({"name": "confidence"})
+    m = build_method({"name": "confidence"}).policy
     m.reset()
     drive(m, [([0.9, 0.8, 0.7, 0.6], 2), ([0.9, 0.5, 0.45], 2)])
     assert m.state()["threshold"] != 0.4

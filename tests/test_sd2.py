@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from helpers import pair_engine, small
 from specbench.decoding.engine import Engine
-from specbench.decoding.parts import Parts, Shape
+from specbench.decoding.compose import compose
+from specbench.decoding.parts import Shape
 from specbench.methods.draft_model import DraftModel
 from specbench.methods.vanilla import Vanilla
 from specbench.runs.runner import run
@@ -101,17 +102,6 @@ class SpyDrafter(DraftModel):
     layers = (1, 2, 4)
 
 
-class Spy(Vanilla):
-    """vanilla γ=4 whose drafter asks for the verifier's states; `seen`: those the engine hands it, one per verify."""
-
-    name = "spy"
-    hidden_layers = SpyDrafter.layers
-
-    def __init__(self) -> None:
-        super().__init__(gamma=4, rule="greedy", parts=Parts(SpyDrafter(), Shape()))
-        self.seen: list[torch.Tensor] = []
-
-
 def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair, monkeypatch):
     """Against a fresh cache-free forward of the final sequence: after an iteration that accepted n of
     the drafts at buf[L..], the states are those of positions fed..L+n-1 (every position this verify
@@ -119,12 +109,13 @@ def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair, monk
     target = tiny_pair.target
     calls: list[dict] = []
     hook = target.register_forward_pre_hook(lambda m, a, kw: calls.append(dict(kw)), with_kwargs=True)
-    spy = Spy()
+    spy = compose(Vanilla(gamma=4), SpyDrafter(), Shape(), "greedy", "spy")  # its drafter asks for states
+    spy_seen: list[torch.Tensor] = []  # those the engine hands it, one per verify
     real = Engine.committed_states  # what the engine hands the drafter with its next request
 
     def seen(*args):
         out = real(*args)
-        spy.seen.extend(s.clone() for s in out)
+        spy_seen.extend(s.clone() for s in out)
         return out
 
     monkeypatch.setattr(Engine, "committed_states", staticmethod(seen))
@@ -135,7 +126,7 @@ def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair, monk
         pair_engine(tiny_pair, {"name": "vanilla", "gamma": 4}).generate(prompt, 40)
     finally:
         hook.remove()
-    assert n_spy == gen.target_calls == len(gen.records) == len(spy.seen)  # one verify per iteration, no more
+    assert n_spy == gen.target_calls == len(gen.records) == len(spy_seen)  # one verify per iteration, no more
     assert all(c.get("output_hidden_states") for c in calls[:n_spy])
     assert not any("output_hidden_states" in c for c in calls[n_spy:])  # other methods: plain forward
     accepted = [r.accepted for r in gen.records]
@@ -143,8 +134,8 @@ def test_engine_hands_over_the_states_of_the_committed_positions(tiny_pair, monk
     with torch.no_grad():
         hs = target(torch.tensor([prompt + gen.token_ids]), output_hidden_states=True).hidden_states
     L, start = len(prompt), 0  # the first verify computes every prompt position, later ones from L - 1
-    for rec, states in zip(gen.records, spy.seen):
-        want = torch.stack([hs[k][0, start : L + rec.accepted] for k in Spy.hidden_layers])  # [3, m, H]
+    for rec, states in zip(gen.records, spy_seen):
+        want = torch.stack([hs[k][0, start : L + rec.accepted] for k in SpyDrafter.layers])  # [3, m, H]
         torch.testing.assert_close(states, want, atol=1e-4, rtol=1e-4)
         L += rec.accepted + 1
         start = L - 1

@@ -9,7 +9,7 @@ import pytest
 import specbench.runs.runner as runner
 from helpers import small
 from specbench.decoding import speedup
-from specbench.decoding.method import IterationRecord
+from specbench.decoding.records import IterationRecord
 from specbench.runs import calibration, measurements
 from specbench.runs.results import ROWS
 

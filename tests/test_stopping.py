@@ -7,6 +7,7 @@ the same block), and the method must stop exactly where `ar` with the same setti
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,7 +17,6 @@ from helpers import SAME_VOCAB, bound_engine, compose_cfg
 from specbench.bench import smoke_prompts
 from specbench.decoding.engine import Generation
 from specbench.decoding.compose import method_names
-from specbench.decoding.parts import Parts
 from specbench.methods.draft_model import DraftModel, Trained
 from specbench.methods.eagle3 import Head
 from specbench.models.pairs import load_pair
@@ -33,8 +33,8 @@ def lossless_methods() -> list[str]:
     """Every registered method whose rows say lossless, ar aside (it is the truth), and the dependent heads aside:
     no trained head is at hand here to give accepted blocks long enough to cut (a head's stops are the same engine
     step 6; the method contracts decode the heads to ar's tokens, EOS and length stops included)."""
-    return [n for n in method_names() if n != "ar" and not isinstance((m := build_method({"name": n})).parts.drafter, Head)
-            and m.lossless]
+    return [n for n in method_names() if n != "ar" and not isinstance((m := build_method({"name": n})).drafter, Head)
+            and m.plan.lossless]
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +90,8 @@ def run_with(pair, method_name: str, drafter, prompt: list[int], s: dict) -> Gen
     ctx = len(prompt) + s["room"] if s["room"] else None
     models = {"target": pair.target, "draft": drafter} if drafter is not None else {"target": pair.target}
     m = build_method({"name": method_name})
-    if isinstance(m.parts.drafter, Trained):  # no trained drafter here: `drafter` drafts in vanilla γ=8's loop
-        m.parts = Parts(DraftModel(), m.parts.shape)
+    if isinstance(m.drafter, Trained):  # no trained drafter here: `drafter` drafts in vanilla γ=8's loop
+        m = replace(m, drafter=DraftModel())
     return bound_engine(m, models, pair.vocab_size, 0.0, s["eos"], pair.tokenizer, s["stops"], ctx
                         ).generate(prompt, s["max_new"])
 

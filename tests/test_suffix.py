@@ -93,8 +93,8 @@ def test_a_row_proposes_what_its_prompt_repeats():
     buf[0, :9] = torch.tensor(prompt)
     buf[1, :3] = torch.tensor([7, 8, 6])
     buf[2, :9] = torch.tensor(prompt)
-    d = Drafting([9, 3, 9], [16, 16, 0], [m, m, m], [None] * 3, Sampler(SamplingParams(0.0), 16), frozenset())
-    props = SuffixDraft(m.parts.drafter, 3, False).propose(buf, d)
+    d = Drafting([9, 3, 9], [16, 16, 0], [m.policy] * 3, [None] * 3, Sampler(SamplingParams(0.0), 16), frozenset())
+    props = SuffixDraft(m.drafter, 3, False).propose(buf, d)
     assert props[0].tokens == [4, 5, 9] and props[0].is_chain and props[0].q is None
     assert props[1].tokens == [] and props[2].tokens == []
     assert SuffixIndex(64).speculate(prompt, 16).tokens == []  # an empty tree speculates nothing
@@ -112,7 +112,7 @@ def test_options_and_refusals():
         build_method({"name": "suffix", "min_token_prob": 2})
     m = build_method({"name": "suffix", "parts": {"shape": "tree"}})
     with pytest.raises(OptionError, match="one row at a time"):
-        m.check_batch(4)
+        m.plan.refuse(m.name, 4)
     with pytest.raises(OptionError, match="verifies chains only"):
-        m.check_compile()
-    build_method({"name": "suffix"}).check_batch(4)  # chains decode in batches
+        m.plan.refuse(m.name, compile=True)
+    build_method({"name": "suffix"}).plan.refuse("suffix", 4)  # chains decode in batches

@@ -208,7 +208,7 @@ def test_top_k_children_verified_as_if_drawn_fail_the_same_test():
             return [Proposal(p.tokens, p.parents, p.q, p.why, SAMPLED, p.steps) for p in super().propose(buf, d)]
 
     method = build_method(TREES["spec_tree"])
-    method.draft_source = lambda states: DrawnClaim(states["draft"], method.parts.shape.grower())
+    method.drafter.source = lambda states, binding, shape, fixed: DrawnClaim(states["draft"], shape.grower())
     target, draft = TableLM(8, 11), TableLM(8, 12)
     counts = joint_counts(table_engine(method, target, draft, 1.0, 64), 4000)
     assert chi2_pvalue(counts, target_joint(target)) < 1e-6

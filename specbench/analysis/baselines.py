@@ -1,14 +1,8 @@
-"""Speedups: a method's runs by name and options (`MethodSpec`), and each run's baseline run among a runs table
-(`specbench.analysis.load.load_runs`).
+"""Speedups: a method's runs by name and options (`MethodSpec`), and each run's baseline run among a runs table.
 
-A speedup divides a run's tokens_per_s by that of one baseline run (`MethodSpec`, e.g. `vanilla` or
-`vanilla:gamma=8`) with the same *setting*: the resolved config without the method node and the keys a
-resumed run may change, plus the recorded device (device, CPU, platform, torch threads, GPU). So pair,
-dataset, decode settings, seed, batch_size and device must agree, and both runs must hold the same example
-ids. A config without `batch_size` (runs older than the key) counts as batch_size 1.
-A baseline that exists but differs is refused (`ReportError` naming the differing keys); with no
-baseline run at all for the pair and dataset the speedup is empty. Git hash and package versions are
-recorded per run (columns `git_hash`, `versions`) but not compared: a sweep may span commits.
+A speedup divides a run's tokens_per_s by that of one baseline run with the same *setting* (specbench.analysis.load
+.setting_of: pair, dataset, decode settings, seed, batch_size and device) and the same example ids. Git hash and
+package versions are recorded per run but not compared: a sweep may span commits.
 """
 
 from __future__ import annotations
@@ -66,9 +60,7 @@ def full_setting(run: pd.Series) -> dict:
 
 def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> pd.Series | None:
     """The baseline run with run's pair, dataset and setting; None if the pair and dataset have no baseline run.
-
-    Raises ReportError if baseline runs exist but none has the same setting and example ids.
-    """
+    ReportError, naming the differing keys, if baseline runs exist but none has the same setting and example ids."""
     spec = MethodSpec.parse(baseline)
     cands = spec.runs_in(runs[(runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])])
     if cands.empty:
@@ -94,8 +86,7 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
                       "settings, seed, batch_size and device; run the baseline with those settings or select runs with --where.")
 
 
-def baseline_or_refusal(run: pd.Series, runs: pd.DataFrame,
-                        baseline: str | MethodSpec) -> tuple[pd.Series | None, str]:
+def baseline_or_refusal(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> tuple[pd.Series | None, str]:
     """(find_baseline, "") or, where it refuses the baseline run, (None, why)."""
     try:
         return find_baseline(run, runs, baseline), ""
@@ -106,17 +97,3 @@ def baseline_or_refusal(run: pd.Series, runs: pd.DataFrame,
 def speedup_over(run: pd.Series, base: pd.Series | None) -> float:
     """median tokens_per_s of run / that of the baseline run `base` (NaN without one)."""
     return float("nan") if base is None else run["tokens_per_s_median"] / base["tokens_per_s_median"]
-
-
-def speedup(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> float:
-    """speedup_over the run's baseline run among `runs` (NaN when there is none)."""
-    return speedup_over(run, find_baseline(run, runs, baseline))
-
-
-def add_speedup(runs: pd.DataFrame, baseline: str | MethodSpec = "vanilla") -> pd.DataFrame:
-    """runs with `speedup` and `baseline_dir` columns (empty where the pair and dataset have no baseline run)."""
-    out = runs.copy()
-    bases = [find_baseline(r, runs, baseline) for _, r in runs.iterrows()]
-    out["baseline_dir"] = [None if b is None else b["run_dir"] for b in bases]
-    out["speedup"] = [speedup_over(r, b) for (_, r), b in zip(runs.iterrows(), bases)]
-    return out

@@ -1,12 +1,7 @@
 """Numbers per category of a benchmark's prompts (Spec-Bench's 13 categories, SPEED-Bench's 11 categories or its
 3 entropy tiers of a throughput bucket): a row per run and category with its prompts, tok/s, speedup over the `ar`
-run of the same setting on the same prompts, τ and the conditional acceptance per position α_1..α_3.
-
-    tok/s   = Σ tokens / Σ time of the category's rows        speedup = tok/s of the run / that of ar's same prompts
-    τ       = Σ new_tokens / Σ target_calls                    α_i     = acc_i / reached_i (specbench.analysis.per_position)
-
-each with its 95% bootstrap interval over the category's prompts (specbench.analysis.intervals; the speedup paired
-by prompt with ar)."""
+run of the same setting on the same prompts, τ and α_1..α_3 (specbench.analysis.per_position), each with its 95%
+bootstrap interval over the category's prompts (specbench.analysis.intervals; the speedup paired by prompt)."""
 
 from __future__ import annotations
 
@@ -16,6 +11,7 @@ import pandas as pd
 from specbench.analysis import intervals
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.conventions import OVERVIEW_COLUMNS
+from specbench.analysis.per_position import pad
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
 
@@ -25,8 +21,7 @@ COLUMNS = ["prompts", "tok/s", "speedup vs ar", "τ"] + [f"α_{i}" for i in rang
 
 def category_table(group: Group, convention: str = "specbench") -> Table | None:
     """A row per (run, category) of the group's runs whose rows carry a category; None when none does. τ is the
-    acceptance length of `convention` (conventions.OVERVIEW_COLUMNS' last column: specbench's τ, vLLM's mean
-    acceptance length, the others' (accepted + steps) / steps), named so."""
+    acceptance length of `convention` (conventions.OVERVIEW_COLUMNS' last column), named so."""
     recs, cells, index = [], [], []
     length, stat, _ = OVERVIEW_COLUMNS[convention][-1]
     columns = [length if c == "τ" else c for c in COLUMNS]
@@ -37,14 +32,8 @@ def category_table(group: Group, convention: str = "specbench") -> Table | None:
         for cat, c in sorted(run["categories"].items()):
             mine = intervals.subset(run["prompts"], set(c["ids"]))
             tps, tau = intervals.value(mine, "tok/s", run["time"]), intervals.value(mine, stat, run["time"])
-            sp = lo = hi = float("nan")
-            if base is not None:
-                theirs = intervals.subset(base["prompts"], set(c["ids"]))
-                sp = intervals.paired_value(mine, theirs, "speedup", run["time"])
-                if base["run_dir"] != run["run_dir"]:
-                    lo, hi = intervals.paired_interval(mine, theirs, "speedup", run["time"])
-            alpha = list(c["alphas"] or [])[:ALPHAS]
-            alpha += [float("nan")] * (ALPHAS - len(alpha))
+            sp, lo, hi = intervals.of_pair(run, base, "speedup", set(c["ids"]))  # ar's on the same prompts
+            alpha = pad(list(c["alphas"] or []), ALPHAS)
             index.append((f"{run['pair']} · {run['dataset']}", f"{run['label']} · {cat}"))
             recs.append([len(c["ids"]), tps, sp, tau, *alpha])
             cells.append([str(len(c["ids"])), intervals.text(tps, *intervals.interval(mine, "tok/s", run["time"]), ".1f"),

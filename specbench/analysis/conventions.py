@@ -1,17 +1,12 @@
 """Acceptance in each engine's convention (`python -m specbench.report DIR --convention NAME`): the same recorded
 counts, pooled over a run's rows, in the names and formulas of specbench, vLLM, SGLang, EAGLE and Spec-Bench
-(docs/design.md, "Acceptance conventions", gives each with the source it was read from).
+(CONVENTIONS; docs/design.md, "Acceptance conventions", gives each with the source it was read from).
 
 Counts, summed over the rows: N new tokens (cut at the stop), C target calls, I iterations (verify steps), A accepted
 drafts, D drafted nodes, k drafting iterations (w > 0). A chain's iteration commits accepted + 1 tokens, so
-N = A + I - cut (the last block's tokens after a stop). Then
-    specbench   τ = N / C;  #match = A / k;  AccRate = A / D
-    vllm        mean acceptance length = 1 + A / k (only steps that drafted);  draft acceptance rate = A / D
-    sglang      accept len = (A + I) / I (every verify step, bonus included, no stop cut)
-    eagle       τ (average acceptance length) = (A + I) / I
-    spec_bench  #Mean Accepted Tokens = (A + I) / I
-They part where iterations draft nothing (1 + A / k against (A + I) / I), where the last block is cut at a stop (N / C
-against (A + I) / I) and at the +1 bonus token (#match against every "acceptance length").
+N = A + I - cut (the last block's tokens after a stop). The conventions part where iterations draft nothing (vLLM's
+1 + A / k against (A + I) / I), where the last block is cut at a stop (specbench's N / C against (A + I) / I) and at
+the +1 bonus token (#match against every "acceptance length").
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
 """Why a lossless greedy run's row parts from `ar`'s: a float near-tie of the target, or a suspect.
 
-Greedy decoding with any lossless method commits, at every position, the target's top-1 token. In exact
-arithmetic its rows equal `ar`'s. In floating point the target's logits depend a little on the verify's width (the
-reductions run in another order), so where the top-2 logits are within that noise the method and `ar` can pick
-different tokens and both be right; after that the two generations go their own ways. For each prompt where a
-lossless run at temperature 0 differs from the `ar` run of its setting (baselines.find_baseline), at the first differing
-position t:
+Greedy decoding with any lossless method commits the target's top-1 token at every position, so in exact arithmetic
+its rows equal `ar`'s; in floating point the target's logits depend a little on the verify's width (reductions run in
+another order), so where the top-2 logits are within that noise both can pick different tokens and be right. At the
+first position t where a lossless run at temperature 0 differs from the `ar` run of its setting:
 
-    margin_t = min(ar's top-2 margin at t, the run's at t)   (specbench.decoding.margins; the one recorded where the
-                                                              other is missing, e.g. hf_assisted's rows have none)
+    margin_t = min(ar's top-2 margin at t, the run's at t)   (the one recorded where the other is missing)
     near-tie  when margin_t < NEAR_TIE[dtype] and the run's token at t is the top-1 of its own verify
-    suspect   otherwise: a clear margin, a committed token that is not its verify's top-1 (a rule accepting a
-              wrong token), or the same tokens with another length (a stop handled differently)
+    suspect   otherwise: a clear margin, a committed token that is not its verify's top-1, or the same tokens with
+              another length (a stop handled differently)
 
-NEAR_TIE (logits) is the float noise of one verify of a model of the run's dtype: bfloat16 keeps 8 significant
-bits, so logits of 16-32 are stored 0.125 apart and a reordered reduction moves hidden states by a few of their
-own ulps; float16 keeps 11 bits, float32 24. The margins are printed, so a reader can apply another threshold.
+NEAR_TIE (logits) is the float noise of one verify in the run's dtype: bfloat16 keeps 8 significant bits, so logits
+of 16-32 are stored 0.125 apart; float16 keeps 11 bits, float32 24.
 """
 
 from __future__ import annotations
@@ -27,8 +23,8 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from specbench.analysis.baselines import find_baseline
-from specbench.analysis.selection import Group, ReportError
+from specbench.analysis.baselines import baseline_or_refusal
+from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
 
 NEAR_TIE = {"bfloat16": 0.5, "float16": 0.1, "float32": 0.01}
@@ -80,10 +76,7 @@ def divergences(run: pd.Series, runs: pd.DataFrame) -> list[Divergence] | None:
     nothing to compare (a sampled or lossy run, ar itself, no ar run, or an ar run of another setting)."""
     if run["temperature"] != 0 or not run["lossless"] or run["method"] == "ar":
         return None
-    try:
-        base = find_baseline(run, runs, "ar")
-    except ReportError:
-        return None
+    base, _ = baseline_or_refusal(run, runs, "ar")
     if base is None:
         return None
     limit = threshold(run["dtype"])

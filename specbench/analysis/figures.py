@@ -1,27 +1,9 @@
-"""The papers' figures as PNG files, from traces (`trace=true` runs) and rows; matplotlib's Agg canvas.
+"""The papers' figures as PNG files, from traces (`trace=true` runs) and rows.
 
-Figures are drawn on `matplotlib.figure.Figure` objects with an Agg canvas, not through pyplot, so
-importing this module changes no global backend (a notebook keeps its own).
-
-- thresholds: AdaSD's T_G and T_V after each iteration, one line per example;
-- gamma: γ and accepted drafts per iteration (GammaTune Appendix A), one line per example;
-- token_means: per example, mean entropy H(q_i) and mean d_JS(p_i, q_i) of accepted and rejected
-  drafts (AdaSD Figure 2); js_hist: the distribution of d_JS for accepted and rejected drafts (Figure 3).
-  A draft is accepted if it lies before the iteration's first rejection, rejected if it is that first
-  rejection; drafts after it were never judged and are left out (Algorithm 1's lists L_D^A, L_D^R);
-- accept_hist: histogram of accepted drafts per iteration, one series per run;
-- position: mean accepted drafts per block against the position of the block's last token (SD²
-  Figure 4), positions in bins of 2·half_width tokens, plotted at the bin centre (the paper's x ± 8);
-  positions count the new tokens of an example, turns of a multi-turn example one after another;
-- task_throughput: tokens/s per Spec-Bench category, mean ± std over initial γ (GammaTune Figure 1);
-- batch_speedup: speedup over the `ar` run of the same setting and batch size against batch size (log2
-  axis), one line per method, drawn where a pair and dataset have `ar` runs at 2 or more batch sizes;
-- sd2_fig5: SD² Figure 5 from each built `sd2_fig5` table (`make_figures(..., built=tables)`): a group of bars
-  per pair, per method (EAGLE-3*, Pretrained, Distilled, SD²) τ at T = 1 solid beside T = 0 hatched.
-
-`make_figures` draws per comparable group of runs (`selection.groups`: same setting but pair, dataset, seed)
-and per pair and dataset, titled "pair · dataset · decode"; a legend names each run only by the keys
-that differ between the runs drawn together (`selection.labels`) and sits outside the axes.
+Figures are drawn on `matplotlib.figure.Figure` objects with an Agg canvas, not through pyplot, so importing this
+module changes no global backend (a notebook keeps its own). `make_figures` draws per comparable group of runs
+(`selection.groups`) and per pair and dataset, titled "pair · dataset · decode"; a legend names each run only by the
+keys that differ between the runs drawn together (`selection.labels`) and sits outside the axes.
 """
 
 from __future__ import annotations
@@ -29,7 +11,7 @@ from __future__ import annotations
 import logging
 import textwrap
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -54,12 +36,11 @@ def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (7.0, 4.
     return fig, np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
 
 
-def _legend(ax, fontsize: float = 7) -> None:
-    """The axes' legend outside every axes, at the figure's right (constrained layout makes room): never over data."""
-    ax.figure.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=fontsize)
-
-
-def _save(fig: Figure, path: str | Path, title: str | None = None) -> Path:
+def _save(fig: Figure, path: str | Path, title: str | None = None, legend: Any = None, fontsize: float = 7) -> Path:
+    """fig as a PNG file at path, titled, with the legend of the axes `legend` outside every axes at the figure's
+    right (constrained layout makes room): never over data."""
+    if legend is not None:
+        fig.legend(*legend.get_legend_handles_labels(), loc="outside right upper", fontsize=fontsize)
     if title:
         fig.suptitle(title, fontsize=10)
     path = Path(path)
@@ -70,7 +51,9 @@ def _save(fig: Figure, path: str | Path, title: str | None = None) -> Path:
 
 
 def token_stats(traces: pd.DataFrame) -> pd.DataFrame:
-    """One row per judged draft: label, id, iteration, position i (1-based), entropy, js, accepted (i <= n)."""
+    """One row per judged draft: label, id, iteration, position i (1-based), entropy, js, accepted (i <= n). A draft
+    is accepted if it lies before the iteration's first rejection, rejected if it is that first rejection; drafts
+    after it were never judged and are left out (AdaSD Algorithm 1's lists L_D^A, L_D^R)."""
     recs = []
     for r in traces.itertuples(index=False):
         if r.js is None or r.drafted == 0:
@@ -83,11 +66,9 @@ def token_stats(traces: pd.DataFrame) -> pd.DataFrame:
 
 
 def accepted_by_position(traces: pd.DataFrame, half_width: int = 8) -> pd.DataFrame:
-    """Mean accepted drafts per block by the position of the block's last committed token (0-based).
-
-    An iteration commits accepted + 1 tokens, so the last token's position is the running sum of
-    (accepted + 1) over the example's iterations minus 1; bins of 2·half_width, x = bin centre.
-    """
+    """Mean accepted drafts per block by the position of the block's last committed token (0-based): an iteration
+    commits accepted + 1 tokens, so that position is the running sum of (accepted + 1) over the example's iterations
+    (turns one after another) minus 1; bins of 2·half_width, x = bin centre (SD²'s x ± 8)."""
     t = traces.sort_values(["run_dir", "id", "iteration"])
     pos = (t["accepted"] + 1).groupby([t["run_dir"], t["id"]]).cumsum() - 1
     width = 2 * half_width
@@ -106,8 +87,7 @@ def plot_thresholds(traces: pd.DataFrame, path: str | Path, title: str | None = 
             ax.plot(t["iteration"], t[k], lw=1, label=f"{label} {ex}")
         ax.set(xlabel="iteration", ylabel={"t_g": "$T_G$ (bits)", "t_v": "$T_V$ (JS distance)"}[k],
                title={"t_g": "generation threshold", "t_v": "verification threshold"}[k])
-    _legend(axes[-1], 6)
-    return _save(fig, path, title)
+    return _save(fig, path, title, axes[-1], 6)
 
 
 def plot_gamma(traces: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
@@ -120,8 +100,7 @@ def plot_gamma(traces: pd.DataFrame, path: str | Path, title: str | None = None)
         axes[1].plot(t["iteration"], t["accepted"], lw=1, marker=".", ms=3)
     axes[0].set(xlabel="iteration", ylabel="γ", title="speculation length")
     axes[1].set(xlabel="iteration", ylabel="accepted drafts", title="accepted per iteration")
-    _legend(axes[0], 6)
-    return _save(fig, path, title)
+    return _save(fig, path, title, axes[0], 6)
 
 
 def plot_token_means(traces: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
@@ -138,8 +117,7 @@ def plot_token_means(traces: pd.DataFrame, path: str | Path, title: str | None =
                     label=f"{label} {'accepted' if acc else 'rejected'}")
         ax.set(xlabel="example", ylabel=unit)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    _legend(axes[1])
-    return _save(fig, path, title)
+    return _save(fig, path, title, axes[1])
 
 
 def plot_js_hist(traces: pd.DataFrame, path: str | Path, title: str | None = None, bins: int = 20) -> Path:
@@ -165,8 +143,7 @@ def plot_accept_hist(traces: pd.DataFrame, path: str | Path, title: str | None =
     for label, g in t.groupby("label", sort=False):
         ax.hist(g["accepted"], bins=edges, histtype="step", lw=1.5, weights=np.full(len(g), 1 / len(g)), label=label)
     ax.set(xlabel="accepted drafts per iteration", ylabel="fraction of iterations")
-    _legend(ax)
-    return _save(fig, path, title)
+    return _save(fig, path, title, ax)
 
 
 def plot_position(traces: pd.DataFrame, path: str | Path, title: str | None = None, half_width: int = 8) -> Path:
@@ -178,8 +155,7 @@ def plot_position(traces: pd.DataFrame, path: str | Path, title: str | None = No
     for label, g in d.groupby("label", sort=False):
         ax.plot(g["x"], g["mean_accepted"], marker="o", ms=3, label=label)
     ax.set(xlabel=f"position of the block's last token (± {half_width})", ylabel="accepted tokens per block")
-    _legend(ax)
-    return _save(fig, path, title)
+    return _save(fig, path, title, ax)
 
 
 def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
@@ -194,8 +170,7 @@ def plot_task_throughput(data: pd.DataFrame, path: str | Path, title: str | None
         ax.bar(np.arange(len(tasks)) + k * w, g["mean"], w, yerr=g["std"], capsize=2, label=row)
     ax.set_xticks(np.arange(len(tasks)) + 0.4 - w / 2, tasks, rotation=45, ha="right")
     ax.set(ylabel="tokens/s (mean ± std over initial γ)")
-    _legend(ax)
-    return _save(fig, path, title)
+    return _save(fig, path, title, ax)
 
 
 def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path | None:
@@ -211,22 +186,18 @@ def plot_positions(runs: pd.DataFrame, out: Path, title: str, stem: str) -> Path
         ax.plot(x, p["alpha"], "o-", color=color, label=f"{label} α_i")
         ax.plot(x[:len(p["at_least"])], p["at_least"], "s--", color=color, alpha=0.6, label=f"{label} P(≥ i)")
     ax.set(xlabel="draft position i (a tree: depth)", ylabel="acceptance", ylim=(0, 1.02))
-    _legend(ax)
-    return _save(fig, Path(out) / f"fig_per_position__{stem}.png", title)
+    return _save(fig, Path(out) / f"fig_per_position__{stem}.png", title, ax)
 
 
 def batch_speedups(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per run but `ar` of one comparable group: pair, dataset, label (batch_size left out), batch_size,
-    speedup = median tokens_per_s / that of the `ar` run with the same setting and batch size (baselines.find_baseline).
-    A run with no such `ar` run is left out, with a log line."""
+    """One row per run but `ar` of one comparable group: pair, dataset, label, batch_size and its speedup over the `ar`
+    run with the same setting and batch size (a run without one left out; a refused one logged)."""
     runs = runs.assign(label=labels(runs, ("batch_size",)))
     recs = []
     for _, r in runs[runs["method"] != "ar"].iterrows():
-        try:
-            base = baselines.find_baseline(r, runs, "ar")
-        except ReportError as e:
-            log.info("batch-size figure: %s at batch_size=%d left out: %s", r["label"], r["batch_size"], e)
-            continue
+        base, why = baselines.baseline_or_refusal(r, runs, "ar")
+        if why:
+            log.info("batch-size figure: %s at batch_size=%d left out: %s", r["label"], r["batch_size"], why)
         if base is not None:
             recs.append({"pair": r["pair"], "dataset": r["dataset"], "label": r["label"],
                          "batch_size": r["batch_size"], "speedup": baselines.speedup_over(r, base)})
@@ -245,8 +216,7 @@ def plot_batch_speedup(data: pd.DataFrame, path: str | Path, title: str | None =
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.set(xlabel="batch size", ylabel="speedup over ar (same batch size)")
-    _legend(ax)
-    return _save(fig, path, title)
+    return _save(fig, path, title, ax)
 
 
 FIG5_BARS = [("T = 1", "", "sampling"), ("T = 0", "//", "greedy")]  # the paper: T = 1 solid, T = 0 hatched
@@ -339,10 +309,9 @@ def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ..
 
 def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None,
                  built: Iterable[tables.Table] = ()) -> list[Path]:
-    """Every figure the runs have data for, per comparable group, as
-    <out>/fig_<kind>__<pair>__<dataset>[__<group>][__<run>].png (the group only where a pair and dataset
-    have runs in several groups); and SD² Figure 5 from each sd2_fig5 table in `built` (the report's tables), as
-    <out>/fig_<table name>.png beside the table's files."""
+    """Every figure the runs have data for, per comparable group, as <out>/fig_<kind>__<pair>__<dataset>[__<group>]
+    [__<run>].png (the group only where a pair and dataset have runs in several groups); and SD² Figure 5 from each
+    sd2_fig5 table in `built` (the report's tables), as <out>/fig_<table name>.png."""
     out = Path(out)
     paths = [plot_sd2_fig5(t.values, out / f"fig_{t.name}.png", t.title) for t in built
              if t.name.split("__")[0] == "sd2_fig5" and t.values.notna().any().any()]

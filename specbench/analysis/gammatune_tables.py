@@ -1,12 +1,9 @@
 """GammaTune's Table 2 and Figure 1's data, rebuilt from a runs DataFrame (`specbench.analysis.load.load_runs`).
 
-Table 2: speedup over fixed-γ speculative decoding, mean ± std over the initial γ grid.
-The paper's own SpecDecode row reads 1.00 ± 0.28: each run's throughput is divided by the *mean*
-throughput of `vanilla` over the grid (normalize="grid", the default). normalize="paired" divides
-by `vanilla` at the same γ instead (SpecDecode is then 1.00 ± 0.00). The std is over the fixed grid
-(numpy's ddof=0). "Average" = mean over pairs of the means ± mean of the stds (how the paper's
-Average column adds up, e.g. HFHeuristic 1.11 = mean(1.14, 1.04, 1.12, 1.12)). Initial γ is every
-method's option `gamma` (the runs' column `gamma`).
+Table 2: speedup over fixed-γ speculative decoding, mean ± std (numpy's ddof=0) over the initial γ grid (every
+method's option `gamma`). The paper's own SpecDecode row reads 1.00 ± 0.28: each run's throughput is divided by the
+*mean* throughput of `vanilla` over the grid (normalize="grid"). "Average" = mean over pairs of the means ± mean of
+the stds (how the paper's Average column adds up, e.g. HFHeuristic 1.11 = mean(1.14, 1.04, 1.12, 1.12)).
 """
 
 from __future__ import annotations
@@ -41,11 +38,9 @@ def _grid(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, s
 
 
 def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normalize: str = "grid") -> pd.DataFrame:
-    """One row per (pair, dataset, method row, gamma): tokens_per_s and speedup over fixed-γ `vanilla`.
-
-    normalize="grid": T(method, γ0) / mean over the grid of T(vanilla, γ) (the paper's table);
-    normalize="paired": T(method, γ0) / T(vanilla, γ0). Every method must cover the baseline's γ grid.
-    """
+    """One row per (pair, dataset, method row, gamma): tokens_per_s and speedup over fixed-γ `vanilla`: normalize=
+    "grid": T(method, γ0) / mean over the grid of T(vanilla, γ) (the paper's table); "paired": T(method, γ0) /
+    T(vanilla, γ0) (SpecDecode 1.00 ± 0.00). Every method must cover the baseline's γ grid."""
     if normalize not in ("grid", "paired"):
         raise ReportError(f"normalize {normalize!r}: valid values are grid, paired")
     base = MethodSpec.parse(baseline or BASELINES["gammatune"])
@@ -95,18 +90,18 @@ def gammatune_table2(runs: pd.DataFrame, baseline: str | None = None, normalize:
                   "± = std over initial γ", v, cells, index_names=("", "method"))]
 
 
-def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | None = None,
-                    by: str = "category") -> pd.DataFrame:
-    """GammaTune Figure 1 data: per (pair, dataset, method row, task) throughput Σ new / Σ decode_s of the
-    task's examples, mean and std (ddof=0) over the method's initial-γ runs; n = number of runs."""
+def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """GammaTune Figure 1 data: per (pair, dataset, method row, task: the rows' category) throughput Σ new / Σ
+    decode_s of the task's examples, mean and std (ddof=0) over the method's initial-γ runs; n = number of runs."""
     base = MethodSpec.parse(baseline or BASELINES["gammatune"])
-    if by not in examples:
-        raise ReportError(f"task_throughput: the rows have no {by!r} column (Spec-Bench rows carry category and task)")
+    if "category" not in examples:
+        raise ReportError("task_throughput: the rows have no 'category' column (Spec-Bench rows carry category and "
+                          "task)")
     recs = []
     for label, spec in method_specs(GAMMATUNE_ROWS, base):
         for (pair, d), _ in spec.runs_in(runs).groupby(["pair", "dataset"]):
             for g, run in _grid(runs, "gammatune_figure1", pair, d, label, spec).items():
-                for task, tps in throughput_by(examples[examples["run_dir"] == run["run_dir"]], by).items():
+                for task, tps in throughput_by(examples[examples["run_dir"] == run["run_dir"]], "category").items():
                     recs.append({"pair": pair, "dataset": d, "row": label, "task": task, "gamma": g,
                                  "tokens_per_s": tps})
     long = pd.DataFrame(recs, columns=["pair", "dataset", "row", "task", "gamma", "tokens_per_s"])

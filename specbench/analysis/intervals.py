@@ -19,13 +19,8 @@ Statistics (over the drawn prompts and repeats, so each is the number the table 
                a prompt's tokens and seconds summed over its repeats)
     Δscore     score_a - score_b over the prompts both score
 
-Which time the throughput divides by (TIMES): `decode`, the row's decode_s, which holds the prompt's prefill and
-the first iteration (the default), or `after_first_block`, the tokens committed after each generation's first
-block over decode_s less the row's share of that block (specbench.runs.projection.after_first_block).
-
-Written here rather than with scipy.stats.bootstrap, which resamples one level only (no repeats within prompts);
-tests/test_intervals.py checks these intervals against scipy's percentile intervals where there is one repeat,
-and their coverage on data with a known answer.
+The throughput divides by one of TIMES (`after_first_block`: specbench.runs.projection.after_first_block). Written
+here rather than with scipy.stats.bootstrap, which resamples one level only (no repeats within prompts).
 """
 
 from __future__ import annotations
@@ -131,6 +126,8 @@ def _rate(d: Draw, tok: str, sec: str) -> np.ndarray:
 
 
 def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.ndarray]]:
+    """The fields one run's statistic `stat` (ONE_RUN) reads at `time`, and its formula over a draw."""
+    _check(stat, ONE_RUN, time)
     tok, sec = _TIME_FIELDS[time]
     table: dict[str, tuple[tuple[str, ...], Callable[[Draw], np.ndarray]]] = {
         "tok/s": ((tok, sec), lambda d: _rate(d, tok, sec)),
@@ -142,12 +139,9 @@ def _one(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw], np.nda
     return table[stat]
 
 
-def _per_prompt_rate(d: Draw, tok: str, sec: str) -> np.ndarray:
-    """(B, P): each prompt's Σ tokens / Σ seconds over its repeats."""
-    return _ratio(d[tok], d[sec], axes=(-1,))
-
-
 def _two(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw, Draw], np.ndarray]]:
+    """The fields a paired statistic `stat` (PAIRED) reads at `time`, and its formula over two draws."""
+    _check(stat, PAIRED, time)
     tok, sec = _TIME_FIELDS[time]
 
     def score_diff(a: Draw, b: Draw) -> np.ndarray:
@@ -157,8 +151,8 @@ def _two(stat: str, time: str) -> tuple[tuple[str, ...], Callable[[Draw, Draw], 
 
     table: dict[str, tuple[tuple[str, ...], Callable[[Draw, Draw], np.ndarray]]] = {
         "speedup": ((tok, sec), lambda a, b: _rate(a, tok, sec) / _rate(b, tok, sec)),
-        "mean ratio": ((tok, sec), lambda a, b: _mean(_per_prompt_rate(a, tok, sec) / _per_prompt_rate(b, tok, sec),
-                                                      (-1,))),
+        "mean ratio": ((tok, sec), lambda a, b: _mean(  # (B, P): each prompt's Σ tokens / Σ seconds over its repeats
+            _ratio(a[tok], a[sec], axes=(-1,)) / _ratio(b[tok], b[sec], axes=(-1,)), (-1,))),
         "Δscore": (("score",), score_diff)}
     return table[stat]
 
@@ -183,14 +177,12 @@ def _quantiles(values: np.ndarray) -> tuple[float, float]:
 
 def value(p: Prompts, stat: str, time: str = "decode") -> float:
     """One run's statistic `stat` (ONE_RUN) pooled over every prompt and repeat (the draws' formula on all rows)."""
-    _check(stat, ONE_RUN, time)
     names, f = _one(stat, time)
     return float(f({n: p.fields[n][None] for n in names})[0])
 
 
 def interval(p: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
     """The 95% bootstrap interval of one run's statistic `stat` (ONE_RUN); NaN, NaN where it is undefined."""
-    _check(stat, ONE_RUN, time)
     names, f = _one(stat, time)
     rng = np.random.default_rng(SEED)
     idx = rng.integers(0, len(p.ids), (RESAMPLES, len(p.ids)))
@@ -208,16 +200,13 @@ def _aligned(a: Prompts, b: Prompts) -> tuple[np.ndarray, np.ndarray]:
 
 def paired_value(a: Prompts, b: Prompts, stat: str, time: str = "decode") -> float:
     """The statistic `stat` (PAIRED) of run a against run b on their common prompts and every recorded repeat."""
-    _check(stat, PAIRED, time)
     names, f = _two(stat, time)
     ia, ib = _aligned(a, b)
-
     return float(f({n: a.fields[n][ia][None] for n in names}, {n: b.fields[n][ib][None] for n in names})[0])
 
 
 def paired_interval(a: Prompts, b: Prompts, stat: str, time: str = "decode") -> tuple[float, float]:
     """The 95% bootstrap interval of `stat` (PAIRED) of run a against run b: the same prompts drawn for both."""
-    _check(stat, PAIRED, time)
     names, f = _two(stat, time)
     ia, ib = _aligned(a, b)
     rng = np.random.default_rng(SEED)
@@ -238,15 +227,17 @@ def of_run(run: pd.Series, stat: str) -> tuple[float, float]:
     return interval(run["prompts"], stat, run["time"])
 
 
-def of_pair(run: pd.Series, base: pd.Series | None, stat: str) -> tuple[float, float, float]:
-    """(value, lo, hi) of `stat` (PAIRED) of a loaded run against its baseline run (NaN without one; the baseline
-    against itself: the value, no interval)."""
+def of_pair(run: pd.Series, base: pd.Series | None, stat: str, ids: set[str] | None = None
+            ) -> tuple[float, float, float]:
+    """(value, lo, hi) of `stat` (PAIRED) of a loaded run against its baseline run on the prompts `ids` (None: all);
+    NaN without a baseline; the baseline against itself: the value, no interval."""
     if base is None:
         return float("nan"), float("nan"), float("nan")
+    a, b = (r["prompts"] if ids is None else subset(r["prompts"], ids) for r in (run, base))
+    value = paired_value(a, b, stat, run["time"])
     if base["run_dir"] == run["run_dir"]:
-        return paired_value(run["prompts"], base["prompts"], stat, run["time"]), float("nan"), float("nan")
-    return (paired_value(run["prompts"], base["prompts"], stat, run["time"]),
-            *paired_interval(run["prompts"], base["prompts"], stat, run["time"]))
+        return value, float("nan"), float("nan")
+    return value, *paired_interval(a, b, stat, run["time"])
 
 
 def excludes_zero(lo: float, hi: float) -> bool:

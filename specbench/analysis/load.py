@@ -1,21 +1,10 @@
-"""Finished runs as pandas frames: read run folders into the runs table, its examples and its traces, and
-select runs by config value (`where`) or time (`timed`).
+"""Finished runs as pandas frames: read run folders into the runs table (one row per run), its examples and its
+traces, and select runs by config value (`where`) or time (`timed`).
 
-`load_runs` reads every finished run folder (config.json + rows.jsonl + a summary.json that counts
-every row) under the given paths into a DataFrame with one row per run; unfinished folders are left out
-with a logged note, and so are all but the newest of folders holding one run (`one_folder_per_run`).
-`load_examples` and `load_traces` give one row per example / per iteration.
-Run numbers are summary.json's (`specbench.common.aggregate.run_metrics`, pooled over tokens and
-iterations, the function that also gives `bench methods`' table), so rows measured at different times
-(repeats, re-measurements) are not pooled here behind the run's back; a key an older summary lacks is
-recomputed from rows.jsonl with the same function. Throughput and speedups use `tokens_per_s_median`
-(the median over the run's repeats; a run without repeats: its tokens_per_s). Fields newer than a run
-(repeats, acceptance_exact/relaxed, truncation, predicted_speedup) are NaN and listed in `missing`.
-
-A run's setting (`setting_of`) is what a speedup baseline must share with it (`specbench.analysis.baselines`);
-labels and comparable groups are `specbench.analysis.selection`'s. The tables live in the modules named for
-their papers (`specbench.analysis.adasd_tables`, ...), the figures in `specbench.analysis.figures`, the CLI that
-writes both in `specbench.analysis.report`.
+Run numbers are summary.json's (`specbench.common.aggregate.run_metrics`, pooled over tokens and iterations), so
+rows measured at different times (repeats, re-measurements) are not pooled here behind the run's back; a key an older
+summary lacks is recomputed from rows.jsonl with the same function, and a field newer than a run is NaN and listed in
+its `missing`. Throughput and speedups use `tokens_per_s_median` (the median over the run's repeats).
 """
 
 from __future__ import annotations
@@ -24,7 +13,7 @@ import json
 import logging
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 import yaml
@@ -50,23 +39,9 @@ NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptanc
                 "truncated_frac", "predicted_speedup", "decoded", "resumed", "nodes_per_call"]
 
 
-def batch_size(config: dict) -> int:
-    """The rows a run decoded together (config key batch_size; a config without it: 1)."""
-    return int(config.get("batch_size", 1))
-
-
-def compiled(config: dict) -> bool:
-    """Did the run decode on the compiled path (config key engine.compile; a config without it: false)?"""
-    return bool((config.get("engine") or {}).get("compile", False))
-
-
 def setting_of(record: dict) -> dict:
-    """What two runs must share to be compared: the run identity (specbench.runs.identity) without the method,
-    with the budget that ran, plus the device.
-
-    (limit is resumable: the runs' example ids are compared instead.) The identity leaves out batch_size 1 and
-    engine.compile false, so a run with them has the setting of one from before the key existed.
-    """
+    """What two runs must share to be compared: the run identity (specbench.runs.identity: no `limit`, whose runs'
+    example ids are compared instead) without the method, with the budget that ran, plus the device."""
     out = identity(record["config"], drop={("method",)})
     ran = budget(record["config"])  # the budget that ran (a null decode.max_new_tokens: the dataset's)
     if "decode" in out and ran is not None:
@@ -95,13 +70,6 @@ def _num(x: Any) -> float:
     return float("nan") if x is None else float(x)
 
 
-def numbers(rows: list[dict], source: str) -> dict[str, float]:
-    """`run_metrics` of the rows (specbench.common.aggregate: pooled over tokens and iterations), NaN where
-    undefined, plus the totals as `new_tokens` and `decode_s`."""
-    out = {k: _num(v) for k, v in run_metrics(rows, source).items()}
-    return {**out, "new_tokens": out["total_new_tokens"], "decode_s": out["total_decode_s"]}
-
-
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     """Every folder under `paths` holding config.json and rows.jsonl (a run folder), sorted."""
     found: set[Path] = set()
@@ -115,10 +83,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
 
 def unfinished(summary: dict | None, n: int) -> str | None:
     """Why a run folder with this summary.json (None: none) and n rows in its newest set of repeats is not a
-    finished run (no summary, or other rows than its summary counts), else None.
-
-    A summary counts decoded + resumed rows where it has both, else n_examples.
-    """
+    finished run (no summary, or other rows than its summary counts: decoded + resumed, else n_examples), else None."""
     if summary is None:
         return "no summary.json (running, crashed or stopped before the end)"
     if summary.get("decoded") is not None and summary.get("resumed") is not None:
@@ -131,9 +96,10 @@ def unfinished(summary: dict | None, n: int) -> str | None:
 
 
 def summary_numbers(summary: dict, rows: list[dict], source: str) -> dict[str, float]:
-    """`numbers` with summary.json's values where it has them, the newer fields (NaN where missing) and the
-    throughput spread over repeats (tokens_per_s_min / _max)."""
-    out = numbers(rows, source)
+    """`run_metrics` of the rows (NaN where undefined; totals as `new_tokens` and `decode_s`) with summary.json's
+    values where it has them, the newer fields (NaN where missing) and the repeats' spread (tokens_per_s_min/_max)."""
+    out = {k: _num(v) for k, v in run_metrics(rows, source).items()}
+    out |= {"new_tokens": out["total_new_tokens"], "decode_s": out["total_decode_s"]}
     out.update({k: _num(summary[k]) for k in out if k in summary})
     out.update({k: _num(summary.get(k)) for k in NEWER_FIELDS})
     if pd.isna(out["tokens_per_s_median"]):  # one measurement: the median is the run's throughput
@@ -165,6 +131,8 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
     repeats) as a flat record: identity, setting, provenance and `summary_numbers`."""
     cfg = record["config"]
     method, decode = dict(cfg["method"]), cfg["decode"]
+    batch = int(cfg.get("batch_size", 1))  # a config without the key: 1
+    compiled = bool((cfg.get("engine") or {}).get("compile", False))  # a config without the key: eager
     options = {k: v for k, v in method.items() if k != "name"}
     setting = setting_of(record)
     return {
@@ -173,14 +141,14 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         "dataset": cfg["dataset"]["name"], "method": summary.get("method") or method["name"], "options": options,
         "decode": record.get("choices", {}).get("decode"), "temperature": float(decode["temperature"]),
         "top_k": decode.get("top_k"), "top_p": decode.get("top_p"), "max_new_tokens": budget(cfg),
-        "seed": int(decode["seed"]), "batch_size": batch_size(cfg), "device": record.get("device_info", {}).get("device"),
+        "seed": int(decode["seed"]), "batch_size": batch, "device": record.get("device_info", {}).get("device"),
         "gamma": _num(options.get("gamma")),
         "lossless": all(r.get("lossless", True) for r in rows), "n_examples": len(rows),
         "finished": True,  # load_runs loads finished runs only
         **summary_numbers(summary, rows, str(run_dir / ROWS)),
         "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
-        "config": cfg, "flat": {"batch_size": batch_size(cfg), **flatten(cfg), "engine.compile": compiled(cfg),
+        "config": cfg, "flat": {"batch_size": batch, **flatten(cfg), "engine.compile": compiled,
                                 **flatten({"decode": setting.get("decode", {})}),
                                 **flatten({"device_info": setting["device_info"]})},
         "setting": json.dumps(setting, sort_keys=True, default=str),
@@ -188,7 +156,7 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         # what a projection onto a cost profile reads (specbench.runs.projection): the pair's shapes and the dtype
         # that ran (None in runs older than them), the path, the rows' iterations and draft forwards
         "shapes": (record.get("runtime") or {}).get("shapes"), "dtype": (record.get("runtime") or {}).get("dtype"),
-        "path": "compiled" if compiled(cfg) else "eager", **run_stats(rows),
+        "path": "compiled" if compiled else "eager", **run_stats(rows),
         "hidden_verify": bool((record.get("runtime") or {}).get("verify_hidden_layers")),  # verifies returned states
         "counts": counts(rows),  # N, C, I, A, D, k pooled: acceptance in other engines' conventions
         "outputs": outputs(rows),  # per prompt: token ids, top-2 margins (analysis.divergence)
@@ -199,10 +167,9 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
 
 
 def one_folder_per_run(loaded: list[dict], finished: list[str]) -> tuple[list[dict], dict[str, str]]:
-    """The loaded runs (with their summaries' `finished` times), one per run, and {folder left out: folder kept}:
-    of several folders holding one run (the same method, setting and example ids; e.g. `.../default` and
-    `.../batch_size=1`, which versions that named a key at its default value wrote for one setting) the newest
-    finished is kept and the others are left out with a logged note."""
+    """The loaded runs (with their summaries' `finished` times), one per run, and {folder left out: folder kept}: of
+    several folders holding one run (the same method, setting and example ids; e.g. `.../default` and
+    `.../batch_size=1`, which older versions wrote for one setting) the newest finished is kept, the others logged."""
     same: dict[str, list[int]] = {}
     for i, run in enumerate(loaded):
         key = json.dumps([run["config"]["method"], run["setting"], run["example_ids"]], sort_keys=True, default=str)
@@ -257,31 +224,31 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
     return runs
 
 
+def _per_run(runs: pd.DataFrame, keep: list[str], read: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
+    """What `read` gives of each run's folder (runs giving nothing left out), with the run's columns `keep`."""
+    frames = []
+    for _, run in runs.iterrows():
+        frame = read(Path(run["run_dir"]))
+        if len(frame):
+            frames.append(frame.drop(columns=[c for c in keep if c in frame]).assign(**{c: run[c] for c in keep}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def load_examples(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per example of every run: the run's run_dir/label/pair/dataset/method/seed/gamma + its row fields."""
     keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma"]
-    frames = []
-    for _, run in runs.iterrows():
-        rows = pd.DataFrame(read_measured(Path(run["run_dir"]))).drop(columns=["token_ids", "carried_state"],
-                                                                         errors="ignore")
-        frames.append(rows.drop(columns=[c for c in keep if c in rows]).assign(**{c: run[c] for c in keep}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return _per_run(runs, keep, lambda d: pd.DataFrame(read_measured(d)).drop(columns=["token_ids", "carried_state"],
+                                                                                errors="ignore"))
 
 
 def load_traces(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per iteration of every traced run (specbench.runs.traces columns + run_dir/label/pair/dataset/method)."""
-    frames = []
-    for _, run in runs.iterrows():
-        t = read_traces(Path(run["run_dir"]))
-        if len(t):
-            frames.append(t.assign(**{c: run[c] for c in ("run_dir", "label", "pair", "dataset", "method")}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return _per_run(runs, ["run_dir", "label", "pair", "dataset", "method"], read_traces)
 
 
 def timed(runs: pd.DataFrame, time: str) -> pd.DataFrame:
     """runs whose throughput (tokens_per_s_median, so every tok/s and speedup of the tables) divides by `time`
-    (analysis.intervals.TIMES): `decode` as recorded, or `after_first_block` (the run's after_first_block_tps:
-    the prompt's prefill and each generation's first iteration left out; NaN for rows without call_stats)."""
+    (intervals.TIMES): `decode` as recorded, or `after_first_block` (after_first_block_tps; NaN without call_stats)."""
     if time not in TIMES:
         raise ReportError(f"--time {time!r}: valid times are {', '.join(TIMES)}")
     out = runs.copy()
@@ -292,10 +259,8 @@ def timed(runs: pd.DataFrame, time: str) -> pd.DataFrame:
 
 
 def where(runs: pd.DataFrame, conditions: Iterable[str]) -> pd.DataFrame:
-    """Runs whose config value (dotted, e.g. decode.temperature, method.gamma) or column equals each KEY=VALUE.
-
-    A run without the key passes (so method.gamma=5 keeps `ar`); a key no run has is an error.
-    """
+    """Runs whose config value (dotted, e.g. decode.temperature, method.gamma) or column equals each KEY=VALUE; a run
+    without the key passes (so method.gamma=5 keeps `ar`); a key no run has is an error."""
     for cond in conditions:
         key, eq, value = cond.partition("=")
         if not eq:

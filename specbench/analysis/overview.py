@@ -1,11 +1,4 @@
-"""The overview table of a comparable group of runs (`selection.Group`), the first table of each group in a report.
-
-Per run the median tok/s (with its spread over repeats), the measured speedup over the `ar` run of the same
-batch_size beside the run's predicted speedup, acceptance (exact and JS-relaxed where relaxed is nonzero), τ, the
-drafted nodes verified per target call, score and truncated rows; a group of runs at several batch sizes gets a
-block of rows per batch size. With a cost profile (`projection_costs.Projection`) it adds the speedup of each run's
-own iterations at the profile's costs (specbench.runs.projection).
-"""
+"""The overview table of a comparable group of runs (`selection.Group`), the first table of each group in a report."""
 
 from __future__ import annotations
 
@@ -37,10 +30,6 @@ NEWER = (("predicted", "predicted_speedup", ".2f"), ("exact", "acceptance_exact"
 
 def _cell(x: float, spec: str, missing: bool) -> str:
     return "missing" if missing else "" if pd.isna(x) else format(x, spec)
-
-
-def _fraction_cell(n: float, frac: float, missing: bool) -> str:
-    return "missing" if missing else "" if pd.isna(frac) else f"{n:.0f} ({frac:.0%})"
 
 
 def _columns(runs: pd.DataFrame, diverged: bool, projection: Projection | None,
@@ -78,7 +67,8 @@ def _run_cells(r: pd.Series, base: pd.Series | None, found: list[divergence.Dive
              "mean ratio": intervals.text(ratio, ratio_lo, ratio_hi, ".2f"),
              "Δscore vs ar": intervals.text(dscore, dscore_lo, dscore_hi, "+.3f")
              + (DIFFERS if intervals.excludes_zero(dscore_lo, dscore_hi) else ""), "diverged from ar": diverged,
-             "truncated": _fraction_cell(r["n_truncated"], r["truncated_frac"], "truncated_frac" in r["missing"])}
+             "truncated": "missing" if "truncated_frac" in r["missing"] else "" if pd.isna(r["truncated_frac"])
+             else f"{r['n_truncated']:.0f} ({r['truncated_frac']:.0%})"}
     for c, stat, spec in accept:  # the convention's acceptance, from the same pooled counts (NaN: ar, draft_only)
         nums[c] = intervals.value(r["prompts"], stat, r["time"]) if r["drafted_total"] else np.nan
         text[c] = intervals.text(nums[c], *intervals.of_run(r, stat), spec) if r["drafted_total"] else ""
@@ -136,14 +126,11 @@ def _title(projection: Projection | None, convention: str, accept: list[tuple[st
 
 def overview(group: Group, many: bool = False, projection: Projection | None = None,
              convention: str = "specbench") -> tuple[Table, list[str]]:
-    """One row per run of the group: median tok/s [min–max], measured speedup over the same setting's `ar`
-    run (same batch_size) beside predicted_speedup and, with a `projection`, the speedup of the run's own iterations
-    at the profile's costs (specbench.runs.projection) and its relative difference from the measured one and from
-    the measured speedup of the generations after their first blocks (what both predictions model: the prompt's
-    forwards left out; specbench.runs.projection.after_first_block);
-    AccRate (exact + relaxed where relaxed > 0), τ, score, truncated rows; and the notes on speedups and projections
-    left empty. A group of several batch sizes has a block of rows per batch size. ProfileError when the profile
-    has no entry for a drafting run's pair."""
+    """One row per run of the group (a block per batch size where there are several): median tok/s, measured
+    speedup over the same setting's `ar` run beside predicted_speedup and, with a `projection`, the speedup of the
+    run's own iterations at the profile's costs (specbench.runs.projection); acceptance, τ, score, truncated rows;
+    and the notes on speedups and projections left empty. ProfileError when the profile has no entry for a drafting
+    run's pair."""
     runs, notes = group.runs.copy(), []
     found = {r["run_dir"]: divergence.divergences(r, group.runs) for _, r in group.runs.iterrows()}
     by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading

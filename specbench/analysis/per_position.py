@@ -11,7 +11,6 @@ is specbench.analysis.figures.plot_positions."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
@@ -32,14 +31,14 @@ def position_tables(group: Group) -> list[Table]:
     a = _table("per_position", "Acceptance per draft position: conditional α_i = P(i accepted | 1..i-1 accepted) and "
                "P(≥ i) = P(an iteration accepts i or more drafts) (vLLM's per-position rate); each generation's first "
                "iteration left out", per, cols,
-               lambda p: [*_pad(p["alpha"], depth), *_pad(p["at_least"], depth)])
+               lambda p: [*pad(p["alpha"], depth), *pad(p["at_least"], depth)])
     bins = min(MAX_POSITIONS + 1, max(len(p["hist"]) for p in per.values()))
     h = _table("accepted_length", "Accepted-length histogram: the fraction of drafting iterations that accepted n "
-               "drafts", per, [f"n={n}" for n in range(bins)], lambda p: _pad(p["hist"], bins))
+               "drafts", per, [f"n={n}" for n in range(bins)], lambda p: pad(p["hist"], bins))
     return [a, h]
 
 
-def _pad(values: list[float], n: int) -> list[float]:
+def pad(values: list[float], n: int) -> list[float]:
     """values cut or padded with NaN (never verified) to n."""
     return [*values[:n], *[np.nan] * (n - len(values[:n]))]
 

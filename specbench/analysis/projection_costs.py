@@ -1,9 +1,6 @@
-"""The projection's costs against the run's own (`python -m specbench.report DIR --profile PROFILE`): per run, the
-seconds an iteration's verify and draft forwards took in the run and what the profile's entry charges for the same
-calls (specbench.runs.projection.price), and the run's host work outside its forwards, which the projection keeps
-as measured, so a projection's distance from the measured speedup can be read off where it comes from: a profile
-whose forwards cost otherwise than the run's (another machine, another load, a verify that returns hidden
-states)."""
+"""The projection's costs against the run's own (`python -m specbench.report DIR --profile PROFILE`), so a
+projection's distance from the measured speedup can be read off where it comes from: a profile whose forwards cost
+otherwise than the run's (another machine, another load, a verify that returns hidden states)."""
 
 from __future__ import annotations
 
@@ -36,11 +33,10 @@ class Projection:
 
 
 def costs_table(group: Group, projection: Projection) -> Table:
-    """One row per run of the group with recorded iterations (ar's: its one-token forwards): the mean seconds of an
-    iteration's verify and draft forwards, measured and at the profile, their relative differences, and the run's
-    host work outside the forwards (ms; rows older than that split: the phases' seconds, no host column), and the
-    projection at the run's own in-loop forward costs (runs.projection.at_own_forwards: the formula's error apart from
-    the profile's). Each generation's first iteration is left out, as in the projection."""
+    """One row per run of the group with recorded iterations: the mean ms of an iteration's verify and draft forwards,
+    measured (rows older than the host split: the phases') and at the profile (runs.projection.price), their relative
+    differences, the run's host work outside the forwards, which the projection keeps as measured, and the projection
+    at the run's own in-loop forward costs (runs.projection.at_own_forwards: the formula's error apart)."""
     runs = group.runs
     where = runs["pair"] + " · " + runs["dataset"] + " · batch_size=" + runs["batch_size"].astype(str)
     index = pd.MultiIndex.from_arrays([where, runs["label"]])

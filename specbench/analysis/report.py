@@ -2,14 +2,9 @@
 
     python -m specbench.analysis.report results/ --out report/ --format all
 
-Runs are read by `specbench.analysis.load`; the tables are `specbench.analysis.catalog`'s, the figures
-`specbench.analysis.figures`. A folder of mixed runs (greedy and sampled, other max_new_tokens, ...) is
-split into comparable groups (`selection.groups`) and every table is built per group; the notes say what each
-group is, the exact `--where` that selects it, and every table, cell, speedup or unfinished run left out and why.
-Each group also gets an overview table (`specbench.analysis.overview`): per run tok/s, speedup over `ar` beside the
-predicted one, acceptance, score and truncated rows.
-A table that compares across a setting key (`catalog.SPANS`: SD² Figure 5, T = 0 beside T = 1) is built per group
-of runs that differ only in it; with --out, SD² Figure 5 is drawn beside each sd2_fig5 table (fig_sd2_fig5.png).
+A folder of mixed runs (greedy and sampled, other max_new_tokens, ...) is split into comparable groups
+(`selection.groups`) and every table is built per group, beside the group's overview; the notes say what each group
+is, the exact `--where` that selects it, and every table, cell, speedup or unfinished run left out and why.
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ from specbench.analysis.selection import Group, ReportError, labels, unique_labe
 from specbench.analysis.tables import Table, in_group, runs_on
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.common.files import write_text_atomic
+from specbench.runs.identity import identity
 from specbench.runs.projection import ProfileError, read as read_profile
 
 log = logging.getLogger(__name__)
@@ -55,18 +51,6 @@ class Report:
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     left_out: int = 0  # tables, cells, speedups or runs refused or missing because of mismatched or unfinished runs
-
-
-def _by_batch_size(runs: pd.DataFrame) -> list[tuple[int | None, pd.DataFrame]]:
-    """[(None, runs)] where the runs share one batch size, else [(B, the runs at B)] per batch size."""
-    if runs["batch_size"].nunique() <= 1:
-        return [(None, runs)]
-    return [(int(b), r) for b, r in runs.groupby("batch_size", sort=True)]
-
-
-def _at_batch_size(t: Table, b: int | None) -> Table:
-    """The table named and titled for batch size `b` (None: the group has one batch size)."""
-    return t if b is None else replace(t, name=f"{t.name}__batch_size={b}", title=f"{t.title} · batch_size={b}")
 
 
 def _truncation_notes(runs: pd.DataFrame) -> list[str]:
@@ -93,45 +77,36 @@ def _baseline_elsewhere(group: Group, groups: list[Group], spec: str) -> list[st
 
 
 def _build(g: Group, names: Iterable[str], baseline: str | None, out: Report) -> list[tuple[str, Table]]:
-    """(name, table) of the tables `names` the group's runs have data for, per batch size; refusals become notes."""
+    """(name, table) of the tables `names` the group's runs have data for, per batch size (named and titled for it
+    where the group has several); refusals become notes."""
     built = []
-    for b, runs in _by_batch_size(g.runs):  # a paper's table compares runs of one batch size
+    one = g.runs["batch_size"].nunique() <= 1  # else a paper's table compares runs of one batch size
+    for b, runs in [(None, g.runs)] if one else [(int(b), r) for b, r in g.runs.groupby("batch_size", sort=True)]:
         for name in names:
             try:
-                built += [(name, _at_batch_size(t, b)) for t in catalog.build(name, runs, baseline)]
+                built += [(name, t if b is None else replace(t, name=f"{t.name}__batch_size={b}",
+                                                             title=f"{t.title} · batch_size={b}"))
+                          for t in catalog.build(name, runs, baseline)]
             except ReportError as e:
                 out.notes.append(f"{name} [{g.title}{'' if b is None else f', batch_size={b}'}]: left out: {e}")
                 out.left_out += 1
     return built
 
 
-def _without(setting: str, keys: Iterable[str]) -> str:
-    """A run's setting (JSON) without the dotted keys `keys`."""
-    s = json.loads(setting)
-    for key in keys:
-        *path, last = key.split(".")
-        node = s
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(last, None)
-    return json.dumps(s, sort_keys=True)
-
-
 def spanning_groups(runs: pd.DataFrame, keys: Iterable[str]) -> list[Group]:
     """`selection.groups` with the setting keys `keys` table axes too: runs that differ only in them share a group."""
-    keys = tuple(keys)
-    stripped = runs.assign(setting=[_without(s, keys) for s in runs["setting"]])
+    drop = {tuple(k.split(".")) for k in keys}  # a setting is a run identity already: `identity` drops only these
+    stripped = runs.assign(setting=[json.dumps(identity(json.loads(s), drop=drop), sort_keys=True)
+                                    for s in runs["setting"]])
     return [replace(g, runs=runs.loc[g.runs.index]) for g in selection.groups(stripped)]
 
 
 def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baseline: str | None = None,
                  projection: Projection | None = None, convention: str = "specbench") -> Report:
-    """Every table `names` (default: all of catalog.TABLES) per comparable group of runs, plus each group's
-    overview (with the `projection` onto a cost profile when given) and its acceptance in `convention` (a key of
-    conventions.CONVENTIONS; specbench's is the overview's own, so no extra table for it); a table of catalog.SPANS per group of runs that
-    differ only in its keys (e.g. SD² Figure 5's two temperatures); refusals and mismatches become notes, never an
-    abort, but for a profile that has no entry for a drafting run's pair (ProfileError)."""
+    """Every table `names` (default: all of catalog.TABLES) per comparable group of runs, plus each group's overview
+    (with the `projection` onto a cost profile when given) and its acceptance in `convention`; a table of
+    catalog.SPANS per group of runs that differ only in its keys (e.g. SD² Figure 5's two temperatures); refusals
+    and mismatches become notes, never an abort, but for a profile without a drafting run's pair (ProfileError)."""
     out, groups = Report(), selection.groups(runs)
     names = list(names or catalog.TABLES)
     many = len(groups) > 1
@@ -148,17 +123,10 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
         table, notes = overview(g, many, projection, convention)
         out.tables += [in_group(t, g, many) for _, t in built] + [table]
         each = replace(g, runs=g.runs.assign(label=unique_labels(g.runs)))  # a row per run, as in the overview
-        if projection is not None:
-            out.tables.append(in_group(costs_table(each, projection), g, many))
-        out.tables += [in_group(t, g, many) for t in position_tables(each)]
-        by_category = categories.category_table(each, convention)
-        if by_category is not None:
-            out.tables.append(in_group(by_category, g, many))
-        parted = divergence.divergence_table(each)
-        if parted is not None:
-            out.tables.append(in_group(parted, g, many))
-        if convention != "specbench":
-            out.tables.append(in_group(convention_table(each, convention), g, many))
+        more = [costs_table(each, projection) if projection is not None else None, *position_tables(each),
+                categories.category_table(each, convention), divergence.divergence_table(each),
+                convention_table(each, convention) if convention != "specbench" else None]
+        out.tables += [in_group(t, g, many) for t in more if t is not None]
         out.notes += notes
         out.left_out += len(notes)
     for name in (n for n in names if n in catalog.SPANS):

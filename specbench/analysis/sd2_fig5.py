@@ -1,13 +1,8 @@
-"""SD² Figure 5 as a table (`--table sd2_fig5`): the mean accepted tokens per block τ (block efficiency, as SD²
-Tables 1 and 5) of EAGLE-3*, Pretrained, Distilled and SD² per verifier/drafter pair, at T = 0 (greedy) and T = 1
-(sampling), averaged over the datasets.
-
-A row per pair (the SD² tables' pair labels), a column per method and temperature. A cell is the mean over the
-pair's datasets (every dataset one of the pair's runs in the table covers) of τ's mean over seeds, as the SD²
-tables' Mean column; it is empty where the method has no run at that temperature on one of them (logged). Pretrained
-is the SD² tables' baseline (`vanilla:gamma=8`, or `--baseline`), EAGLE-3* the method `eagle3` (an EAGLE-3 head
-drafting a chain). The table compares runs across decode.temperature: the report groups its runs with that key as
-a table axis (`catalog.SPANS`). `figures.plot_sd2_fig5` draws it as the paper's grouped bars.
+"""SD² Figure 5 as a table (`--table sd2_fig5`): τ (block efficiency) of EAGLE-3* (the method `eagle3`), Pretrained
+(the SD² tables' baseline), Distilled and SD² per verifier/drafter pair at T = 0 and T = 1, a cell the mean over the
+pair's datasets of τ's mean over seeds (the SD² tables' Mean column), empty where the method lacks a run at that
+temperature on one of them (logged). The report groups the table's runs with decode.temperature as a table axis
+(`catalog.SPANS`); `figures.plot_sd2_fig5` draws it as the paper's grouped bars.
 """
 
 from __future__ import annotations

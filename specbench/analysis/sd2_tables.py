@@ -1,10 +1,8 @@
 """SD²'s tables, rebuilt from a runs DataFrame (`specbench.analysis.load.load_runs`).
 
-Table 1 (T=1) / Table 5 (T=0): τ = block efficiency, mean ± sample std (ddof=1) over seeds;
-α = throughput over the pretrained drafter's run with the same seed (the paper: "the increase in
-tokens generated per second"), mean over seeds; "Mean" = mean over datasets (std: mean of the stds,
-as the paper's Mean column adds up). Table 3: Welch's t-test of the seeds' τ against Pretrained's.
-SD² Figure 5 is `specbench.analysis.sd2_fig5`'s.
+Table 1 (T=1) / Table 5 (T=0): τ = block efficiency, mean ± sample std (ddof=1) over seeds; α = throughput over the
+pretrained drafter's run with the same seed, mean over seeds; "Mean" = mean over datasets (std: mean of the stds, as
+the paper's Mean column adds up). Table 3: Welch's t-test of the seeds' τ against Pretrained's.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from typing import Iterator
 import pandas as pd
 from scipy import stats
 
-from specbench.analysis.baselines import MethodSpec, speedup
+from specbench.analysis.baselines import MethodSpec, find_baseline, speedup_over
 from specbench.analysis.tables import (BASELINES, Table, ambiguous, dataset_label, fmt_cells, method_specs, ordered,
                                        pair_labels, same_setting, skeleton)
 
@@ -38,7 +36,7 @@ def sd2_numbers(runs: pd.DataFrame, temperature: float, baseline: str | None = N
     base = MethodSpec.parse(baseline or BASELINES["sd2"])
     runs = runs[runs["temperature"] == temperature]
     recs = [{"pair": r["pair"], "pair_label": r["pair_label"], "dataset": r["dataset"], "row": label, "seed": r["seed"],
-             "tau": r["block_efficiency"], "alpha": speedup(r, runs, base)}
+             "tau": r["block_efficiency"], "alpha": speedup_over(r, find_baseline(r, runs, base))}
             for label, r in sd2_seed_runs(runs, method_specs(SD2_ROWS, base))]
     return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
 

@@ -1,9 +1,6 @@
-"""Telling runs apart and selecting them: each run's label, the comparable groups of a runs table
-(`specbench.analysis.load.load_runs`) and the `--where` expressions that select a run or a group; plus
+"""Telling runs apart and selecting them: each run's label, the comparable groups of a runs table (runs that share
+their setting but for the table axes) and the `--where` expressions that select a run or a group; plus
 `ReportError`, the report's refusal of a comparison or table.
-
-`groups` splits runs into comparable groups: runs that share their setting except the table axes
-(pair, dataset, decode.seed, batch_size); each group has the exact `--where` expressions that select it alone.
 """
 
 from __future__ import annotations
@@ -55,10 +52,9 @@ def differing_keys(flats: Iterable[dict], skip: tuple[str, ...] = ()) -> list[st
 
 
 def labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
-    """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8');
-    runtime-only keys (threads, trace, limit, ...), the device and the `skip` keys (shown elsewhere) never name a run.
-    Runs the config does not tell apart (other examples, another device) share a label: `unique_labels` tells them
-    apart."""
+    """Method name, plus the config values that tell apart its runs on one pair and dataset (e.g. 'vanilla gamma=8'),
+    but runtime-only keys (threads, trace, limit, ...), the device and the `skip` keys (shown elsewhere); runs the
+    config does not tell apart (other examples, another device) share a label (`unique_labels` tells them apart)."""
     out = []
     for _, run in runs.iterrows():
         same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
@@ -98,11 +94,6 @@ def where_exprs(flat: dict, keys: list[str]) -> list[str]:
     """The `--where KEY=VALUE` expressions on keys that select a run with these flat config values (keys it lacks
     are left out)."""
     return [f"{k}={where_value(flat[k])}" for k in keys if k in flat]
-
-
-def selectors(runs: pd.DataFrame, keys: list[str]) -> list[list[str]]:
-    """Per run, the `--where KEY=VALUE` expressions on keys that select it (keys a run lacks are left out)."""
-    return [where_exprs(f, keys) for f in runs["flat"]]
 
 
 def where_args(exprs: list[str]) -> str:

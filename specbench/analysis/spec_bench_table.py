@@ -1,11 +1,8 @@
-"""Spec-Bench's leaderboard (its README's columns), rebuilt from a runs DataFrame
-(`specbench.analysis.load.load_runs`).
+"""Spec-Bench's leaderboard (its README's columns), rebuilt from a runs DataFrame.
 
 Per run on dataset spec_bench, the speedup over `ar` on each task group = Σ new tokens / Σ decode s of the group's
-rows over the same of `ar`'s rows (the rows' `task`; the `ar` run of the same setting and examples,
-`baselines.find_baseline`); #Mean Accepted Tokens = (A + I) / I, Spec-Bench's own (accepted drafts plus one bonus
-token per verify step, over the steps: aggregate.accept_length); Overall = the run's speedup
-(`baselines.speedup_over`). Spec-Bench's own speed.py averages per-question tok/s instead.
+rows over the same of `ar`'s rows (the rows' `task`); #Mean Accepted Tokens = (A + I) / I, Spec-Bench's own
+(aggregate.accept_length); Overall = the run's speedup. Spec-Bench's own speed.py averages per-question tok/s instead.
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ import pandas as pd
 
 from specbench.analysis import intervals
 from specbench.analysis.baselines import MethodSpec, find_baseline, speedup_over
+from specbench.analysis.conventions import nan
 from specbench.analysis.load import load_examples
 from specbench.analysis.selection import ReportError, labels
 from specbench.analysis.tables import BASELINES, Table, ambiguous, fmt_cells, pair_labels, throughput_by
@@ -30,43 +28,32 @@ SPEC_BENCH_LABELS = {"eagle3": "EAGLE-3", "eagle3_tree": "EAGLE-3 (tree)", "medu
                      "suffix": "SuffixDecoding"}
 
 
-def _nan(x: float | None) -> float:
-    return float("nan") if x is None else x
-
-
-def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> dict[str, float]:
-    """One leaderboard row: per task throughput_by of the run's rows over the baseline's (NaN where the run has
-    no row of the task), τ and Overall = speedup_over the baseline run."""
-    if "task" not in examples:  # rows without Spec-Bench's task field: no task columns
-        per_task = pd.Series(dtype=float)
-    else:
+def _spec_bench_row(run: pd.Series, base: pd.Series, examples: pd.DataFrame
+                    ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """One leaderboard row: per task throughput_by of the run's rows over the baseline's (NaN where the run has no
+    row of the task), τ and Overall = speedup_over the baseline run; and their 95% bootstrap intervals (the speedups
+    paired by prompt with the baseline, a task's on the task's prompts only; none for the baseline itself)."""
+    values = {col: np.nan for col in SPEC_BENCH_TASKS}
+    values |= {"#Mean Accepted Tokens": nan(accept_length(run["counts"])), "Overall": speedup_over(run, base)}
+    own = run["run_dir"] == base["run_dir"]
+    spans = {} if own else {"#Mean Accepted Tokens": intervals.of_run(run, "accept length"),
+                            "Overall": intervals.of_pair(run, base, "speedup")[1:]}
+    if "task" in examples:  # rows without Spec-Bench's task field: no task columns
         mine, theirs = (examples[examples["run_dir"] == r["run_dir"]] for r in (run, base))
         per_task = throughput_by(mine, "task") / throughput_by(theirs, "task")
-    return {**{col: per_task.get(task, np.nan) for col, task in SPEC_BENCH_TASKS.items()},
-            "#Mean Accepted Tokens": _nan(accept_length(run["counts"])), "Overall": speedup_over(run, base)}
-
-
-def _spec_bench_intervals(run: pd.Series, base: pd.Series, examples: pd.DataFrame) -> dict[str, tuple[float, float]]:
-    """The 95% bootstrap intervals of a leaderboard row: each task's speedup and Overall paired by prompt with the
-    baseline (the task's prompts only), τ over the run's prompts; none for the baseline itself."""
-    if run["run_dir"] == base["run_dir"]:
-        return {}
-    out = {"#Mean Accepted Tokens": intervals.of_run(run, "accept length"), "Overall": intervals.of_pair(run, base, "speedup")[1:]}
-    if "task" in examples:
-        mine = examples[examples["run_dir"] == run["run_dir"]]
         for col, task in SPEC_BENCH_TASKS.items():
+            values[col] = per_task.get(task, np.nan)
             ids = set(mine.loc[mine["task"] == task, "id"].astype(str))
-            if ids:
-                out[col] = intervals.paired_interval(intervals.subset(run["prompts"], ids),
-                                                     intervals.subset(base["prompts"], ids), "speedup", run["time"])
-    return out
+            if ids and not own:
+                spans[col] = intervals.paired_interval(intervals.subset(run["prompts"], ids),
+                                                       intervals.subset(base["prompts"], ids), "speedup", run["time"])
+    return values, spans
 
 
 def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
-    """Spec-Bench's leaderboard: a row per run on spec_bench (its label, `selection.labels`, led by SPEC_BENCH_LABELS'
-    name for the head methods: EAGLE-3, EAGLE-3 (tree), Medusa), a block per pair; the baseline's rows first, then by
-    Overall, highest first. No table when no pair has a baseline run (a sweep that never ran ar); an error when only
-    some pairs lack it."""
+    """Spec-Bench's leaderboard: a row per run on spec_bench (its label led by SPEC_BENCH_LABELS' name), a block per
+    pair; the baseline's rows first, then by Overall, highest first. No table when no pair has a baseline run (a sweep
+    that never ran ar); an error when only some pairs lack it."""
     base = MethodSpec.parse(baseline or BASELINES["spec_bench"])
     mine = runs[runs["dataset"] == "spec_bench"].copy()
     if mine.empty:
@@ -85,7 +72,7 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
             raise ambiguous("spec_bench", f"{row} on {pair}/spec_bench", c)
         run, at = c.iloc[0], (pairs[pair], row)
         b = find_baseline(run, runs, base)
-        recs[at], spans[at] = _spec_bench_row(run, b, examples), _spec_bench_intervals(run, b, examples)
+        recs[at], spans[at] = _spec_bench_row(run, b, examples)
         first |= {at} if base.matches(run) else set()
     if len(recs) == len(first):  # the baseline alone
         return []
@@ -102,5 +89,6 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
                 cells.loc[at, col] += f" [{lo:.2f}–{hi:.2f}]"
     v.columns = cells.columns = pd.MultiIndex.from_tuples([(c, "") for c in SPEC_BENCH_COLUMNS])
     return [Table("spec_bench", f"Spec-Bench: speedup over {base} per task (Σ new tokens / Σ decode s of its rows), "
-                  "#Mean Accepted Tokens = (accepted + steps) / steps (Spec-Bench's), Overall = the run's speedup; [95% bootstrap interval "
-                  f"over prompts, paired by prompt with {base}; seed {intervals.SEED}]", v, cells)]
+                  "#Mean Accepted Tokens = (accepted + steps) / steps (Spec-Bench's), Overall = the run's speedup; "
+                  f"[95% bootstrap interval over prompts, paired by prompt with {base}; seed {intervals.SEED}]",
+                  v, cells)]

@@ -1,12 +1,8 @@
-"""The report's `Table` (rendered as Markdown, LaTeX and CSV) and the parts the papers' table builders share: each
-paper's default speedup baseline, the dataset labels, a row's runs (`method_specs`), the empty frame and its
-printed cells, and the refusal of a cell more than one run fits.
+"""The report's `Table` (rendered as Markdown, LaTeX and CSV) and the parts the papers' table builders share.
 
-Every builder (`adasd_tables`, `gammatune_tables`, `sd2_tables`, `spec_bench_table`, `sd2_fig5`) returns a list
-of `Table`s (empty when none of the table's methods has a run): `values` holds the numbers (NaN = no data, shown as
-an empty cell), `cells` the printed strings. Row labels and column names are the papers'. A table cell that more
-than one run fits (e.g. greedy and sampled runs of one method) is refused with the runs' names; select runs first
-(`load.where`, CLI `--where`).
+Every builder (`adasd_tables`, `gammatune_tables`, `sd2_tables`, `spec_bench_table`, `sd2_fig5`) returns a list of
+`Table`s (empty when none of the table's methods has a run), with the papers' row labels and column names. A cell
+that more than one run fits (e.g. greedy and sampled runs of one method) is refused with the runs' names.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.analysis.baselines import MethodSpec
-from specbench.analysis.selection import Group, ReportError, differing_keys, selectors, slug, where_args
+from specbench.analysis.selection import Group, ReportError, differing_keys, slug, where_args, where_exprs
 from specbench.common.configs import differences
 
 DATASET_LABELS = {"gsm8k": "GSM8K", "humaneval": "HumanEval", "mmlu": "MMLU", "ultrachat": "UltraChat",
@@ -30,11 +26,8 @@ TEX = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "±": r"$\pm$", "�
 
 @dataclass
 class Table:
-    """One rendered table: values (numbers, NaN = no data) and cells (the printed strings, "" = no data).
-
-    cells has values' index; its columns are values' columns, or fewer where one cell prints several
-    numbers (GammaTune's mean ± std, SD²'s τ ± std).
-    """
+    """One rendered table: values (numbers, NaN = no data) and cells (the printed strings, "" = no data), with
+    values' index and its columns or fewer, where one cell prints several numbers (SD²'s τ ± std)."""
 
     name: str  # file stem, e.g. adasd_table1
     title: str
@@ -48,10 +41,8 @@ class Table:
         return [" ".join(str(c) for c in col if c) for col in columns]
 
     def markdown(self) -> str:
-        """GitHub Markdown: a bold group line (the pair) above each block of rows.
-
-        Written by hand rather than with DataFrame.to_markdown, which needs the optional tabulate package.
-        """
+        """GitHub Markdown: a bold group line (the pair) above each block of rows (by hand: DataFrame.to_markdown
+        needs the optional tabulate package)."""
         out = [f"**{self.title}**", ""]
         head = [self.index_names[1], *self._flat(self.cells.columns)]
         for group, block in self.cells.groupby(level=0, sort=False):
@@ -98,9 +89,7 @@ class Table:
 
 def in_group(t: Table, group: Group, many: bool) -> Table:
     """The table named and titled for its group where the runs form several groups."""
-    if not many:
-        return t
-    return replace(t, name=f"{t.name}__{slug(group.title)}", title=f"{t.title} [{group.title}]")
+    return t if not many else replace(t, name=f"{t.name}__{slug(group.title)}", title=f"{t.title} [{group.title}]")
 
 
 def dataset_label(dataset: str) -> str:
@@ -137,8 +126,8 @@ def runs_on(runs: pd.DataFrame, spec: MethodSpec, pair: str, dataset: str) -> pd
 def ambiguous(table: str, what: str, cands: pd.DataFrame) -> ReportError:
     """The refusal of a cell several runs fit: the keys they differ in and the `--where` that selects each."""
     keys = differing_keys(cands["flat"])
-    picks = [f"{d}: {where_args(w or [f'run_dir={d}'])}"
-             for d, w in zip(cands["run_dir"], selectors(cands, keys))]
+    picks = [f"{d}: {where_args(where_exprs(f, keys) or [f'run_dir={d}'])}"
+             for d, f in zip(cands["run_dir"], cands["flat"])]
     return ReportError(f"{table}: {len(cands)} runs fit {what}; they differ in "
                        f"{', '.join(keys) or 'nothing but their folder'}; select one with " + "; ".join(picks))
 

@@ -9,12 +9,12 @@ import sys
 from specbench.bench import batch, engine, gpu, kit, methods, overhead, rules
 from specbench.bench.common import batch_sizes
 
-DESCRIPTION = "Benchmarks of the engine and the methods (a CLI, so it prints); one subcommand each."
-
 
 def parser() -> argparse.ArgumentParser:
     """The command line: subcommands engine, verify, methods, batch, overhead, gpu, kit and rules with their options."""
-    ap = argparse.ArgumentParser(prog="python -m specbench.bench", description=DESCRIPTION)
+    ap = argparse.ArgumentParser(prog="python -m specbench.bench",
+                                 description="Benchmarks of the engine and the methods (a CLI, so it prints); one "
+                                             "subcommand each.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("engine", help="engine overhead and throughput against transformers' assisted generation")
     e.add_argument("--pair", default="bench_random", help="a conf/pair name")
@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     overhead.add_arguments(o)
     g = sub.add_parser("gpu", help="the GPU characterisation in one command: per-call costs, overhead, throughput "
                                    "against transformers, batch sizes, the CUDA test lane; a markdown report")
-    gpu.add_arguments(g, batch_sizes)
+    gpu.add_arguments(g)
     k = sub.add_parser("kit", help="the wheels a GPU node with its own torch lacks for `gpu` and the CUDA test lane, "
                                    "and the one line that installs them there offline")
     kit.add_arguments(k)

@@ -1,5 +1,5 @@
-"""What the bench subcommands share: pairs and prompts, timed single calls, our engines and transformers'
-assisted generation, and Leviathan et al.'s expected speedup."""
+"""What the bench subcommands share: pairs and prompts, our engines and transformers' assisted generation, and
+Leviathan et al.'s expected speedup."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from specbench.common.configs import compose_config, plain
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.decoders import Decoder
-from specbench.decoding.records import Generation
-from specbench.bench.profile import forward_seconds, tree_seconds
+from specbench.bench.profile import forward_seconds
 from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair
 from specbench.runs.binding import build_method, make_engine
@@ -31,13 +30,6 @@ def load_cfg(name: str) -> dict:
 def load(name: str, device: torch.device) -> Pair:
     """The pair conf/pair/<name>.yaml on `device`."""
     return load_pair(load_cfg(name), device)
-
-
-def same_vocab(pair: Pair) -> bool:
-    """Do target and draft have one vocab_size? transformers' assisted generation takes its different-tokenizer path
-    (universal assisted decoding) otherwise, which is another algorithm."""
-    v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.model("draft")))
-    return v_t == v_d
 
 
 def smoke_prompts(pair: Pair, n: int) -> list[list[int]]:
@@ -64,16 +56,9 @@ def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
         for k, v in saved.items():
             setattr(gc, k, v)
 
-def run_ours(engine: Decoder, ids: list[int], max_new: int) -> tuple[Generation, float]:
-    """One generation and its wall seconds around the call."""
-    t0 = time.perf_counter()
-    gen = engine.generate(ids, max_new)
-    return gen, time.perf_counter() - t0
-
 @torch.inference_mode()
 def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) -> tuple[list[int], float, list[int]]:
-    """transformers' greedy assisted generation (or, not assisted, its plain greedy generation): new token ids, wall
-    seconds, [target, draft] forward calls."""
+    """transformers' greedy assisted (or plain greedy) generation: new ids, wall seconds, [target, draft] calls."""
     device = pair.target.device
     x = torch.tensor([ids], dtype=torch.long, device=device)
     calls = [0, 0]
@@ -82,9 +67,10 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) 
     try:
         sync(device)
         t0 = time.perf_counter()
-        out = generating(pair.target).generate(x, attention_mask=torch.ones_like(x),
-                                               assistant_model=pair.draft if assisted else None, do_sample=False,
-                                               max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
+        # every causal LM a pair loads (AutoModelForCausalLM) is a GenerationMixin; PreTrainedModel's type does not say
+        out = cast(GenerationMixin, pair.target).generate(
+            x, attention_mask=torch.ones_like(x), assistant_model=pair.draft if assisted else None, do_sample=False,
+            max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
         sync(device)
         seconds = time.perf_counter() - t0
     finally:
@@ -92,20 +78,9 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) 
             h.remove()
     return out[0, len(ids):].tolist(), seconds, calls
 
-def generating(model: PreTrainedModel) -> GenerationMixin:
-    """The model as transformers' GenerationMixin, which every causal LM a pair loads (AutoModelForCausalLM) mixes in
-    but PreTrainedModel's type does not say."""
-    return cast(GenerationMixin, model)
-
 def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool = False, steps: int = 15) -> float:
-    """Median ms of one forward of `width` new tokens on top of a cached prompt, eager or compiled
-    (specbench.bench.profile.forward_seconds at one row)."""
+    """Median ms of one forward of `width` new tokens after a cached prompt (profile.forward_seconds, one row)."""
     return 1e3 * forward_seconds(model, prompt, width, 1, compile, steps)
-
-def tree_ms(model: PreTrainedModel, prompt: list[int], nodes: int, steps: int = 15) -> float:
-    """Median ms of one tree-attention forward of `nodes` nodes after a cached prompt
-    (specbench.bench.profile.tree_seconds)."""
-    return 1e3 * tree_seconds(model, prompt, nodes, steps)
 
 def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
     """A one-paragraph report of where two token sequences first differ."""

@@ -7,6 +7,7 @@ import argparse
 import os
 import platform
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -16,7 +17,7 @@ import torch
 from specbench.bench import profile as prof
 from specbench.bench.gpu_report import machine
 from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts, engines, leviathan, load, mismatch,
-                                   run_ours, run_theirs, same_vocab, tree_ms)
+                                   run_theirs)
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.metrics import example_metrics
 from specbench.decoding.profiles import Entry, iteration_costs
@@ -39,7 +40,8 @@ def cmd_verify(args: argparse.Namespace, command: str) -> int:
     print("| nodes | chain ms | tree ms | chain / 1 token | tree / 1 token |")
     print("|---|---|---|---|---|")
     for n in args.nodes:
-        chain_ms, t_ms = call_ms(pair.target, prompt, n + 1, steps=args.steps), tree_ms(pair.target, prompt, n, args.steps)
+        chain_ms = call_ms(pair.target, prompt, n + 1, steps=args.steps)
+        t_ms = 1e3 * prof.tree_seconds(pair.target, prompt, n, args.steps)
         print(f"| {n} | {chain_ms:.2f} | {t_ms:.2f} | {chain_ms / one:.2f} | {t_ms / one:.2f} |", flush=True)
     return 0
 
@@ -105,10 +107,9 @@ class EngineFigures:
 
 
 def per_token(records: list) -> float:
-    """Leviathan's α, the probability that a draft token is accepted given its prefix was, estimated from
-    iterations as accepted / (accepted + rejected): each iteration's drafts are accepted up to its one rejection (an
-    iteration that accepted all its drafts rejected none). accepted / drafted is lower: the drafts after a rejection
-    are never tried."""
+    """Leviathan's α, P(a draft token is accepted | its prefix was), from iterations as accepted / (accepted +
+    rejected): each iteration accepts its drafts up to its one rejection (none if it accepted all). accepted / drafted
+    is lower: the drafts after a rejection are never tried."""
     accepted = sum(r.accepted for r in records)
     rejected = sum(r.accepted < r.drafted for r in records)
     return accepted / (accepted + rejected) if accepted + rejected else 0.0
@@ -118,22 +119,21 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                    repeats: int) -> EngineFigures:
     """Per-call costs, then vanilla and ar on each path of `paths` (eager, compiled) against transformers' assisted
     generation with a constant γ and its plain greedy generation, after a warm-up over every prompt, interleaved per
-    prompt (the order rotated); every generation's token ids are compared with transformers' run of the same
-    algorithm: vanilla's with assisted generation (the same verify widths), ar's with plain greedy generation (the
-    same one-token forwards). In bfloat16 the two can part at a near-tie, since a forward of 6 tokens and one of 1
-    round differently; comparing like with like keeps such a difference a real one."""
+    prompt (the order rotated). Token ids are compared with transformers' run of the same algorithm (vanilla's with
+    assisted generation, ar's with greedy: the same forward widths): in bfloat16 a forward of 6 tokens and one of 1
+    round differently and can part at a near-tie, so only like with like keeps a difference a real one."""
     ours = engines(pair, gamma, max_new, paths)
     p0, g1 = prompts[0], gamma + 1
     costs, draft = {}, pair.model("draft")
     for path in paths:
         c = path == "compiled"
         costs[path] = (call_ms(pair.target, p0, 1, c), call_ms(pair.target, p0, g1, c), call_ms(draft, p0, 1, c))
-    seconds = dict.fromkeys([*ours, "transformers", "transformers greedy"], 0.0)
+    labels = [*ours, "transformers", "transformers greedy"]
+    seconds = dict.fromkeys(labels, 0.0)
     rows: dict[str, list[dict]] = {k: [] for k in ours}
     bad: dict[str, str] = {}
-    tokens: dict[str, list[int]] = {}  # each engine's tokens on the current prompt
+    tokens: dict[str, list[int]] = {}  # each label's tokens on the current prompt
     theirs_tokens = {"transformers": 0, "transformers greedy": 0}
-    theirs: dict[str, list[int]] = {}  # transformers' tokens on the current prompt: assisted, greedy
     records: list = []  # the first path's vanilla iterations
     stats: dict[str, list[CallStats]] = {path: [] for path in paths}  # path -> vanilla's call_stats per generation
     with assistant_settings(draft, gamma):
@@ -142,16 +142,17 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                 engine.generate(ids, max_new)
         run_theirs(pair, p0, max_new)
         run_theirs(pair, p0, max_new, assisted=False)
-        labels = [*ours, "transformers", "transformers greedy"]
         for r in range(repeats):
             for i, ids in enumerate(prompts):
                 k = (r * len(prompts) + i) % len(labels)  # rotate who goes first, against drift
                 for label in labels[k:] + labels[:k]:
                     if label.startswith("transformers"):
-                        theirs[label], t, _ = run_theirs(pair, ids, max_new, assisted=label == "transformers")
-                        theirs_tokens[label] += len(theirs[label])
+                        tokens[label], t, _ = run_theirs(pair, ids, max_new, assisted=label == "transformers")
+                        theirs_tokens[label] += len(tokens[label])
                     else:
-                        gen, t = run_ours(ours[label], ids, max_new)
+                        t0 = time.perf_counter()
+                        gen = ours[label].generate(ids, max_new)
+                        t = time.perf_counter() - t0
                         rows[label].append(example_metrics(gen))
                         records += gen.records if label == f"vanilla {paths[0]}" else []
                         if label.startswith("vanilla "):
@@ -159,7 +160,7 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                         tokens[label] = gen.token_ids
                     seconds[label] += t
                 for label in ours:
-                    yardstick = theirs["transformers greedy" if label.startswith("ar ") else "transformers"]
+                    yardstick = tokens["transformers greedy" if label.startswith("ar ") else "transformers"]
                     if tokens[label] != yardstick:
                         bad.setdefault(f"{label} {i}", f"{label}: " + mismatch(i, tokens[label], yardstick))
     tps = {k: n / seconds[k] for k, n in theirs_tokens.items()}
@@ -177,7 +178,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     pair = load(args.pair, device)
-    if not same_vocab(pair):
+    v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.model("draft")))
+    if v_t != v_d:  # transformers' assisted generation would take its different-tokenizer path: another algorithm
         print(f"pair {args.pair}: target and draft vocab_size differ; transformers' assisted generation needs equal "
               "sizes to run the same algorithm", file=sys.stderr)
         return 2

@@ -1,25 +1,10 @@
 """`python -m specbench.bench gpu --out DIR [--budget MINUTES]`: the GPU characterisation in one command, nothing
-downloaded, fitted to the time a GPU visit has.
+downloaded, fitted to the time a GPU visit has (README.md, "GPU figures in one command").
 
-On one CUDA GPU, for each pair of PAIRS (random weights with the shapes of real pairs, built on the GPU in bfloat16
-with the target's per-token agreement with the draft calibrated: specbench.models.shaped), sections in order of value:
-  engines   build (seconds, α, parameters), then eager `vanilla` (γ, greedy) and `ar` against transformers'
-            generate(assistant_model=...) with the same constant γ: every generation's token ids compared (the
-            correctness check), tokens/s, engine overhead, Leviathan's textbook speedup and the prediction of the
-            run's own iterations at the measured call costs beside each measured one;
-  lane      the CUDA test lane (SPECBENCH_TEST_DEVICE=cuda python -m pytest on tests/conftest.py's CUDA_LANE
-            modules), once, after the first pair's engines;
-  costs     the cost profile (specbench.bench.profile) at each batch size, eager: the target's verify of
-            1..64 tokens per row, trees of 16, 32, 64 nodes (B = 1), the draft's token; into DIR/profile.json;
-  compiled  the same engines and the B = 1 profile on the compiled path (engine.compile=true);
-  batch     `ar` and `vanilla` at each batch size: tokens/s of one batch, speedup over ar at the same B;
-  trees     spec_tree and dyn_tree at B = 1 against ar.
-With --budget a section is started only when its estimate (specbench.bench.schedule: the machine's measured pace)
-fits in the time left, and is listed as skipped with the reason otherwise; a section that outruns the budget is
-cut between its steps. DIR/report.md gets each section as soon as it is measured (a run cut short keeps what it
-measured), DIR/figures.jsonl every number, DIR/profile.json the profile, DIR/<pair>_*.png the plots: at most 7 files.
-`--quick --device cpu` runs the same code at tiny sizes (shaped.shrink, 2 prompts x 16 tokens, B = 1 and 4, the lane
-one test module, no compiled path unless --compile) in CI.
+Each pair of PAIRS runs its SECTIONS (specbench.bench.gpu_sections), the CUDA test lane once after the first pair's
+engines; with --budget a section starts only when its estimate (specbench.bench.schedule) fits the time left, else it
+is listed as skipped, and one that outruns the budget is cut between its steps. DIR/report.md gets each section as
+soon as it is measured; figures.jsonl, profile.json and the plots go beside it.
 """
 
 from __future__ import annotations
@@ -37,6 +22,7 @@ from specbench.bench import profile as prof
 from specbench.bench.gpu_report import Report, machine
 from specbench.bench.gpu_sections import (DEFAULT_BUDGET, PAIRS, SECTION_RUN, TREE_METHODS, Ctx, PairRun,
                                           check_pairs, config, goals, params_b, run_lane)
+from specbench.bench.common import batch_sizes
 from specbench.bench.overhead import positive
 from specbench.bench.schedule import BUILD_S_PER_B, LANE_S, OVERHEAD, Budget, OutOfTime, Pace
 from specbench.decoding.compiled import WIDTHS
@@ -59,8 +45,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def chosen(sections: list[str] | None, pair: str, section: str) -> bool:
-    """Whether --sections asks for `section` of `pair`: "build" always; every section without --sections; else
-    where SECTION or PAIR:SECTION is listed."""
+    """Does --sections ask for `section` of `pair`: build always, all without --sections, else SECTION, PAIR:SECTION?"""
     return section == "build" or sections is None or section in sections or f"{pair}:{section}" in sections
 
 
@@ -77,13 +62,12 @@ def check_sections(sections: list[str] | None, pairs: list[str]) -> str | None:
 
 
 def estimate(section: str, run: PairRun | None, ctx: Ctx) -> float | None:
-    """Seconds the section should take at the measured pace (specbench.bench.schedule); None where nothing is
-    measured yet to estimate it from."""
+    """Seconds the section should take at the measured pace (specbench.bench.schedule); None with nothing measured."""
     args, dev = ctx.args, ctx.device.type
     if section == "lane":
         return min(LANE_S[dev], args.lane_timeout)
     assert run is not None, f"section {section} is a pair's"
-    params = params_b(run.cfg, args.quick)
+    params = params_b(run.cfg)
     per_b = ctx.build_s_per_b or BUILD_S_PER_B[dev]
     pace = ctx.pace if run.pair is not None else (ctx.pace.for_pair(params) if ctx.pace else None)
     if section == "build":
@@ -152,7 +136,9 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
     ctx = Ctx(rep, args, device, budget, header)
     runs = {name: PairRun(name, config(name, device, args.quick)) for name in args.pairs}
     schedule, failed = [], False
-    for name, section in plan(args):
+    planned = plan(args)
+    last = {name: section for name, section in planned}  # each pair's last section
+    for name, section in planned:
         run = runs.get(name)
         if run is not None and section != "build" and run.pair is None:
             schedule.append([name, section, "-", "-", "skipped: the pair was not built"])
@@ -185,7 +171,7 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
         schedule.append([name, section, "-" if est is None else f"{est:.0f}", f"{took:.0f}", note])
         if est and section not in UNCORRECTED and note == "done":
             ctx.ratios.append(took / (est / ctx.correction()))  # took / the model's own estimate
-        if run is not None and section == last_section(args, name) and run.pair is not None:
+        if run is not None and section == last[name] and run.pair is not None:
             rep.write(*(f"![{f}]({f})" for f in (f"{name}_throughput.png", f"{name}_calls.png")
                         if (rep.out / f).exists()))
             run.pair = None  # the next pair needs the memory
@@ -197,11 +183,6 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
     rep.write("## Goals" + (" (set for the full sizes on a GPU: --quick's tiny models on a CPU do not test them)"
                             if args.quick else ""), *goals(list(runs.values())))
     return 1 if failed else 0
-
-
-def last_section(args: argparse.Namespace, name: str) -> str:
-    """The last section planned for pair `name`."""
-    return [s for n, s in plan(args) if n == name][-1]
 
 
 def lane_section(ctx: Ctx, timeout: float) -> bool:
@@ -226,9 +207,7 @@ def budget_minutes(text: str) -> float:
     return value
 
 
-
-
-def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The command's options."""
     ap.add_argument("--out", required=True, help="folder of report.md, figures.jsonl and the PNGs (created)")
     ap.add_argument("--device", default="cuda", help="cuda (the default) or cpu (with --quick, to check the command)")
@@ -248,7 +227,7 @@ def add_arguments(ap: argparse.ArgumentParser, sizes_type) -> None:
     ap.add_argument("--max-new-tokens", type=positive, default=None, help="default 128; quick 16")
     ap.add_argument("--gamma", type=positive, default=5)
     ap.add_argument("--repeats", type=positive, default=1)
-    ap.add_argument("--batch-sizes", type=sizes_type, default=None, help="default 1,4,16,64; quick 1,4")
+    ap.add_argument("--batch-sizes", type=batch_sizes, default=None, help="default 1,4,16,64; quick 1,4")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                     help="the compiled path beside the eager one (default: on, off with --quick)")
     ap.add_argument("--lane", action=argparse.BooleanOptionalAction, default=True, help="run the test lane")

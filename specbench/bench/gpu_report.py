@@ -64,41 +64,33 @@ def count(n: int) -> str:
 
 
 def plot(out: Path, name: str, rows: list[dict], costs: dict[str, list[float]]) -> list[str]:
-    """Two PNGs per pair: tokens/s against B per method (once rows are measured), and the per-call costs; their file
-    names."""
+    """Two PNGs per pair: tokens/s against B, a line per method (<name>_throughput.png, once rows are measured), and
+    the per-call costs (<name>_calls.png); their file names."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = []
-    if rows:
-        names.append(throughput_png(plt, out, name, rows))
-    if not costs:
-        return names
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    labels = list(costs)
-    for k, path in enumerate(("eager", "compiled")):
-        vals = [costs[label][k] for label in labels]
-        ax.bar([i + 0.4 * k for i in range(len(labels))], [v if v == v else 0 for v in vals], 0.4, label=path)
-    ax.set_xticks([i + 0.2 for i in range(len(labels))], labels, rotation=30, ha="right")
-    ax.set(ylabel="ms per call (median)", title=name)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / f"{name}_calls.png", dpi=120)
-    plt.close(fig)
-    return [*names, f"{name}_calls.png"]
-
-
-def throughput_png(plt, out: Path, name: str, rows: list[dict]) -> str:
-    """tokens/s against B, a line per method: <name>_throughput.png."""
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for method in dict.fromkeys(r["method"] for r in rows):
-        mine = [r for r in rows if r["method"] == method]
-        ax.plot([r["B"] for r in mine], [r["tokens_per_s"] for r in mine], "o-", label=method)
-    ax.set(xscale="log", xlabel="batch size B", ylabel="tokens/s", title=name)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / f"{name}_throughput.png", dpi=120)
-    plt.close(fig)
-    return f"{name}_throughput.png"
+    for png, data in ((f"{name}_throughput.png", rows), (f"{name}_calls.png", costs)):
+        if not data:
+            continue
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        if data is rows:
+            for method in dict.fromkeys(r["method"] for r in rows):
+                mine = [r for r in rows if r["method"] == method]
+                ax.plot([r["B"] for r in mine], [r["tokens_per_s"] for r in mine], "o-", label=method)
+            ax.set(xscale="log", xlabel="batch size B", ylabel="tokens/s", title=name)
+        else:
+            labels = list(costs)
+            for k, path in enumerate(("eager", "compiled")):
+                vals = [costs[label][k] for label in labels]
+                ax.bar([i + 0.4 * k for i in range(len(labels))], [v if v == v else 0 for v in vals], 0.4, label=path)
+            ax.set_xticks([i + 0.2 for i in range(len(labels))], labels, rotation=30, ha="right")
+            ax.set(ylabel="ms per call (median)", title=name)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / png, dpi=120)
+        plt.close(fig)
+        names.append(png)
+    return names

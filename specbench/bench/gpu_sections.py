@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -34,7 +35,6 @@ from specbench.runs.validation import sampling_params
 PAIRS = ("llama31_8b_1b_shaped", "qwen3_8b_0p6b_shaped")
 GOAL_PAIR = "llama31_8b_1b_shaped"
 TREE_METHODS = ("spec_tree", "dyn_tree")
-SECTIONS = ("engines", "costs", "compiled", "batch", "trees")  # per pair, in order; the lane after the first engines
 QUICK_LANE = ["tests/test_batched_acceptance.py"]
 GOALS = {"eager overhead": 0.10, "compiled overhead": 0.05, "compiled vanilla / transformers": 1.5}
 DEFAULT_BUDGET = 7.5  # minutes: one 10-minute command on a lent GPU, after the kit's install (under a minute)
@@ -58,7 +58,7 @@ class PairRun:
         return self.pair
 
 
-def params_b(cfg: dict, quick: bool) -> float:
+def params_b(cfg: dict) -> float:
     """Billions of parameters of a shaped pair's config (embedding and untied head, attention, MLP per layer)."""
     total = 0.0
     for spec in (cfg["target"], cfg["draft"]):
@@ -66,16 +66,6 @@ def params_b(cfg: dict, quick: bool) -> float:
         attn = 2 * h * spec["num_attention_heads"] * hd + 2 * h * spec["num_key_value_heads"] * hd
         total += 2 * spec["vocab_size"] * h + spec["num_hidden_layers"] * (attn + 3 * h * spec["intermediate_size"])
     return total / 1e9
-
-
-def build(name: str, device: torch.device, quick: bool) -> tuple[Pair, dict, float]:
-    """The pair conf/pair/<name>.yaml (shrunk with quick) on `device`, its config and build seconds."""
-    cfg = config(name, device, quick)
-    t0 = time.perf_counter()
-    pair = load_pair(cfg, device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return pair, cfg, time.perf_counter() - t0
 
 
 def config(name: str, device: torch.device, quick: bool) -> dict:
@@ -88,8 +78,7 @@ def config(name: str, device: torch.device, quick: bool) -> dict:
 
 
 def check_pairs(names: list[str], quick: bool) -> str | None:
-    """Why --pairs cannot run (an unknown config, or a pair --quick cannot shrink or transformers cannot assist), or
-    None."""
+    """Why --pairs cannot run (unknown config; a pair --quick cannot shrink or transformers cannot assist), or None."""
     for name in names:
         try:
             cfg = load_cfg(name)
@@ -101,12 +90,6 @@ def check_pairs(names: list[str], quick: bool) -> str | None:
             return (f"--pairs {name!r}: needs a draft with the target's tokenizer (transformers' assisted generation "
                     "with one vocabulary is the yardstick)")
     return None
-
-
-def shaped_prompts(cfg: dict, pair: Pair, n: int, length: int) -> list[list[int]]:
-    """n prompts [n][length] of the calibration kind (the bigram chain with jumps), seeded apart from calibration."""
-    f = successor(int(cfg.get("seed", 0)), len(pair.tokenizer), pair.target.device)
-    return chain(f, int(cfg.get("seed", 0)) + 3, (n, length)).tolist()
 
 
 def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], methods: tuple[str, ...], gamma: int,
@@ -135,7 +118,7 @@ def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], method
     return rows
 
 
-def lane_targets(device: torch.device, quick: bool) -> list[str]:
+def lane_targets(quick: bool) -> list[str]:
     """The lane's test files: QUICK_LANE with quick, else the CUDA lane's modules (tests/conftest.py CUDA_LANE)
     that exist; files given by name, so the other modules (and what they import) are not collected."""
     if quick:
@@ -177,7 +160,7 @@ def run_lane(device: torch.device, quick: bool, timeout: float) -> dict:
         return {"command": None, "note": f"no tests folder under {ROOT}: run from a checkout of the repository"}
     env_dev = "cuda" if device.type == "cuda" else "cpu"
     cmd = [sys.executable, "-m", "pytest", "-rN", "-v", "-p", "no:cacheprovider", "-m", "not slow",
-           *lane_workers(device), *lane_targets(device, quick)]
+           *lane_workers(device), *lane_targets(quick)]
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(timeout, 1),
@@ -234,16 +217,24 @@ class Ctx:
 
 
 def sec_build(ctx: Ctx, run: PairRun) -> None:
-    """Build the pair, probe its pace, pick its prompts."""
-    pair, cfg, seconds = build(run.name, ctx.device, ctx.args.quick)
-    run.pair, run.cfg = pair, cfg
+    """Build the pair (shrunk with --quick), probe its pace, pick its prompts."""
+    run.cfg = cfg = config(run.name, ctx.device, ctx.args.quick)
+    t0 = time.perf_counter()
+    run.pair = pair = load_pair(cfg, ctx.device)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize(ctx.device)
+    seconds = time.perf_counter() - t0
     draft = pair.model("draft")
     n_t, n_d = (sum(p.numel() for p in m.parameters()) for m in (pair.target, draft))
     ctx.build_s_per_b = seconds / ((n_t + n_d) / 1e9)
     alpha = getattr(pair.target.config, "shaped_agreement", None)  # None: a real pair
     args = ctx.args
-    run.prompts = (shaped_prompts(cfg, pair, args.prompts, args.prompt_tokens) if alpha is not None
-                   else dataset_prompts(pair, "smoke", args.prompts))
+    if alpha is not None:  # prompts of the calibration kind (the bigram chain with jumps), seeded apart from it
+        seed = int(cfg.get("seed", 0))
+        f = successor(seed, len(pair.tokenizer), pair.target.device)
+        run.prompts = chain(f, seed + 3, (args.prompts, args.prompt_tokens)).tolist()  # [n][length]
+    else:
+        run.prompts = dataset_prompts(pair, "smoke", args.prompts)
     ctx.pace = Pace(ctx.device.type, probe(pair.target, run.prompts[0]), probe(draft, run.prompts[0]),
                     (n_t + n_d) / 1e9)
     ctx.rep.write(f"## {run.name}", f"Built in {seconds:.1f} s on {ctx.device} in {pair.target.dtype}: target "
@@ -283,7 +274,7 @@ def sec_engines(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
               "; ".join(fig.mismatches))
     rep.record(pair=run.name, what="engines", path=path, tps=fig.tps, overhead=fig.overhead,
                acceptance=fig.acceptance, alpha=fig.alpha, speedups=fig.speedups(), mismatches=fig.mismatches)
-    plot_pair(ctx, run)
+    plot(ctx.rep.out, run.name, run.rows, run.costs)
 
 
 def sec_costs(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
@@ -310,7 +301,7 @@ def sec_costs(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
         ctx.rep.write("Trees at B = 1 (root + n nodes, tree attention): " +
                       ", ".join(f"{n} nodes {1e3 * s:.2f} ms" for n, s in trees.items()))
     ctx.rep.record(pair=run.name, what="profile", path=path, entries=len(rows))
-    plot_pair(ctx, run)
+    plot(ctx.rep.out, run.name, run.rows, run.costs)
 
 
 def sec_compiled(ctx: Ctx, run: PairRun) -> None:
@@ -332,19 +323,9 @@ def sec_batch(ctx: Ctx, run: PairRun, methods: tuple[str, ...] = ("vanilla",), s
                   [[r["B"], r["method"], f"{r['tokens_per_s']:.1f}", f"{r['speedup_vs_ar']:.3f}",
                     "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"] for r in rows])
     ctx.rep.record(pair=run.name, what="batch" if sizes is None else "trees", rows=rows)
-    plot_pair(ctx, run)
-
-
-def sec_trees(ctx: Ctx, run: PairRun) -> None:
-    """The tree methods at B = 1 against ar."""
-    sec_batch(ctx, run, TREE_METHODS, [1])
-
-
-def plot_pair(ctx: Ctx, run: PairRun) -> None:
-    """(Re)draw the pair's two PNGs from what is measured so far."""
     plot(ctx.rep.out, run.name, run.rows, run.costs)
 
 
 SECTION_RUN: dict[str, Callable[[Ctx, PairRun], None]] = {
     "build": sec_build, "engines": sec_engines, "costs": sec_costs, "compiled": sec_compiled, "batch": sec_batch,
-    "trees": sec_trees}
+    "trees": partial(sec_batch, methods=TREE_METHODS, sizes=[1])}  # the tree methods at B = 1 against ar

@@ -1,18 +1,12 @@
 """`python -m specbench.bench kit --out DIR`: the wheels a GPU node with its own torch lacks for `bench gpu` and the
 CUDA test lane, fetched on a connected machine, and the one line that installs them there with no network.
 
-A node's site-installed stack (its torch, an older transformers, no Hydra) is described by `--node FILE` (its
-`pip list --format=freeze`) or, by default, NODE: that list as read on the lent GPU machines (lent_node.txt).
-Starting from GPU_PATH, the requirements the GPU path and the lane import (their version ranges read from
-specbench's own metadata, pyproject.toml's), each requirement the node does not satisfy is downloaded as a wheel
-for the node's Python and platform (the version constraints.txt pins where it pins one), then the requirements of
-that wheel (its METADATA, markers evaluated for the node), until nothing is missing. Never torch, triton or the CUDA
-libraries: a node whose torch is outside specbench's range is refused, naming both. A requirement published only as
-a source archive is built here into a wheel, which must be pure Python. The wheels must fit in --limit-mib (48:
-what travels to a lent machine with the checkout, 64 MiB in all).
-
+The node's stack is read from `--node FILE` (its `pip list --format=freeze`; default NODE, the lent GPU machines').
+build_kit fetches, for the node's Python and platform, every requirement (and requirement of a fetched wheel) the
+node does not satisfy; never torch, triton or the CUDA libraries: a node torch outside specbench's range is refused.
 pip resolves nothing here itself (`--no-deps` throughout) because the node's packages are not installed on this
-machine: its resolver cannot be told that they exist.
+machine: its resolver cannot be told that they exist. The wheels must fit in --limit-mib (48: what travels to a lent
+machine with the checkout, 64 MiB in all).
 """
 
 from __future__ import annotations
@@ -66,13 +60,9 @@ def floor_only(req: Requirement) -> Requirement:
 
 def pins(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
     """constraints.txt's pinned versions by canonical name."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        line = line.split("#")[0].strip()
-        if "==" in line:
-            name, version = line.split("==", 1)
-            out[canonicalize_name(name)] = version.strip()
-    return out
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()] if path.exists() else []
+    pairs = (line.partition("==") for line in lines if "==" in line)
+    return {canonicalize_name(name): version.strip() for name, _, version in pairs}
 
 
 def read_node(path: Path = NODE) -> dict[str, str]:
@@ -138,8 +128,7 @@ def fetch(req: Requirement, version: str | None, out: Path, python: str, platfor
 
 
 def build_kit(out: Path, python: str, platforms: list[str], node: dict[str, str]) -> list[Path]:
-    """Every wheel the node lacks for GPU_PATH and TEST_PATH, in `out`; SystemExit naming a node torch outside
-    specbench's range."""
+    """Every wheel the node lacks for GPU_PATH and TEST_PATH, in `out`; SystemExit naming a node torch out of range."""
     ours, pinned, env = specbench_requirements(), pins(), node_environment(python)
     queue = [ours.get(canonicalize_name(n), Requirement(n)) for n in GPU_PATH] + [Requirement(r) for r in TEST_PATH]
     torch_req = ours["torch"]
@@ -164,13 +153,6 @@ def build_kit(out: Path, python: str, platforms: list[str], node: dict[str, str]
     return wheels
 
 
-def install_line(out: Path) -> str:
-    """The node's install: the kit's wheels and specbench (editable, from the checkout) into the environment
-    holding the node's torch, with no index and no dependency resolution."""
-    return (f"python -m pip install --no-index --no-deps --no-build-isolation {out}/*.whl -e .   "
-            "# in the checkout, in the environment that holds the node's torch")
-
-
 def cmd_kit(args: argparse.Namespace) -> int:
     """Build the kit into args.out, check its size, print the install line."""
     out = Path(args.out)
@@ -192,7 +174,9 @@ def cmd_kit(args: argparse.Namespace) -> int:
     for w in sorted(out.glob("*.whl")):
         print(f"  {w.name}  {w.stat().st_size / 2**20:.1f} MiB")
     print("On the node (no network), in the checkout:")
-    print(install_line(out))
+    # the kit's wheels and specbench (editable) into the node's torch environment: no index, no dependency resolution
+    print(f"python -m pip install --no-index --no-deps --no-build-isolation {out}/*.whl -e .   "
+          "# in the checkout, in the environment that holds the node's torch")
     return 0
 
 

@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import DictConfig
 
 from specbench.common.configs import compose_config
 from specbench.runs.layout import discard_job_dir, job_dir
@@ -31,17 +30,13 @@ def run_overrides(args: argparse.Namespace, name: str) -> list[str]:
             f"threads={args.threads}", f"paths.results={args.out}",
             *([f"device={args.device}"] if args.device is not None else []), *args.overrides]
 
-def methods_config(args: argparse.Namespace, name: str) -> DictConfig:
-    """The config `python run.py` composes for method `name` with the command's options (hydra node included)."""
-    return compose_config(run_overrides(args, name), hydra=True)
-
 def cmd_methods(args: argparse.Namespace) -> int:
     """Run each method through the runner on one pair and dataset, in the folders run.py uses; print the table."""
     from specbench.runs.runner import run
 
     rows = []
     for name in args.methods.split(","):
-        cfg = methods_config(args, name)
+        cfg = compose_config(run_overrides(args, name), hydra=True)  # run.py's config, hydra node included
         folder = job_dir(cfg)
         try:
             s = run(cfg, folder)

@@ -1,14 +1,9 @@
 """`python -m specbench.bench overhead`: the engine's own cost at serving batch sizes, measured in one process.
 
-For each decode (greedy; sampling at T = 1 with a seeded generator per row) and batch size B it decodes the first B
-prompts of a dataset (the list repeated up to B) with `vanilla` (γ, rule rejection), after one warm-up batch, R times,
-and prints the medians over the R batches of:
-  overhead = 1 - (Σ target + draft forward seconds) / (Σ decode seconds), the engine's own share of the time;
-  tokens/s = new tokens of the batch / its wall seconds;
-  acceptance = accepted / drafted tokens.
-The batch sizes run interleaved (B = 1, 8, 32, 64, then again) so a drift of the machine's speed spreads over all.
-It imports only the runner's public functions, so the same file measures an older checkout too
-(`PYTHONPATH=<checkout> python specbench/bench/overhead.py ...`).
+`vanilla` decodes the first B prompts per decode and B (interleaved, so a drift of the machine's speed spreads over
+all); printed are the medians over --repeats batches of overhead = 1 - (Σ target + draft forward seconds) / (Σ decode
+seconds), tokens/s and acceptance. It imports only the runner's public functions, so the same file measures an older
+checkout too (`PYTHONPATH=<checkout> python specbench/bench/overhead.py ...`).
 """
 
 from __future__ import annotations
@@ -60,8 +55,7 @@ def prompts_of(cfg_pair: str, dataset: str, n: int, device: torch.device) -> tup
 
 
 def measure(engine: Decoder, prompts: list[list[int]], max_new: int, seeded: bool) -> BatchFigures:
-    """One batch of engine.generate_batch over prompts [B][P_b]: the runner's engine overhead and acceptance rate
-    (run_metrics over its rows) and tokens/s of its wall time."""
+    """One engine.generate_batch over prompts [B][P_b]: engine overhead, acceptance (run_metrics) and wall tokens/s."""
     device = cast(torch.device, engine.device)  # the verifier model's device (nn.Module leaves .device untyped)
     gens: list[torch.Generator | None] | None = ([torch.Generator(device=device).manual_seed(b)
                                                   for b in range(len(prompts))] if seeded else None)

@@ -28,10 +28,6 @@ PREFILL_TOKENS = (32, 128, 512)  # prompt lengths of the prefill forwards (a gen
 # pair's context), interpolated between
 
 
-def hidden_layers(n_layers: int) -> tuple[int, ...]:
-    """Three hidden-state indices spread over a target of n_layers decoder layers (low, middle, high: the states an
-    EAGLE-3 head reads); what they are does not change the forward's cost, only that three are returned."""
-    return tuple(sorted({min(2, n_layers), max(1, n_layers // 2), max(1, n_layers - 3)}))
 def device_name(device: torch.device) -> str:
     """The GPU's name, or 'cpu (N threads)'."""
     if device.type == "cuda":
@@ -64,9 +60,8 @@ def forward_seconds(model: PreTrainedModel, prompt: list[int], width: int, rows:
 
 
 def prefill_seconds(model: PreTrainedModel, prompt: list[int], tokens: int, steps: int = 3) -> float:
-    """Median seconds of a forward of a prompt of `tokens` tokens (`prompt` repeated to that length) into an empty
-    cache, keeping the last token's logits, as a generation's first forward does; after one warm-up forward (prompts
-    are long: fewer steps than the other forwards)."""
+    """Median seconds of a forward of a `tokens`-token prompt (`prompt` repeated) into an empty cache, keeping the last
+    logits as a generation's first forward does; after one warm-up (long prompts: fewer steps)."""
     ids = (prompt * (tokens // max(len(prompt), 1) + 1))[:tokens]
     buf = torch.tensor([ids], dtype=torch.long, device=model.device)
     times = []
@@ -93,25 +88,23 @@ def tree_seconds(model: PreTrainedModel, prompt: list[int], nodes: int, steps: i
     return statistics.median(times[2:])
 
 
-def chain_widths(path: str, widest: int = max(CHAIN_WIDTHS)) -> list[int]:
-    """The widths an entry measures: CHAIN_WIDTHS eagerly, the compiled graphs' widths compiled."""
-    return [w for w in (CHAIN_WIDTHS if path == "eager" else WIDTHS) if w <= widest]
-
-
 def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int, steps: int,
                   trees: tuple[int, ...] = TREE_NODES) -> Entry:
-    """One profile entry of `pair` (named `name`) on its device: chains at each width, trees (eager, B = 1) and
-    the draft's forwards (eager: at each of DRAFT_WIDTHS, and as trees where the target's are measured; compiled:
-    of one token, no further graphs built), and where trees are measured (eager, B = 1) the target's chains that
-    return hidden states (HIDDEN_WIDTHS) and both models' prefills (PREFILL_TOKENS)."""
+    """One profile entry of `pair` (named `name`) on its device: the target's chains at each width, the draft's forwards
+    (compiled: of one token, no further graphs built; eager: DRAFT_WIDTHS) and, eager at B = 1, both models' trees, the
+    target's chains that return hidden states (HIDDEN_WIDTHS) and both models' prefills (PREFILL_TOKENS)."""
     compile = path == "compiled"
     t, d = pair.target, pair.model("draft")
-    chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in chain_widths(path)}
+    widths = [w for w in WIDTHS if w <= max(CHAIN_WIDTHS)] if compile else CHAIN_WIDTHS  # compiled: the graphs' widths
+    chains = {str(w): forward_seconds(t, prompt, w, rows, compile, steps) for w in widths}
     tree = {str(n): tree_seconds(t, prompt, n, steps) for n in trees} if rows == 1 and not compile else {}
     drafts = {str(w): forward_seconds(d, prompt, w, rows, compile, steps, every_logit=False)
               for w in ((1,) if compile else DRAFT_WIDTHS)}
     draft_trees = {str(w): tree_seconds(d, prompt, w - 1, steps) for w in DRAFT_WIDTHS} if tree else {}
-    layers = hidden_layers(t.config.get_text_config().num_hidden_layers)
+    # three hidden-state indices (low, middle, high: the states an EAGLE-3 head reads); which ones does not change the
+    # forward's cost, only that three are returned
+    n_layers = t.config.get_text_config().num_hidden_layers
+    layers = tuple(sorted({min(2, n_layers), max(1, n_layers // 2), max(1, n_layers - 3)}))
     hidden = {str(w): forward_seconds(t, prompt, w, rows, compile, steps, layers) for w in HIDDEN_WIDTHS} if tree else {}
     context = pair.context_length([t, d]) or max(PREFILL_TOKENS)
     lengths = [n for n in PREFILL_TOKENS if n <= context] or [context]

@@ -1,13 +1,12 @@
 """`python -m specbench.bench rules`: acceptance rules compared on the same drafts.
 
-The pair decodes the dataset's first prompts with vanilla (γ drafts from the pair's draft) under sampling; the first
-rule listed decides every iteration, so the trajectory is that rule's. At every iteration each listed rule's exact
-expected number of accepted drafts given those very drafts and the target's p there is computed (Rule.expected:
-rejection sum_j prod_{i<=j} min(1, p_i(x_i)/q_i(x_i)); block sum_j P(τ >= j), specbench.methods.block), so the rules
-are compared on identical drafts without the noise of their own draws. Printed per rule: the mean over iterations of
-E[accepted | drafts], τ = 1 + that mean, and the ratio to the first rule with its 95% bootstrap interval over
-iterations (paired: the same iterations resampled for both rules); and, as a check, the deciding rule's realised
-mean, which must lie near its expectation.
+The pair decodes the dataset's first prompts with vanilla (γ drafts from the pair's draft) under sampling, the first
+rule listed deciding every iteration. At every iteration each listed rule's exact expected number of accepted drafts
+given those very drafts and the target's p there is recorded (Rule.expected: rejection sum_j prod_{i<=j} min(1,
+p_i(x_i)/q_i(x_i)); block sum_j P(τ >= j)), so the rules are compared without the noise of their own draws. Printed
+per rule: the mean over iterations of E[accepted | drafts], τ = 1 + that mean, and the ratio to the first rule with
+its paired 95% bootstrap interval over iterations; and the deciding rule's realised mean, which must lie near its
+expectation.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from specbench.decoding.acceptance import make_rule
+from specbench.decoding.engine import Engine
 from specbench.decoding.proposal import Proposal, Verdict
 from specbench.decoding.rule import Chains, Rule
 from specbench.bench.common import dataset_prompts, load
@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     params = sampling_params({"temperature": args.temperature, "max_new_tokens": args.max_new_tokens})
     engine = make_engine(pair, build_method({"name": "vanilla", "gamma": args.gamma, "parts": {"rule": names[0]}}), params, ())
     comparing = Comparing(rules)
-    engine.method.rule = comparing  # the bound method decides with the first rule and records all of them
+    assert isinstance(engine, Engine)  # vanilla runs in the engine
+    engine.rule = comparing  # the engine decides with the first rule and records all of them
     for i, ids in enumerate(dataset_prompts(pair, args.dataset, args.prompts)):
         engine.generate(ids, args.max_new_tokens, torch.Generator(decoder_device(engine)).manual_seed(args.seed + i))
     e = np.array(comparing.expected_rows)  # [iterations, rules]

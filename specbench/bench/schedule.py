@@ -1,19 +1,14 @@
-"""`bench gpu --budget MINUTES`: which sections fit the time left, from their measured pace.
+"""`bench gpu --budget MINUTES`: each section's estimated seconds, from the machine's measured pace.
 
-A section is started only when its estimated seconds fit in the time left; otherwise it is skipped, with the
-estimate and the time left as the reason. Estimates come from a two-number cost model per model, measured on the
-machine itself right after a pair is built (`Pace.probe`): one forward of n tokens (rows x tokens per row) after a
-cached prompt costs
+Each model's cost model, measured right after its pair is built (`probe`): one forward of n tokens (rows x tokens
+per row) after a cached prompt costs
 
     T(n) = t1 + (n - 1) * slope        (t1: one token; slope from one forward of 4 rows x 64 tokens)
 
-which is flat where a forward is bound by reading the weights (a GPU at small n) and linear where it is bound by
-arithmetic. A section's estimate is the sum of T over the forwards it plans (its own loops' counts), times
-OVERHEAD for the engine's and Python's share, plus COMPILE_S per compiled graph it builds; a pair not built yet
-is estimated from the last pair's pace scaled by parameter counts. Each estimate is then multiplied by the median
-ratio taken / estimated of the sections already done in the run (specbench.bench.gpu.corrected), which learns what
-the model does not count (the launches of a host-bound framework, a loaded CPU). The schedule table of the report lists every
-section with its estimate and what it took (or why it was skipped), so the priors can be checked on each visit.
+flat where a forward is bound by reading the weights (a GPU at small n), linear where bound by arithmetic. A section's
+estimate sums T over the forwards it plans, times OVERHEAD (the engine's and Python's share), plus COMPILE_S per
+compiled graph; a pair not built yet is scaled from the last pair's pace by parameter counts. gpu.corrected then
+multiplies it by the run's median ratio taken / estimated, which learns what the model does not count.
 """
 
 from __future__ import annotations
@@ -76,8 +71,7 @@ def probe(model: PreTrainedModel, prompt: list[int]) -> Model:
 
 @dataclass
 class Pace:
-    """What the estimates know: the target's and draft's cost models, the device kind, the pair's parameters and
-    the measured tokens per vanilla iteration."""
+    """What the estimates know: both models' cost models, the device kind, the pair's parameters, tokens per step."""
 
     device: str
     target: Model

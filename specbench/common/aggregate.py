@@ -1,8 +1,8 @@
 """A run's numbers from its rows: the one aggregation behind summary.json, `bench methods` and the report.
 
-Every number is pooled over the run's tokens and iterations (a ratio of sums over the rows), never a
-mean of per-example ratios, so that #match / #cand = AccRate holds for the run. The plain per-example
-means stay in summary.json under `example_means` (specbench.decoding.metrics.summarize).
+Every number is pooled over the run's tokens and iterations (a ratio of sums over the rows), never a mean of
+per-example ratios, so that #match / #cand = AccRate holds for the run; the plain per-example means stay in
+summary.json under `example_means` (specbench.decoding.metrics.summarize).
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ MISSING = "<missing>"  # the value shown for a key one config lacks
 
 
 def plain(node: DictConfig, resolve: bool = True) -> dict[str, Any]:
-    """A config mapping as plain Python values (OmegaConf.to_container, interpolations resolved unless not
-    `resolve`); a DictConfig always converts to a dict."""
+    """A config mapping as plain values (OmegaConf.to_container, interpolations resolved unless not `resolve`)."""
     value = OmegaConf.to_container(node, resolve=resolve)
     assert isinstance(value, dict), f"not a config mapping: {type(node).__name__}"
     return cast(dict[str, Any], value)  # the keys of a config composed from YAML files are strings

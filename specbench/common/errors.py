@@ -1,7 +1,7 @@
 """The base class of errors a user fixes by changing the command, the config or the machine's set-up.
 
-Such an error's message says what is wrong and what is valid or what to do, so run.py shows the
-message alone, without a traceback (the job's log file keeps the traceback).
+Such an error's message says what is wrong and what is valid or what to do, so run.py shows the message alone,
+without a traceback (the job's log file keeps the traceback).
 """
 
 from __future__ import annotations

@@ -106,11 +106,9 @@ def writing(folder: Path) -> Iterator[None]:
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """A fresh temporary path next to `path` to write; renamed onto `path` on success, removed on error.
-
-    The name is unique (a random uuid), so two writers of one file never share a temporary file; the
-    caller creates the file, so it gets the usual permissions (mkstemp's would be owner-only).
-    """
+    """A fresh temporary path next to `path` to write; renamed onto `path` on success, removed on error. The name is
+    unique (a random uuid), so two writers of one file never share a temporary file; the caller creates the file, so
+    it gets the usual permissions (mkstemp's would be owner-only)."""
     tmp = temporary_sibling(path)
     try:
         with writing(path.parent):
@@ -123,10 +121,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write text to path via atomic_path, flushed and fsync'ed before the rename; returns path."""
-    with atomic_path(Path(path)) as tmp, open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    with atomic_path(Path(path)) as tmp:
+        append_durably(tmp, text)  # a fresh file
     return Path(path)
 
 
@@ -137,11 +133,8 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 @contextmanager
 def atomic_folder(path: Path, replace: bool = False) -> Iterator[Path]:
-    """A fresh temporary folder next to `path` to fill; renamed onto `path` on success, removed on error.
-
-    A folder already at `path` is replaced (`replace`), else kept: another process that wrote it
-    first wins, and this one's copy is dropped.
-    """
+    """A fresh temporary folder next to `path` to fill; renamed onto `path` on success, removed on error. A folder
+    already at `path` is replaced (`replace`), else kept: another process that wrote it first wins."""
     tmp = temporary_sibling(path)
     tmp.mkdir(parents=True)
     try:

@@ -1,7 +1,6 @@
-"""The Hugging Face hub side of loading a model or a hub dataset: is it a local folder, in the local cache, or
-can the hub supply it (asked once, without retries; an unreachable hub is remembered for the process), and
-the error with the download command of the installed huggingface_hub, the gated-licence and token hints when
-none of them can. Models and datasets (specbench.data.sources.load_hub) share hub_source and ask_hub."""
+"""The Hugging Face hub side of loading a model or a hub dataset: is it a local folder, in the local cache, or can the
+hub supply it (asked once, without retries; an unreachable hub is remembered for the process), and the error with the
+download command and the gated-licence and token hints when none can. Models and datasets share hub_source."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ class ModelUnavailable(HubUnavailable):
 
 
 def hf_cli() -> str:
-    """The command-line tool of the installed huggingface_hub: `hf` (0.34 and later; 1.0 dropped
-    `huggingface-cli`), else `huggingface-cli`."""
+    """The installed huggingface_hub's command-line tool: `hf` from 0.34 (1.0 dropped `huggingface-cli`), else that."""
     return "hf" if Version(huggingface_hub.__version__) >= Version("0.34") else "huggingface-cli"
 
 
@@ -74,11 +72,6 @@ def cached_snapshot(repo_id: str, repo_type: str = "model", revision: str | None
     ref = folder / "refs" / (revision or "main")
     snapshot = folder / "snapshots" / (ref.read_text().strip() if ref.is_file() else (revision or "main"))
     return snapshot if snapshot.is_dir() else None
-
-
-def in_hf_cache(repo_id: str, revision: str | None) -> bool:
-    """Is the model's config.json in the local Hugging Face cache at `revision` (default: main)?"""
-    return cached_config(repo_id, revision) is not None
 
 
 def cache_names(repo_type: str = "model") -> str:
@@ -122,7 +115,7 @@ def hub_source(path: str, revision: str | None = None, repo_type: str = "model",
     if Path(path).is_dir():
         return "local"
     label = f"{path} (revision {revision or 'main'})"
-    cached = in_hf_cache(path, revision) if cached is None else cached
+    cached = cached_config(path, revision) is not None if cached is None else cached
     error = ModelUnavailable if repo_type == "model" else HubUnavailable
     if hub_offline():
         if cached:

@@ -1,10 +1,9 @@
 """Typed config values: one check per kind of value, each error naming the full key and what is valid.
 
-Hydra parses `x=true` as a boolean and `x=abc` as a string, and Python's bool is a subclass of int,
-so `int(value)` would run `method.gamma=true` as γ=1 and `float(value)` would fail without naming
-the key. Every option is checked here instead: numbers are never booleans or strings, floats are
-finite, and ranges are stated in the message. Method and dataset options are checked against the
-type hints of the registered class's `__init__` (`check_options`), so a new option needs no code.
+Hydra parses `x=true` as a boolean and `x=abc` as a string, and Python's bool is a subclass of int, so `int(value)`
+would run `method.gamma=true` as γ=1 and `float(value)` would fail without naming the key. So numbers are never
+booleans or strings here, floats are finite, and ranges are stated in the message. Method and dataset options are
+checked against the type hints of the registered class's `__init__` (`check_options`): a new option needs no code.
 """
 
 from __future__ import annotations
@@ -122,10 +121,6 @@ def choice(value: Any, key: str, choices: Iterable[Any]) -> Any:
     raise fail(key, f"one of {names}", value)
 
 
-@overload
-def strings(value: Any, key: str, null: Literal[False] = False) -> list[str]: ...
-@overload
-def strings(value: Any, key: str, null: bool = False) -> list[str] | None: ...
 def strings(value: Any, key: str, null: bool = False) -> list[str] | None:
     """A list of strings (a bare string would otherwise be read as a list of its characters)."""
     if value is None and null:
@@ -167,9 +162,8 @@ def typed(value: Any, hint: Any, key: str) -> Any:
 
 
 def init_options(cls: type) -> dict[str, inspect.Parameter]:
-    """The keyword options `cls(...)` accepts, name -> parameter (with its type hint as `annotation`): its
-    `__init__`'s named parameters and, while an `__init__` forwards `**options`, those of the next
-    `__init__` up the MRO (a subclass's parameter wins)."""
+    """The keyword options `cls(...)` accepts, name -> parameter (type hint as `annotation`): its `__init__`'s named
+    parameters and, while an `__init__` forwards `**options`, the next one's up the MRO (a subclass's wins)."""
     found: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -275,9 +269,8 @@ BUDGET_KEY = "max_new_tokens"  # the dataset's new-token budget (max_new_tokens 
 
 
 def max_new_tokens(decode: dict, dataset: dict) -> int:
-    """The new-token budget of a run: decode.max_new_tokens when set (an explicit choice wins), else null there
-    means the dataset's own (dataset.max_new_tokens, conf/dataset/*.yaml: long enough for real models to
-    finish the task's answers); an error naming both keys when neither is set."""
+    """A run's new-token budget: decode.max_new_tokens when set (an explicit choice wins), else (null) the dataset's own
+    (dataset.max_new_tokens: long enough for real models' answers); an error naming both keys when neither is set."""
     explicit = integer(decode.get(BUDGET_KEY), f"decode.{BUDGET_KEY}", low=1, null=True)
     if explicit is not None:
         return explicit

@@ -1,7 +1,6 @@
 """The `progress` config key (auto | true | false): every progress bar, and the switch for transformers' own.
 
-Kept free of torch and transformers imports at import time so that the sweep callback
-(specbench.runs.slurm) can use it in Hydra's launching process cheaply.
+Free of torch and transformers imports at import time: the sweep callback (specbench.runs.slurm) uses it cheaply.
 """
 
 from __future__ import annotations

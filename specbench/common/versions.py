@@ -1,10 +1,9 @@
 """The torch and transformers releases specbench runs on, checked when specbench is imported.
 
-pip checks pyproject's requirements only when it resolves them; a node's site-installed torch, an environment
-filled with `--no-deps`, or conda can hold other releases, and transformers < 5.24 accepts the models' `cache=`
-argument and ignores it (no KV cache: slower, and different calls than the harness counts). So the versions the
-modules report (`torch.__version__`, `transformers.__version__`, not pip's metadata) are checked here, once,
-against SUPPORTED; tests/test_versions.py checks that pyproject.toml states the same ranges.
+pip checks pyproject's requirements only when it resolves them; a node's site-installed torch, an environment filled
+with `--no-deps`, or conda can hold other releases, and transformers < 5.24 accepts the models' `cache=` argument and
+ignores it (no KV cache: slower, and different calls than the harness counts). So the modules' own `__version__`s
+(not pip's metadata) are checked here, once, against SUPPORTED; tests/test_versions.py checks pyproject's ranges.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ class VersionError(UserError, ImportError):
 
 
 def check(package: str, installed: str) -> tuple[str, str] | None:
-    """None when `installed` (a module's __version__, e.g. '2.11.0+cu130') is inside SUPPORTED[package], else
-    ("below" | "above" | "invalid", the message naming installed and required). The local label (+cu130, +cpu) is
-    not compared."""
+    """None when `installed` (a module's __version__, e.g. '2.11.0+cu130'; its local label is not compared) is inside
+    SUPPORTED[package], else ("below" | "above" | "invalid", the message naming installed and required)."""
     spec, wanted = SpecifierSet(SUPPORTED[package]), f"{package}{SUPPORTED[package]}"
     try:
         public = Version(Version(installed).public)

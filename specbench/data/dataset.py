@@ -1,11 +1,8 @@
 """Datasets: the registry of evaluators, examples, and the limit / shard selection.
 
-A dataset config (conf/dataset/*.yaml) is a `name`, the prompt keys (PROMPT_KEYS: system_prompt and
-chat_template; conf/dataset_base/), its new-token budget `max_new_tokens` (what decode.max_new_tokens: null
-runs with, see max_new_tokens) and the options of its evaluator: the one registered under its `evaluator`
-key, else under its name. The generic `files` evaluator (evaluators/files.py) makes a set of prompts in a
-file a dataset with a YAML alone. Where a benchmark's rows come from (a local data folder or the hub)
-and how bad rows fail: specbench.data.sources.
+A dataset config (conf/dataset/*.yaml) is a `name`, the prompt keys (PROMPT_KEYS; conf/dataset_base/), its new-token
+budget `max_new_tokens` (what decode.max_new_tokens: null runs with) and the options of its evaluator: the one
+registered under its `evaluator` key (e.g. the generic `files`, a dataset with a YAML alone), else under its name.
 """
 
 from __future__ import annotations
@@ -28,11 +25,9 @@ DATASETS: Registry = Registry("dataset", plugins="specbench.evaluators")
 
 @dataclass
 class Example:
-    """One benchmark item: `prompt` is a user message (str) or a list of chat messages.
-
-    Multi-turn items (MT-bench) also set `turns`, the user turns in order: the runner asks turn k
-    after the model's own answers to turns 1..k-1 (`prompt` is then the first turn).
-    """
+    """One benchmark item: `prompt` is a user message (str) or a list of chat messages. Multi-turn items (MT-bench)
+    also set `turns`, the user turns in order: the runner asks turn k after the model's own answers to turns 1..k-1
+    (`prompt` is then the first turn)."""
 
     id: str
     prompt: str | list[dict[str, str]]
@@ -42,15 +37,11 @@ class Example:
 
 
 class Evaluator:
-    """Base evaluator: examples -> prompts -> scores. One subclass per benchmark under evaluators/.
-
-    `answer_complete` says whether an output already holds the task's whole answer; a benchmark that can
-    tell (a final-answer line, a closed code block) overrides it, so that `truncated` flags only the rows
-    that max_new_tokens cut before their answer.
-    """
+    """Base evaluator: examples -> prompts -> scores. One subclass per benchmark under evaluators/."""
 
     name = "base"
     stop_strings: tuple[str, ...] = ()
+    meta_fields: tuple[str, ...] = ()  # the Example.meta keys the base `score` copies into each row
 
     def __init__(self, data_dir: str | None = None, **options: Any) -> None:
         if options:
@@ -61,8 +52,8 @@ class Evaluator:
         raise NotImplementedError
 
     def score(self, example: Example, output: str) -> dict[str, Any]:
-        """Task metrics for one output: `score` (None: not scored), and where scored `reference` and `extracted`."""
-        return {"score": None}
+        """Metrics of an output: `score` (None: unscored, with the meta_fields), if scored `reference`, `extracted`."""
+        return {"score": None, **{k: example.meta[k] for k in self.meta_fields}}
 
     def reference(self, example: Example) -> str | None:
         """An output that `score` gives full marks (the set's own answer), or None (not scored, or no answer)."""
@@ -73,8 +64,8 @@ class Evaluator:
         return None
 
     def answer_complete(self, example: Example, output: str) -> bool:
-        """Whether `output` holds the whole answer the task asks for. Default False: free text cannot tell,
-        so a free-text output stopped by max_new_tokens counts as cut."""
+        """Whether `output` holds the task's whole answer (a benchmark that can tell overrides it). Default False:
+        free text cannot tell, so a free-text output stopped by max_new_tokens counts as cut."""
         return False
 
     def truncated(self, example: Example, output: str, stop_reasons: list[str]) -> bool:
@@ -106,9 +97,8 @@ def check_selection(limit: Any, shard: Any) -> tuple[int | None, tuple[int, int]
 
 def select(examples: list[Example], limit: int | None, shard: str | None,
            stratum: Callable[[Example], str | None] | None = None) -> list[Example]:
-    """The first `limit` examples (in the dataset's fixed order), then every n-th from i for shard i/n; with a
-    `stratum` (Evaluator.stratum: SPEED-Bench's category), both within each stratum, the strata in order of first
-    appearance."""
+    """The first `limit` examples (in the dataset's fixed order), then every n-th from i for shard i/n; with a `stratum`
+    (Evaluator.stratum), both within each stratum, the strata in order of first appearance."""
     limit, s = check_selection(limit, shard)
     if not examples:
         raise InputError("the dataset has no examples")
@@ -161,10 +151,9 @@ def evaluator_class(cfg: dict) -> type[Evaluator]:
 
 
 def build_dataset(cfg: dict) -> Evaluator:
-    """The evaluator of dataset cfg['name'], built with its options (every key but the prompt keys, the names and
-    the budget); every key is checked (its type against the evaluator's constructor, the budget as an integer
-    >= 1 or null) before any data is loaded. The evaluator takes the dataset's name, which rows and summaries
-    record."""
+    """The evaluator of dataset cfg['name'] (whose name rows and summaries record), built with its options: every key
+    but the prompt keys, the names and the budget; every key is checked (its type against the evaluator's constructor,
+    the budget as an integer >= 1 or null) before any data is loaded."""
     cls = evaluator_class(cfg)
     check_prompt_keys(cfg)
     integer(cfg.get(BUDGET_KEY), f"dataset.{BUDGET_KEY}", low=1, null=True)

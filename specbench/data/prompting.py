@@ -1,13 +1,14 @@
 """Prompts -> token ids: the tokenizer's chat template when it has one, plain text otherwise.
 
-Plain text is the example's messages joined by blank lines, unless the evaluator gives its own
-plain-text prompt in `example.meta["plain_prompt"]`: HumanEval's (the code to complete rather
-than an instruction), and few-shot prompts, whose chat form has the examples as turns (as
-lm-eval's `--fewshot_as_multiturn`) and whose plain form joins them as lm-eval does
-(`fewshot_text`: question, a space, answer; a blank line between examples).
+Plain text is the example's messages joined by blank lines, unless the evaluator gives its own plain-text prompt in
+`example.meta["plain_prompt"]`: HumanEval's (the code to complete rather than an instruction) and few-shot prompts,
+whose chat form has the examples as turns (as lm-eval's `--fewshot_as_multiturn`) and whose plain form joins them as
+lm-eval does (`fewshot_text`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -46,8 +47,7 @@ FEWSHOT_DELIMITER = "\n\n"  # between few-shot examples (lm-eval's default)
 
 
 def fewshot_text(msgs: list[dict[str, str]]) -> str:
-    """Few-shot chat turns as lm-eval's plain prompt: each answer after its question and a space,
-    examples separated by a blank line."""
+    """Few-shot chat turns as lm-eval's plain prompt: each answer after its question and a space, then a blank line."""
     text = ""
     for i, m in enumerate(msgs):
         if i:
@@ -55,3 +55,14 @@ def fewshot_text(msgs: list[dict[str, str]]) -> str:
             text += TARGET_DELIMITER if after_question else FEWSHOT_DELIMITER
         text += m["content"]
     return text
+
+
+def fewshot_example(ident: str, head: str, shots: list[dict[str, str]], question: str, reference: Any,
+                    meta: dict[str, Any] | None = None) -> Example:
+    """The question after the few-shot turns `shots` (user, assistant, ...), `head` before the first turn: the
+    question alone as the prompt without shots, else the chat turns with their plain form (fewshot_text) in meta."""
+    msgs = shots + [{"role": "user", "content": question}]
+    msgs[0] = {**msgs[0], "content": head + msgs[0]["content"]}
+    if len(msgs) == 1:
+        return Example(id=ident, prompt=msgs[0]["content"], reference=reference, meta=meta or {})
+    return Example(id=ident, prompt=msgs, reference=reference, meta={**(meta or {}), PLAIN_PROMPT: fewshot_text(msgs)})

@@ -1,46 +1,36 @@
 """Test model-generated Python outside the harness, with a verdict the generated code cannot reach.
 
-`run_check(Check(code, entry_point, test, setup))` answers one question: does the function
-`entry_point` defined by the untrusted `code` pass the trusted `test` (which defines
-`check(candidate)`)? Two fresh interpreters (`python -I -B`, started through subprocess: the
-harness and its models are never forked) share the work:
+`run_check(Check(code, entry_point, test, setup))` answers one question: does the function `entry_point` defined by
+the untrusted `code` pass the trusted `test` (which defines `check(candidate)`)? Two fresh interpreters
+(`python -I -B`, started through subprocess: the harness and its models are never forked) share the work:
 
-- the candidate process runs `code` (prompt + completion) and then serves calls to the entry
-  point: each request (arguments) arrives on one pipe, each answer goes back on another;
-- the test process runs only trusted code: `setup` (the problem's prompt, which may define
-  helpers the tests use, e.g. HumanEval's `poly`), then `test`, then `check(candidate)` where
-  `candidate` is a proxy that sends its arguments to the candidate process and returns the answer.
+- the candidate process runs `code` (prompt + completion) and then serves calls to the entry point: each request
+  (arguments) arrives on one pipe, each answer goes back on another;
+- the test process runs only trusted code: `setup` (the problem's prompt, which may define helpers the tests use,
+  e.g. HumanEval's `poly`), then `test`, then `check(candidate)` where `candidate` is a proxy that sends its
+  arguments to the candidate process and returns the answer.
 
-Why two processes: a verdict computed in the process that runs the generated code can be forged
-by that code (it can find the reporting function or its token through frames, gc or globals,
-override the builtins the tests use, return objects that compare equal to anything, or exit with
-a success status before the tests run). Here the generated code never shares a process with the
-test: what it can send is data, encoded by `encode_value` (JSON; tuples, sets, dicts, bytes,
-complex numbers and non-finite floats carry a type tag) and rebuilt in the test process by
-`decode_value`, a strict parser that builds only None, bool, int, float, str, bytes, complex,
-list, tuple, set, frozenset and dict (never pickle, never eval); anything else is a protocol
-error. An exception raised by the candidate comes back as its type name, which the test process
-turns into a new instance of that built-in exception (one of `CANDIDATE_EXCEPTIONS`; any other
-name becomes `CandidateError`), so a test that expects an exception behaves as before. The
-verdict is the test process's outcome, written to a pipe only the test process holds, and taken
-by the harness only if the test process's exit status agrees (0 for a pass, 1 for a failure).
-The candidate process's exit status, its output (sent to /dev/null) and anything it writes on
-its pipes never count as a verdict.
+Why two processes: a verdict computed in the process that runs the generated code can be forged by that code (it can
+find the reporting function or its token through frames, gc or globals, override the builtins the tests use, return
+objects that compare equal to anything, or exit with a success status before the tests run). Here the generated code
+never shares a process with the test: what it can send is data, encoded by `encode_value` and rebuilt in the test
+process by `decode_value`, a strict parser (never pickle, never eval); anything else is a protocol error. An
+exception raised by the candidate comes back as its type name, which the test process turns into a new instance of
+that built-in exception (one of `CANDIDATE_EXCEPTIONS`; any other name becomes `CandidateError`), so a test that
+expects an exception behaves as before. The verdict is the test process's outcome, written to a pipe only the test
+process holds, and taken by the harness only if the test process's exit status agrees (0 for a pass, 1 for a
+failure). The candidate process's exit status, its output (sent to /dev/null) and anything it writes on its pipes
+never count as a verdict.
 
-What is stored (`Result.summary()`): "passed", "timed out", or "failed: <name>" where <name> is
-the type name of the exception that ended the test process (`AssertionError`, one of the
-built-in exceptions above, `CandidateError`, `CandidateGone`: the candidate process ended or
-closed its channel, `BadResponse`: an answer that is not a well-formed encoded value,
-`UnsupportedValue`: a return value of a type the channel does not carry) or "no verdict"
-(the test process died, e.g. out of memory). Never free text from either process: no exception
-message, no output, nothing the candidate read; the candidate's choice among these few dozen
-names is all it can put in a row.
+What is stored (`Result.summary()`): "passed", "timed out", "failed: no verdict" (the test process died, e.g. out of
+memory) or "failed: <name>", <name> the type name of the exception that ended the test process (`AssertionError`, a
+built-in exception above, `CandidateError`, `CandidateGone`: the candidate process ended or closed its channel,
+`BadResponse`: an answer that is not a well-formed encoded value, `UnsupportedValue`: a return value of a type the
+channel does not carry). Never free text: the candidate's choice among these few dozen names is all it can put in a row.
 
-How the candidate process is locked down (Linux namespaces, or the weaker process mode) and the
-resource limits of both processes: specbench.data.isolation.
-
-Timing is a side channel this does not close (`sandbox_s` is stored): it can only carry what the
-candidate can read, which in the namespace mode is the interpreter and the system libraries.
+How the candidate process is locked down (Linux namespaces, or the weaker process mode) and the resource limits of
+both processes: specbench.data.isolation. Timing is a side channel this does not close (`sandbox_s` is stored): it
+can only carry what the candidate can read, which in the namespace mode is the interpreter and the system libraries.
 """
 
 from __future__ import annotations
@@ -164,12 +154,9 @@ for fd in (0, 1, 2):
 
 @lru_cache(maxsize=1)
 def _shared_source() -> str:
-    """Code both processes run first: the codec and the limits (one definition, sent as source), then reading
-    the configuration and sending all output to /dev/null.
-
-    Read once per process (inspect reads the file on disk): a run keeps working if the installed
-    source changes under it.
-    """
+    """Code both processes run first: the codec and the limits (one definition, sent as source), then reading the
+    configuration and sending all output to /dev/null. Read once per process (inspect reads the file on disk): a run
+    keeps working if the installed source changes under it."""
     parts = [inspect.getsource(f) for f in (encode_value, decode_value, apply_limits)]
     return "import json, math, os, sys\nfrom typing import Any\n" + "\n".join(parts) + _BOOT
 
@@ -300,10 +287,8 @@ os._exit(0 if outcome == "passed" else 1)  # the exit status says it too: a forg
 
 
 def run_check(check: Check, limits: Limits = Limits(), isolation: str = "auto", guards: bool = True) -> Result:
-    """Run `check.test` against `check.code`'s entry point in two sandboxed processes (see the module docstring).
-
-    guards=False leaves out reliability_guard and the audit hook (only for testing the OS layer).
-    """
+    """Run `check.test` against `check.code`'s entry point in two sandboxed processes (see the module docstring);
+    guards=False leaves out reliability_guard and the audit hook (only for testing the OS layer)."""
     mode = resolve_isolation(isolation)
     run = IsolatedRun(mode, limits)
     ask_r, ask_w = os.pipe()  # requests: test -> candidate

@@ -1,20 +1,10 @@
 """Data sources of the benchmarks: where a set's rows come from, read into Rows that name their origin.
 
-A benchmark's rows come either from the Hugging Face hub (what users do) or, when a local data
-folder is set (`dataset.data_dir`, default: the environment variable SPECBENCH_DATA_DIR), from a
-file in that folder (e.g. ../shared/data; JSON Lines or JSON, either gzipped, or Parquet). The
-choice is explicit: a set folder is never bypassed for the hub and a hub failure never falls back
-to another set; a set that cannot be loaded fails with a `DataSourceError` naming the source it
-tried (a `NoLocalCopyError` when the folder is set but the set exists only online).
-
-A hub set follows the hub policy of models (specbench.common.hub.hub_source): the hub is asked once, without
-retries (an unreachable hub is remembered for the process); unreachable or with HF_HUB_OFFLINE set, the set is
-read from the local caches (the Hugging Face cache that `hf download --repo-type dataset <id>` fills, or the
-datasets cache of an earlier load) without a request, else the load fails at once with the download command.
-
-Rows are `Row`s that know where they came from (file and line, or hub set and row): a corrupt
-line, a byte that is not UTF-8, an empty file or a row missing a field its benchmark needs fails
-naming the file (or set), the 1-based line (or row) and the field, never with a bare KeyError.
+A set's rows come from the Hugging Face hub (asked once, as for models: load_hub) or, when a local data folder is set
+(`dataset.data_dir`, default $SPECBENCH_DATA_DIR), from a file there (JSON Lines or JSON, either gzipped, or Parquet).
+The choice is explicit: a set folder is never bypassed for the hub and a hub failure never falls back to another set;
+a set that cannot be loaded fails with a `DataSourceError` naming the source it tried, a bad row naming its file and
+line (or hub set and row) and the field (`Row`).
 """
 
 from __future__ import annotations
@@ -52,9 +42,8 @@ class HubSetUnavailable(DataSourceError):
 
 @dataclass(frozen=True)
 class Source:
-    """Where one split of a benchmark lives: online (a hub dataset `hub`, or a builder such as 'json'
-    with `hub_files`; or a plain file at `url` for sets that are not on the hub) and/or as a file
-    under the local data folder (`local`, relative to it)."""
+    """Where one split of a benchmark lives: online (a hub dataset `hub`, or a builder such as 'json' with `hub_files`;
+    or a file at `url` for sets not on the hub) and/or as a file `local` under the local data folder."""
 
     label: str
     hub: str | None = None
@@ -86,11 +75,8 @@ class MissingFieldError(DataSourceError, KeyError):
 
 
 class Row(dict):
-    """One data row and where it came from (`origin`, e.g. 'data/gsm8k/test.jsonl, line 7').
-
-    `row[key]` of a missing or null field raises MissingFieldError naming the origin and the field
-    (benchmarks read optional fields with `row.get`); `text` and `texts` also check the kind.
-    """
+    """One data row and its `origin` (e.g. 'data/gsm8k/test.jsonl, line 7'): `row[key]` of a missing or null field
+    raises MissingFieldError naming both (optional fields: `row.get`); `text` and `texts` also check the kind."""
 
     def __init__(self, fields: dict[str, Any], origin: str) -> None:
         super().__init__(fields)
@@ -133,8 +119,7 @@ def as_row(item: Any, origin: str) -> Row:
 
 
 def as_rows(items: list[Any], where: str) -> list[Row]:
-    """Parsed items as Rows, the n-th named '<where>, row n' unless it already knows its origin (a JSONL
-    line); an empty list fails naming `where`."""
+    """Parsed items as Rows named '<where>, row n' unless one knows its origin (JSONL); none fails naming `where`."""
     if not items:
         raise DataSourceError(f"{where}: no rows (an empty list); a benchmark needs at least one")
     return [as_row(item, f"{where}, row {n}") for n, item in enumerate(items, 1)]
@@ -245,10 +230,9 @@ def in_datasets_cache(repo_id: str) -> bool:
 
 @contextlib.contextmanager
 def offline_mode() -> Iterator[None]:
-    """datasets and huggingface_hub in offline mode for the block: they read the local caches and make no request.
-
-    Set through their public config constants and restored after: load_dataset has no per-call offline switch,
-    and HF_HUB_OFFLINE / HF_DATASETS_OFFLINE in the environment are read once, on import."""
+    """datasets and huggingface_hub in offline mode for the block (local caches, no request), set through their public
+    config constants and restored after: load_dataset has no per-call offline switch, and HF_HUB_OFFLINE /
+    HF_DATASETS_OFFLINE in the environment are read once, on import."""
     import datasets.config
     from huggingface_hub import constants
 
@@ -319,8 +303,7 @@ def load_url(url: str, timeout: float = 60.0) -> list[Row]:
 
 
 def load_source(source: Source, data_dir: str | os.PathLike | None) -> list[Row]:
-    """The rows of `source`: from `data_dir` when it is set, else online (hub or URL); DataSourceError otherwise
-    (also for a source without rows)."""
+    """The rows of `source`: from `data_dir` when set, else online (hub or URL); else (or rowless) DataSourceError."""
     if data_dir not in (None, ""):
         if source.local is None:
             hint = (f"it is loaded online from {source.hub_name()}: unset dataset.data_dir and {DATA_DIR_ENV} to "

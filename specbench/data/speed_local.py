@@ -3,23 +3,17 @@
     python -m specbench.data.speed_local --data-dir ../shared/data --tokenizer Qwen/Qwen2.5-Coder-1.5B-Instruct \
         --tokens 1000,2000,8000 --per-tier 2 --out local_speed
 
-writes <out>/speed/throughput_<k>k/test.parquet (k = tokens / 1000) in SPEED-Bench's schema (question_id,
-category, sub_category, turns, source, src_id, difficulty, multiturn), read by `dataset=speed_bench
-dataset.config=throughput_<k>k dataset.data_dir=<out>`. The three tiers imitate SPEED-Bench's from local sets:
-
-    low_entropy   code to continue: HumanEval prompts with their canonical solutions, one after another
-    mixed         an exam with a needle: MMLU questions, one of them restated at the end as the question to answer
-    high_entropy  prose: XSum articles, then a request to continue the story
-
-Each prompt is cut to `tokens` tokens of the given tokenizer (SPEED-Bench counts with tiktoken's o200k_base and pads
-with "Answer now please."; here the target's own tokenizer counts, so the input length is the model's). These are
-not SPEED-Bench's prompts: figures on them say so.
+writes <out>/speed/throughput_<k>k/test.parquet (k = tokens / 1000) in SPEED-Bench's schema, read by
+`dataset=speed_bench dataset.config=throughput_<k>k dataset.data_dir=<out>`: per tier (PIECES, TAILS) local text cut
+to `tokens` tokens of the target's own tokenizer (SPEED-Bench counts with tiktoken's o200k_base). These are not
+SPEED-Bench's prompts: figures on them say so.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -32,28 +26,19 @@ log = logging.getLogger(__name__)
 TIERS = ("low_entropy", "mixed", "high_entropy")
 
 
-def _cycle(rows: list[Row], start: int) -> Iterator[Row]:
-    i = start
-    while True:
-        yield rows[i % len(rows)]
-        i += 1
+# tier -> the k-th piece of text of a prompt, from a row of the tier's set
+PIECES: dict[str, Callable[[Row, int], str]] = {
+    "low_entropy": lambda r, k: r["prompt"] + r["canonical_solution"] + "\n\n",
+    "mixed": lambda r, k: (f"Question {k + 1}: {r['question']}\n"
+                           + "".join(f"{'ABCD'[j]}. {c}\n" for j, c in enumerate(r["choices"])) + "\n"),
+    "high_entropy": lambda r, k: r["document"] + "\n\n",
+}
 
 
-def _code(rows: list[Row], start: int) -> Iterator[str]:
-    for r in _cycle(rows, start):
-        yield r["prompt"] + r["canonical_solution"] + "\n\n"
-
-
-def _exam(rows: list[Row], start: int) -> Iterator[str]:
-    for k, r in enumerate(_cycle(rows, start)):
-        letters = "ABCD"
-        yield (f"Question {k + 1}: {r['question']}\n"
-               + "".join(f"{letters[j]}. {c}\n" for j, c in enumerate(r["choices"])) + "\n")
-
-
-def _prose(rows: list[Row], start: int) -> Iterator[str]:
-    for r in _cycle(rows, start):
-        yield r["document"] + "\n\n"
+def pieces(rows: list[Row], start: int, tier: str) -> Iterator[str]:
+    """The tier's pieces of the rows from `start` on, cycling through them."""
+    for k in itertools.count():
+        yield PIECES[tier](rows[(start + k) % len(rows)], k)
 
 
 TAILS = {"low_entropy": "Continue the code above with the next function, in the same style.",
@@ -90,9 +75,9 @@ def write(out: Path, tokens: int, rows: list[dict]) -> Path:
 
 def make(data_dir: Path, tokenizer, tokens: list[int], per_tier: int, out: Path) -> list[Path]:
     """One throughput file per token count, `per_tier` prompts per tier (module docstring)."""
-    sources = {"low_entropy": ("humaneval", read_local(data_dir / "humaneval" / "HumanEval.jsonl.gz"), _code),
-               "mixed": ("mmlu", read_local(data_dir / "mmlu" / "test.jsonl"), _exam),
-               "high_entropy": ("xsum", read_local(data_dir / "xsum" / "test_1000.jsonl"), _prose)}
+    sources = {"low_entropy": ("humaneval", read_local(data_dir / "humaneval" / "HumanEval.jsonl.gz")),
+               "mixed": ("mmlu", read_local(data_dir / "mmlu" / "test.jsonl")),
+               "high_entropy": ("xsum", read_local(data_dir / "xsum" / "test_1000.jsonl"))}
 
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -107,9 +92,9 @@ def make(data_dir: Path, tokenizer, tokens: list[int], per_tier: int, out: Path)
         rows = []
         for j in range(per_tier):
             for tier in TIERS:
-                name, src, pieces = sources[tier]
+                name, src = sources[tier]
                 start = j * 37  # another stretch of the set for each prompt
-                text = build(count, cut, tier, pieces(src, start), n)
+                text = build(count, cut, tier, pieces(src, start, tier), n)
                 rows.append({"question_id": hashlib.md5(f"{tier}-{n}-{j}".encode()).hexdigest(), "category": tier,
                              "sub_category": f"local_{name}", "turns": [text], "source": f"local:{name}",
                              "src_id": f"{name}_{start}", "difficulty": "", "multiturn": False})

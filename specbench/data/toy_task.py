@@ -1,11 +1,9 @@
 """The toy task: arithmetic word problems with step-by-step solutions ending in a GSM8K-style line.
 
-A problem is a question (the prompt) and a solution: one line per arithmetic step, each
-`... a op b = c ...`, then `#### answer`. Questions use one-digit numbers; intermediate results
-have up to two digits. Problems are drawn from a `random.Random(seed)`, so a seed fixes the whole
-stream. The train/test split is decided by the problem's kind and numbers (`Problem.key`,
-`is_heldout`: a stable hash), so the toy_arith dataset only holds number combinations the toy
-models never saw in training, whatever seeds either side uses.
+A solution is one line per arithmetic step, each `... a op b = c ...`, then `#### answer`; questions use one-digit
+numbers, intermediate results up to two digits. A `random.Random(seed)` draws them, so a seed fixes the whole stream.
+The train/test split is decided by a stable hash of the problem's kind and numbers (`is_heldout`), so the toy_arith
+dataset only holds number combinations the toy models never saw in training, whatever seeds either side uses.
 """
 
 from __future__ import annotations
@@ -104,14 +102,11 @@ class ProblemStream:
 
 def heldout_set(seed: int, n: int) -> list[Problem]:
     """n distinct held-out problems from `seed`, in a fixed order."""
-    seen: set[str] = set()
-    out: list[Problem] = []
+    unique: dict[str, Problem] = {}  # by key, in order of first draw
     for p in problems(seed, "test"):
-        if p.key not in seen:
-            seen.add(p.key)
-            out.append(p)
-        if len(out) == n:
-            return out
+        unique.setdefault(p.key, p)
+        if len(unique) == n:
+            return list(unique.values())
     raise AssertionError("unreachable: the stream is endless")
 
 

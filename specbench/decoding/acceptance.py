@@ -1,25 +1,21 @@
 """Acceptance rules: given each row's proposal (specbench.decoding.proposal) and the target's distributions, decide.
 
-A rule is built once per run for its decode settings (`make_rule(spec, greedy)`). The engine calls it once per
-iteration for the whole batch, `rule.accept(proposals, p, generators, thresholds)`, and gets one Verdict per row:
-the accepted root path and the next token after it. At temperature 0 every base rule is built as `greedy` (argmax
-matching); `js_relaxed` then relaxes it.
+A rule is built once per run (`make_rule(spec, greedy)`; at temperature 0 every base rule is `greedy`, which
+`js_relaxed` then relaxes) and called once per iteration for the batch, `rule.accept(proposals, p, generators,
+thresholds)`, giving each row's Verdict: the accepted root path and the next token after it.
 
-Chains are decided for the whole batch in one call (`Rule.decide`), in the layout the verify returns p (the shape
-vLLM's rejection sampler works on, here right-aligned): with W = the longest chain,
-  x [B, W] long: row b's n_b drafts in its last n_b columns (`Chains`; pad columns before them),
-  q [B, W, V]: the distributions they were drawn from (pad rows 0),
-  p [B, W+1, V]: the target's, row b's n_b + 1 in its last columns (pad columns are never read),
-and the rule returns ok [B, W] bool and fallback [B, W+1] long. Row b's drafts start at column s_b = W - n_b: it
-accepts the n leading True of ok[b, s_b:] and its next token is fallback[b, s_b + n]: the correction at the first
-rejected position, or the bonus token drawn from p_{n_b+1} when all drafts are accepted.
-No step of it loops over rows in Python or waits for the device, except each row's own random draws and the one
-host copy of the verdicts. Random draws are made per row with the row's generator, in the order and shapes a
-per-row rule makes them (uniforms [n_b], then one categorical draw from each of n_b + 1 distributions), so a seeded
-row gets the tokens it gets alone; a categorical draw is argmax(d / e) with e ~ Exp(1) per vocabulary entry
-(specbench.decoding.sampling.categorical: torch.multinomial's own method for one sample, without its host check).
-`rule(x, q, p, generator)` is the same decision for one row: x [w], q [w, V], p [w+1, V] -> ok [w], fallback [w+1].
-A tree (batch_size 1) is walked down from the root (specbench.decoding.trees).
+Chains are decided in one call (`Rule.decide`) in the verify's layout (vLLM's rejection sampler's, right-aligned),
+W = the longest chain: x [B, W] long, row b's n_b drafts in its last n_b columns (`Chains`; pads before them);
+q [B, W, V] the distributions they were drawn from (pad rows 0); p [B, W+1, V] the target's, row b's n_b + 1 last
+(pads never read). The rule returns ok [B, W] bool and fallback [B, W+1] long: row b, its drafts from column
+s_b = W - n_b, accepts the n leading True of ok[b, s_b:] and its next token is fallback[b, s_b + n], the correction
+at the first rejection or the bonus token from p_{n_b+1}. Nothing loops over rows in Python or waits for the device
+but each row's random draws and the one host copy of the verdicts. Each row draws with its own generator in the
+order and shapes a per-row rule does (uniforms [n_b], then a categorical draw from each of n_b + 1 distributions),
+so a seeded row gets the tokens it gets alone; a categorical draw is argmax(d / e), e ~ Exp(1) per vocabulary entry
+(sampling.categorical: torch.multinomial's method for one sample, without its host check).
+`rule(x, q, p, generator)` decides one row: x [w], q [w, V], p [w+1, V] -> ok [w], fallback [w+1]. A tree
+(batch_size 1) is walked down from the root (specbench.decoding.trees).
 """
 
 from __future__ import annotations
@@ -28,9 +24,11 @@ import torch
 
 from specbench.decoding import trees
 from specbench.decoding.proposal import SAMPLED
-from specbench.decoding.rule import RULES, Chains, Rule, leading_product, leading_true  # noqa: F401 - re-exported
+from specbench.decoding.rule import RULES, Rule, leading_product, leading_true
 from specbench.decoding.sampling import categorical, js_distance
 from specbench.decoding.state import to_device
+
+__all__ = ["RULES", "Greedy", "JSRelaxed", "Rejection", "Rule", "SampleMatch", "leading_true", "make_rule"]
 
 
 @RULES.register("greedy")
@@ -108,14 +106,10 @@ class SampleMatch(Rule):
 
 
 class JSRelaxed(Rule):
-    """`js_relaxed(base)`: the base rule, but a mismatch at position i is also accepted when
-    d_JS(p_i, q_i) <= T_V. Lossy. The engine passes each row's T_V (its method's relaxation()); `threshold` serves a
-    call without them (the one-row `rule(x, q, p, generator)`).
-
-    The distances d_JS(p_i, q_i) [B, W] of the last call stay in `js`, so the engine logs them without
-    computing them again, and the base rule's verdicts [B, W] in `exact`, so that the drafts accepted
-    only by the relaxation are counted apart (Verdict.relaxed).
-    """
+    """`js_relaxed(base)`: the base rule, but a mismatch at position i is also accepted when d_JS(p_i, q_i) <= T_V.
+    Lossy. The engine passes each row's T_V; `threshold` serves a call without them (the one-row rule(x, q, p, g)).
+    The last call's d_JS [B, W] stay in `js` (logged without recomputing) and the base rule's verdicts [B, W] in
+    `exact` (the drafts accepted only by the relaxation are counted apart: Verdict.relaxed)."""
 
     lossless = False
     chains_only = "it relaxes a mismatch at one position, and a tree's nodes have no single position to compare"

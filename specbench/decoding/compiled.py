@@ -1,22 +1,19 @@
 """The compiled decode path (`engine.compile=true`): static KV caches and `torch.compile`d forwards, as in
 gpt-fast's generate.py, for one row (batch_size 1).
 
-- Cache: one transformers `StaticCache` per model, allocated once for the longest generation seen (capacity
-  rounded up to a multiple of CAPACITY_STEP, so graphs are not rebuilt for every prompt length) and reused by
-  every generation. Its layers write the k new keys at columns start..start+k-1, start = the layer's
-  `cumulative_length`; roll-back is a position reset: the next forward sets cumulative_length to the row's
-  kept length, and the stale columns after it are overwritten before any query can see them (a query at
-  position t attends to columns <= t only).
-- Forwards: a forward of k new tokens is padded on the right to the smallest width K >= k of WIDTHS and runs
-  the model's compiled call (`PreTrainedModel.get_compiled_call`: one graph per width, no dynamic shapes); the
-  padded columns come after the real ones, so the causal mask keeps them out of every real token's attention
-  and their logits are dropped. Wider forwards (the prompt's prefill) and the first forward of a fresh cache
-  (which allocates it) run eagerly on the same cache.
-- Timing: CUDA events per forward (specbench.decoding.state.Clock), read after the engine's synchronisation of
-  the iteration, so the draft loop of a fixed-window method (drafts.ModelDraft.propose_on_device) never waits
-  for the device.
-Written by hand because transformers' own compiled decoding (generate with a static cache) has no draft-verify
-loop with roll-back to reuse.
+- Cache: one transformers `StaticCache` per model, allocated for the longest generation seen (capacity a multiple
+  of CAPACITY_STEP, so graphs are not rebuilt per prompt length) and reused. Its layers write k new keys at columns
+  start..start+k-1, start = the layer's `cumulative_length`; roll-back is a position reset: the next forward sets
+  it to the row's kept length, and the stale columns after it are overwritten before any query sees them (a query
+  at position t attends to columns <= t only).
+- Forwards: k new tokens are padded on the right to the smallest width K >= k of WIDTHS and run the model's
+  compiled call (`PreTrainedModel.get_compiled_call`: one graph per width, no dynamic shapes); the causal mask keeps
+  the padded columns out of every real token's attention and their logits are dropped. Wider forwards (the
+  prefill) and the first forward of a fresh cache (which allocates it) run eagerly on the same cache.
+- Timing: CUDA events per forward (state.Clock), read after the engine's synchronisation of the iteration, so a
+  fixed-window draft loop (drafts.ModelDraft.propose_on_device) never waits for the device.
+Written by hand: transformers' compiled decoding (generate with a static cache) has no draft-verify loop with
+roll-back to reuse.
 """
 
 from __future__ import annotations
@@ -115,10 +112,8 @@ class StaticState(ModelState):
     @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
                 ) -> torch.Tensor:
-        """Feed buf[0, fed:upto] and return the logits [1, keep, V] of its last `keep` tokens."""
-        if layers:
-            raise OptionError("engine.compile=true does not return hidden states (sd2's steering): set "
-                              "engine.compile=false")
+        """Feed buf[0, fed:upto] and return the logits [1, keep, V] of its last `keep` tokens (no hidden states: the
+        plan keeps a drafter that reads them off the compiled path)."""
         upto = upto if isinstance(upto, int) else upto[0]
         logits = self.feed(buf[:, self.fed[0] : upto], self.fed[0])
         self.fed = [upto]

@@ -5,7 +5,7 @@
     head: ...       # the eagle3 drafter's
 
 A missing part is the preset's (conf/method/<name>.yaml), else the default: the policy is the config's `name` (a
-registered policy, specbench.decoding.method.METHODS), the drafter `draft_model` (the pair's draft), the shape `chain`,
+registered policy, specbench.decoding.policy.POLICIES), the drafter `draft_model` (the pair's draft), the shape `chain`,
 the rule `rejection`. A config given without `parts` (a test's dict, `build_method({"name": "spec_tree"})`) also takes
 the plain option values of its preset (values that interpolate other keys are left to the parts' defaults). Each
 option goes to the part whose constructor names it (shape, then drafter, then policy); one that none takes fails
@@ -25,11 +25,13 @@ import yaml
 
 from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, check_options, init_options
-from specbench.decoding.method import METHODS, Method
-from specbench.decoding.parts import DRAFTERS, SHAPES, Parts
+from specbench.decoding.method import LOOPS, Method
+from specbench.decoding.parts import DRAFTERS, SHAPES, Drafter, Shape
+from specbench.decoding.plan import make_plan
+from specbench.decoding.policy import POLICIES, Policy
 
 PART_KEYS = ("policy", "drafter", "shape", "rule")
-NOT_OPTIONS = ("rule", "parts", "name")  # the policy constructor's arguments that are not `method.<key>` options
+NOT_OPTIONS = ("name", "parts", "loop")  # the keys of a method's config that are not options of a part
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,7 +43,7 @@ def preset(name: str) -> dict[str, Any]:
 
 def method_names() -> list[str]:
     """Every method a run can name: the configs in conf/method/ and the registered policies."""
-    return sorted({p.stem for p in (CONF_DIR / "method").glob("*.yaml")} | set(METHODS.names()))
+    return sorted({p.stem for p in (CONF_DIR / "method").glob("*.yaml")} | set(POLICIES.names()))
 
 
 def without_draft() -> list[str]:
@@ -52,14 +54,14 @@ def without_draft() -> list[str]:
             method = build({"name": name})
         except OptionError:  # a registered policy that needs options of its own
             continue
-        if "draft" not in method.roles:
+        if "draft" not in method.plan.roles:
             out.append(name)
     return out
 
 
 def check_draft(pair: dict[str, Any], method: Method) -> None:
     """Before loading: a pair without a draft model (`pair.draft` null) runs only the methods that need none."""
-    if pair.get("draft") or "draft" not in method.roles:
+    if pair.get("draft") or "draft" not in method.plan.roles:
         return
     raise OptionError(f"pair {pair.get('name')!r} has no draft model (pair.draft is null), and method {method.name!r} "
                       f"drafts with it; methods that run there: {', '.join(without_draft())}")
@@ -104,16 +106,25 @@ def method_label(cfg: dict[str, Any]) -> str:
     return "".join([cfg["name"], *(f"+{k}={mine[k]}" for k in PART_KEYS if mine[k] != base[k])])
 
 
+def loop_name(cfg: dict[str, Any]) -> str | None:
+    """The loop that decodes cfg's method instead of the engine (`loop: hf_assisted` in its preset), or None."""
+    return cfg.get("loop") or preset(cfg["name"]).get("loop")
+
+
 def part_classes(cfg: dict[str, Any]) -> dict[str, type]:
-    """The classes of cfg's policy, drafter and shape by key (an unknown name fails listing the registered ones)."""
+    """The classes of cfg's policy, drafter and shape by key, or of its loop (an unknown name fails listing the
+    registered ones)."""
+    loop = loop_name(cfg)
+    if loop:
+        return {"loop": LOOPS.get(loop)}
     names = part_names(cfg)
-    return {"policy": METHODS.get(names["policy"]), "drafter": DRAFTERS.get(names["drafter"]),
+    return {"policy": POLICIES.get(names["policy"]), "drafter": DRAFTERS.get(names["drafter"]),
             "shape": SHAPES.get(names["shape"])}
 
 
 def part_options(cfg: dict[str, Any]) -> dict[str, list[str]]:
     """Each part's options by part key ('policy vanilla' -> [gamma, persist, ...])."""
-    names = part_names(cfg)
+    names = {**part_names(cfg), "loop": loop_name(cfg)}
     return {f"{key} {names[key]}": sorted(set(init_options(cls)) - set(NOT_OPTIONS))
             for key, cls in part_classes(cfg).items()}
 
@@ -135,23 +146,32 @@ def unknown_option(cfg: dict[str, Any], keys: list[str], given: str = "") -> Opt
 
 def build(cfg: dict[str, Any]) -> Method:
     """The method cfg describes: each part built with its options (checked against its constructor's type hints,
-    the error naming `method.<key>` and the method)."""
+    the error naming `method.<key>` and the method), and the plan of the four."""
     cfg = with_preset(cfg)
     names, classes, label = part_names(cfg), part_classes(cfg), method_label(cfg)
-    owned: dict[str, dict[str, Any]] = {key: {} for key in ("policy", "drafter", "shape")}
+    owned: dict[str, dict[str, Any]] = {key: {} for key in classes}
     for k, v in cfg.items():
-        if k in ("name", "parts"):
+        if k in NOT_OPTIONS:
             continue
-        owner = next((key for key in ("shape", "drafter", "policy")
-                      if k in init_options(classes[key]) and k not in NOT_OPTIONS), None)
+        owner = next((key for key in ("loop", "shape", "drafter", "policy")
+                      if key in classes and k in init_options(classes[key]) and k not in NOT_OPTIONS), None)
         if owner is None:
             raise unknown_option(cfg, [k])
         owned[owner][k] = v
     what = f"method {label!r}"
     try:
-        shape = classes["shape"](**check_options(classes["shape"], owned["shape"], "method", what))
-        drafter = classes["drafter"](**check_options(classes["drafter"], owned["drafter"], "method", what))
+        parts = {key: cls(**check_options(cls, owned[key], "method", what)) for key, cls in classes.items()}
+        if "loop" in parts:  # another library's loop: the engine's parts stay idle
+            policy, drafter, shape = POLICIES.get("ar")(), DRAFTERS.get("none")(), SHAPES.get("chain")()
+            plan = make_plan(names, policy, parts["loop"].needs, shape, external=True)
+            return Method(label, policy, drafter, shape, plan, parts["loop"])
+        return compose(parts["policy"], parts["drafter"], parts["shape"], names["rule"], label, names["drafter"])
     except OptionError as err:
         raise OptionError(f"{err} ({what})" if what not in str(err) else str(err)) from None
-    policy = check_options(classes["policy"], owned["policy"], "method", what)
-    return classes["policy"](parts=Parts(drafter, shape), name=label, rule=names["rule"], **policy)
+
+
+def compose(policy: Policy, drafter: Drafter, shape: Shape, rule: str = "rejection", name: str = "composed",
+            drafter_name: str = "") -> Method:
+    """The method of parts built by hand (tests, notebooks), its plan derived as for a config's."""
+    names = {"policy": name, "drafter": drafter_name or type(drafter).__name__, "shape": shape.name, "rule": rule}
+    return Method(name, policy, drafter, shape, make_plan(names, policy, drafter.needs, shape))

@@ -15,8 +15,8 @@ from specbench.decoding.stopping import StopCriteria
 
 
 class ExternalDecoder:
-    """Decodes with a method's own loop (Method.generate_external), one row at a time, stopping where the engine
-    would (the same StopCriteria)."""
+    """Decodes with a method's loop (Method.loop), one row at a time, stopping where the engine would (the same
+    StopCriteria)."""
 
     compile = False
 
@@ -26,21 +26,22 @@ class ExternalDecoder:
         self.sampler = Sampler(b.params, b.vocab_size)  # the decode settings' distributions (as the engine's)
         self.stop = StopCriteria(frozenset(b.eos_ids), b.tokenizer, tuple(stop_strings))
         self.context_length = b.context_length
-        self.device = method.verifier_model.device
+        self.device = b.models["target"].device
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, generator: torch.Generator | None = None,
                  trace: bool = False) -> Generation:
         """Decode up to max_new_tokens new tokens after prompt_ids [P] with the method's loop."""
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        return self.method.generate_external(prompt_ids, max_new_tokens, self.stop, generator, trace)
+        assert self.method.loop is not None  # make_decoder: a method with a loop
+        return self.method.loop.generate(self.method.bound, prompt_ids, max_new_tokens, self.stop, generator, trace)
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
                        generators: list[torch.Generator | None] | None = None, trace: bool = False) -> list[Generation]:
-        """One Generation per prompt [B][P_b]; the method decides whether it decodes B rows (Method.check_batch)."""
+        """One Generation per prompt [B][P_b] (a loop's plan may refuse B > 1: Plan.refuse)."""
         if not prompts:
             return []
-        self.method.check_batch(len(prompts))
+        self.method.plan.refuse(self.method.name, len(prompts))
         gens = generators or [None] * len(prompts)
         return [self.generate(p, max_new_tokens, g, trace) for p, g in zip(prompts, gens)]
 
@@ -49,9 +50,8 @@ Decoder = Engine | ExternalDecoder
 
 
 def make_decoder(method: Method, stop_strings: tuple[str, ...] = (), compile: bool = False) -> Decoder:
-    """The decoder of a bound method: its own loop for an external method (compile refused), else the engine."""
-    if method.external:
-        if compile:
-            method.check_compile()
+    """The decoder of a bound method: its loop's (compile refused), else the engine."""
+    if method.loop is not None:
+        method.plan.refuse(method.name, compile=compile)
         return ExternalDecoder(method, stop_strings)
     return Engine(method, stop_strings, compile)

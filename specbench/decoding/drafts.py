@@ -1,12 +1,8 @@
 """Proposers: what drafts a row's tokens in step 1, returned as values (specbench.decoding.proposal.Proposal).
 
-A method's drafter part (specbench.decoding.parts) builds a proposer (this module's `DraftSource`s) for each
-generation; the policy (window, keep drafting, update, state: the `Policy` protocol) and the rule
-(specbench.decoding.acceptance) are the method's other parts. Everything a proposer needs comes in a `Drafting` as
-arguments: the rows' committed lengths, their caps, their policies, their generators, the sampler, the stop tokens
-and the verifier's states of the last verify; it returns one Proposal per row and never touches the engine or a
-row. Every q is over the
-target's vocabulary [V]:
+A method's drafter part (specbench.decoding.parts) builds a `DraftSource` per generation. All it reads comes in a
+`Drafting`; it returns one Proposal per row and never touches the engine or a row. Every q is over the target's
+vocabulary [V]:
 - `ModelDraft`: a draft model, x_i ~ q_i = q(. | buf[:L+i-1]) (argmax at temperature 0), one forward per token
   for the whole batch; the draft of the pair, or one a method builds (layer_skip: the target's first layers);
 - a proposer with a deterministic proposal (prompt lookup, re-tokenized drafts of another vocabulary) has
@@ -20,27 +16,14 @@ proposal it verifies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import torch
 
 from specbench.decoding.proposal import Proposal, chain
-from specbench.decoding.records import IterationRecord
+from specbench.decoding.policy import Policy
 from specbench.decoding.sampling import Sampler
 from specbench.decoding.state import ModelState, to_device, write
-
-
-class Policy(Protocol):
-    """A row's draft policy: how far to draft (the engine asks), whether to go on after each token (a proposer
-    asks), and what it learns from each iteration (the engine updates it and logs its state)."""
-
-    def window(self) -> int: ...
-
-    def keep_drafting(self, i: int, q_i: torch.Tensor, token: int) -> bool: ...
-
-    def update(self, record: IterationRecord) -> None: ...
-
-    def state(self) -> dict[str, float]: ...
 
 
 @dataclass
@@ -54,7 +37,7 @@ class Drafting:
     sampler: Sampler  # the decode settings' processed distributions and draws
     eos_ids: frozenset[int]  # tokens that end a generation: drafting stops after one
     # [B] row b's verifier states [len(layers), m, H] at the m positions its last verify committed (the last: the
-    # position whose p gave the newest token), for a drafter that reads them (Method.hidden_layers); None before the
+    # position whose p gave the newest token), for a drafter that reads them (Plan.layers); None before the
     # row's first verify or when no layers are asked for
     states: Sequence[torch.Tensor | None] = ()
     # [B] the target's argmax at row b's look-only nodes of its last proposal (Lookahead's window), None without them
@@ -85,8 +68,7 @@ class Chain:
         self.why = "window" if last > 0 else "length"
 
     def take(self, x: int, q: torch.Tensor | None) -> bool:
-        """Append draft x with distribution q [V] (None: one-hot); True if the row may draft another (not EOS,
-        the policy keeps going, fewer than `last` tokens)."""
+        """Append draft x with distribution q [V] (None: one-hot); True if the row may draft another."""
         self.tokens.append(x)
         if q is not None:
             self.qs.append(q)

@@ -1,10 +1,9 @@
 """Dependent drafters: heads that read the target's hidden states (EAGLE-3, Medusa) as proposers of one row.
 
-Each drafting request carries the target's states at every position the last verify committed (Drafting.states:
-[len(layers), m, H] per row, the uncached committed tokens then the accepted path); the proposer keeps those its
-head has not read in its state (`HeadState.pending`). The first iteration of a generation has no states yet: its proposal is empty
-(why = "source") and its verify is the prompt's prefill, as in EAGLE's and Medusa's own loops, where the prefill
-forward yields the first token and the states the first draft reads.
+Each drafting request carries the target's states [len(layers), m, H] at the m positions the last verify committed
+(Drafting.states); those the head has not read wait in `HeadState.pending`. A generation's first iteration has none:
+its proposal is empty (why = "source") and its verify is the prefill, as in EAGLE's and Medusa's own loops, where
+the prefill yields the first token and the states the first draft reads.
 
 EAGLE-3 (specbench.models.eagle3), committed L tokens x_0..x_{L-1}, the target's states known at 0..L-2:
   root:  the head reads the pairs (f_t, x_{t+1}) of the positions not read yet (t = fed..L-2, f_t from fc) into
@@ -13,8 +12,8 @@ EAGLE-3 (specbench.models.eagle3), committed L tokens x_0..x_{L-1}, the target's
          attends to the committed positions, its ancestors' positions and itself; its output gives q at j;
   after the verify the head's cache keeps the committed positions only: the accepted drafts are read again
   with the target's own states in the next root forward, as EAGLE-3 does.
-A chain (method eagle3) draws x_i ~ q_i (argmax at temperature 0) and stops by the policy; a tree (eagle3_tree)
-grows with a Grower (specbench.decoding.tree_drafts), children distinct and ranked by q.
+A chain draws x_i ~ q_i (argmax at temperature 0) until the policy stops; a tree grows with a Grower
+(specbench.decoding.tree_drafts), children distinct and ranked by q.
 Medusa (specbench.models.medusa): at the last committed position's state h, head i gives q_i, the distribution of
 x_{L-1+i}; a node at depth d gets its children ranked by q_{d+1}, whatever its parent (Medusa's tree).
 Each q is over the target's vocabulary [V] (zero outside an EAGLE-3 head's draft vocabulary).
@@ -72,9 +71,8 @@ class DraftHead(torch.nn.Module):
 
 
 class HeadState(Counted):
-    """A head's state for one row: its own cache (EAGLE-3's), the target states it has not read, its forwards'
-    seconds and calls (counted in the draft role as a model's are); no transformers cache. fed: the head positions
-    read."""
+    """A head's state for one row: its own cache (EAGLE-3's), the target states not read yet, its forwards' seconds
+    and calls (in the draft role, as a model's); fed: the head positions read."""
 
     def __init__(self, head: DraftHead, rows: int = 1) -> None:
         super().__init__(rows)
@@ -110,8 +108,7 @@ class HeadDraft(GrowingDraft[HeadState]):
         return self.propose_chain(buf, d) if self.grower is None else super().propose(buf, d)
 
     def take(self, d: Drafting) -> None:
-        """The target's states [len(layers), m, H] at the m positions the last verify committed (none before the
-        first) join those the head has not read."""
+        """The request's target states [len(layers), m, H] (none before the first verify) join the pending ones."""
         if d.states and d.states[0] is not None:
             self.state.pending.append(d.states[0].transpose(0, 1).to(self.state.device))
 
@@ -129,8 +126,7 @@ class Eagle3Draft(HeadDraft):
 
     @property
     def head(self) -> Eagle3Module:
-        """The state's head as EAGLE-3's: methods/eagle3.py binds a specbench.models.eagle3.Eagle3Head for this
-        proposer (a cast: decoding cannot import it, and torch types a module's attributes as Tensor | Module)."""
+        """The state's head as the Eagle3Head methods/eagle3.py binds (a cast: decoding cannot import it)."""
         return cast(Eagle3Module, self.state.model)
 
     @property
@@ -249,8 +245,7 @@ class MedusaDraft(HeadDraft):
 
 
 def medusa_dtype(heads: torch.nn.Module) -> torch.dtype:
-    """The dtype of Medusa's heads, its first head's output layer's (specbench.models.medusa.MedusaHeads: a ModuleList
-    of Sequentials, each ending in a Linear)."""
+    """The dtype of Medusa's heads (MedusaHeads: Sequentials ending in a Linear), its first head's output layer's."""
     first = heads[0] if isinstance(heads, torch.nn.ModuleList) else None
     last = first[-1] if isinstance(first, torch.nn.Sequential) else None
     if not isinstance(last, torch.nn.Linear):

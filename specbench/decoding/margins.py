@@ -1,15 +1,14 @@
 """The target's top-2 margin at each committed position: what tells a float near-tie from a bug when a lossless
 greedy run parts from `ar` (specbench.analysis.divergence).
 
-At the verify column c that chose committed token t (the root's column for a block's first token, the column of
-the accepted node before it for the others), the target's processed logits z_c (the first vocab_size entries, in
-float32) give
+At the verify column c that chose committed token t (the root's for a block's first token, else the accepted node
+before it), the target's logits z_c (the first vocab_size entries, float32) give
     margin_c = z_c[(1)] - z_c[(2)]   (top-1 minus top-2 logit, >= 0)
     top1_c   = max z_c               (greedy decoding commits a token with this logit there)
-A lossless greedy method commits a token whose logit is top1_c at every position (either of a tie); a near-tie is a position whose margin is within the
-float noise of the verify (different verify widths reorder the reductions), where `ar` and the method may pick
-different argmaxes and both be right. Costs one top-2 over the verify's logits [B, keep, V], one gather of the
-committed tokens' logits and one copy of both to the host per iteration (`to_host`).
+A lossless greedy method commits a token whose logit is top1_c at every position (either of a tie); at a near-tie,
+a margin within the verify's float noise (verify widths reorder the reductions), `ar` and the method may pick
+different argmaxes and both be right. Costs per iteration one top-2 over the logits [B, keep, V], one gather of the
+committed tokens' logits and one copy of both to the host (`to_host`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from specbench.decoding.records import Generation
 log = logging.getLogger(__name__)
 
 
-
 def _mean_state(gen: Generation, key: str) -> float | None:
     """Mean of a policy-state value (e.g. t_v) over the iterations that report it."""
     vals = [r.state[key] for r in gen.records if key in r.state]

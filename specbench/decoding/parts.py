@@ -1,15 +1,7 @@
-"""A method's parts: a drafter (what proposes the nodes), a shape (a chain, or a tree of nodes per verify), a policy
-(the Method subclass: the window, when to stop drafting, what it learns) and a rule (specbench.decoding.rule).
-
-conf/method/<name>.yaml names them: `parts: {drafter: ..., shape: ..., policy: ...}` beside the options, which stay
-flat keys (`method.gamma`, `method.head`, `method.depth`); each part takes the options its constructor names
-(specbench.runs.runner.build_method splits them). A config without `parts` is its policy's name with the pair's
-draft model drafting chains. What a method refuses follows from its parts, written once here: a shape or drafter
-that proposes trees verifies one row on the eager path; a drafter that reads the verifier's states runs eagerly;
-a drafter of one row's state (a head, re-tokenized drafts) decodes one row.
-
-Drafter parts and shapes register here (DRAFTERS, SHAPES) from their files under methods/, as policies register in
-specbench.decoding.method.METHODS.
+"""A method's drafter (what proposes the nodes, and what it needs: `Needs`) and shape (a chain, or a tree of nodes
+per verify); its policy is in specbench.decoding.policy, its rule in specbench.decoding.rule, and what the four
+can do together in specbench.decoding.plan. Drafters and shapes register here (DRAFTERS, SHAPES) from their files
+under methods/.
 """
 
 from __future__ import annotations
@@ -20,7 +12,6 @@ from typing import Any
 from specbench.common.registry import Registry
 from specbench.decoding.binding import Binding
 from specbench.decoding.drafts import DraftSource, ModelDraft
-from specbench.decoding.sampling import SamplingParams
 from specbench.decoding.tree_drafts import Grower, TreeDraft
 from specbench.decoding.tree_state import tree_state
 from specbench.decoding.state import Counted, model_state
@@ -69,20 +60,30 @@ class OwnTree(Shape):
     kind = "tree"
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a drafter (or an external loop) needs and can do, declared once: the method's plan reads it."""
+
+    proposes: tuple[str, ...] = ("chain", "grown")  # the shape kinds (KINDS) or shape names it can draft
+    pair_draft: bool = True  # drafts with the pair's draft model (or one trained from it): it is loaded
+    cross_tokenizer: bool = False  # may run a pair whose draft has another tokenizer (re-tokenized drafts)
+    reads_states: bool = False  # reads the verifier's hidden states (a head, SD²'s steering): the eager path only
+    one_row: str = ""  # why it decodes one row at a time ("": it drafts for a batch)
+    tree_role: str = "draft"  # the model that grows a tree with tree attention (checked at bind), "" for none
+    greedy_only: str = ""  # why it runs at temperature 0 only ("": any decode settings)
+    drafts: bool = True  # False: nothing is drafted, the verifier alone generates (`none`)
+    verifier: str = "target"  # the pair role that verifies (or generates alone)
+
+
 class Drafter:
-    """What proposes the drafts: the models it needs, what it loads when the method binds, the verifier states it
-    reads, and the DraftSource of one generation. The default, `draft_model`, is methods/draft_model.py."""
+    """What proposes the drafts: what it needs (`needs`), what it loads when the method binds, the verifier layers
+    it reads, and the DraftSource of one generation. The default, `draft_model`, is methods/draft_model.py."""
 
-    name = "base"
-    proposes: tuple[str, ...] = ("chain", "grown")  # the shape kinds (KINDS) it can draft
-    pair_draft = True  # drafts with the pair's draft model (or one trained from it): the pair's draft is loaded
-    cross_tokenizer = False  # may run a pair whose draft has another tokenizer (re-tokenized drafts)
-    reads_states = False  # reads the verifier's hidden states (a head, SD²'s steering): the eager path only
-    one_row = ""  # why it decodes one row at a time ("" : it drafts for a batch)
-    tree_role = "draft"  # the model that grows a tree with tree attention (checked at bind), "" for none
+    needs = Needs()
 
-    def bind(self, binding: Binding) -> Binding:
-        """The binding the method runs on (a drafter that loads its own model puts it in the draft role)."""
+    def bind(self, binding: Binding, shape: Shape) -> Binding:
+        """The binding the method runs on (a drafter that loads its own model puts it in the draft role); an
+        OptionError when the bound models cannot serve this drafter and shape (a Medusa tree deeper than its heads)."""
         return binding
 
     @property
@@ -91,46 +92,47 @@ class Drafter:
         return ()
 
     def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
-               fixed_window: bool) -> DraftSource:
+               fixed_window: bool) -> DraftSource | None:
         """The proposer of one generation, given the models' states by pair role, the shape (its grower: None for a
-        chain or the drafter's own tree) and whether the policy drafts its whole window whatever the tokens (its window, and a row's cap, come
-        with each request: Drafting.policies, Drafting.w_max)."""
+        chain or the drafter's own tree) and whether the policy drafts its whole window whatever the tokens."""
         raise NotImplementedError
 
     def budget(self, nodes: int) -> int:
         """The most nodes one verify takes, given the shape's budget (re-tokenized drafts: unbounded)."""
         return nodes
 
-    def check_bound(self, binding: Binding, shape: Shape) -> str:
-        """Why the bound models cannot serve this drafter and shape ("" : they can; a Medusa tree deeper than its
-        heads)."""
-        return ""
-
-    def check_shape(self, shape: Shape) -> str:
-        """Why this drafter cannot propose `shape` ("" : it can): the shape's kind must be one it proposes."""
-        if shape.kind in self.proposes:
-            return ""
-        what = {"chain": "chains (shape chain)", "tree": "its own trees (shape tree)",
-                "grown": "trees grown by a shape (static_tree, dynamic_tree)"}
-        return (f"the {self.name} drafter proposes {' or '.join(what[k] for k in self.proposes)}; got "
-                f"method.parts.shape={shape.name}")
-
-    def check_decode(self, params: SamplingParams) -> None:
-        """Fail with an OptionError naming the key when the decode settings are out of this drafter's reach."""
-
     def state(self) -> dict[str, float]:
         """What the drafter logs beside the policy's state."""
         return {}
 
-    def carried_state(self) -> dict[str, Any] | None:
+    @property
+    def carried(self) -> dict[str, Any] | None:
         """The state it carries from one example to the next (suffix's run-wide tree), None for none."""
         return None
 
-    def restore_state(self, state: dict[str, Any]) -> None:
-        raise ValueError(f"drafter {self.name!r} carries no state across examples; got {state!r} to restore")
+    @carried.setter
+    def carried(self, state: dict[str, Any]) -> None:
+        raise ValueError(f"this drafter carries no state across examples; got {state!r} to restore")
 
     def observe_output(self, token_ids: list[int]) -> None:
-        """A recorded example's new tokens (see Method.observe_output)."""
+        """A recorded example's new tokens, in the order its row is written and before its carried state is taken
+        (suffix decoding's run-wide tree). A carried state {"outputs": k} names the first k observed outputs: on
+        resume the runner hands their token ids back, {"outputs": [[ids], ...]}."""
+
+
+@DRAFTERS.register("none")
+class NoDraft(Drafter):
+    """No drafts: the verifier alone, one token per forward (`ar`; `draft_only`, whose verifier is the draft)."""
+
+    def __init__(self, verifier: str = "target") -> None:
+        from specbench.common.options import choice
+
+        self.needs = Needs(proposes=KINDS, pair_draft=False, drafts=False,
+                           verifier=choice(verifier, "method.verifier", choices=("target", "draft")))
+
+    def source(self, states: dict[str, Counted], binding: Binding, shape: Shape,
+               fixed_window: bool) -> DraftSource | None:
+        return None
 
 
 def model_source(state: Counted, shape: Shape, fixed_window: bool) -> DraftSource:
@@ -138,46 +140,3 @@ def model_source(state: Counted, shape: Shape, fixed_window: bool) -> DraftSourc
     TreeState: the engine gives one to each model of a method whose parts propose trees)."""
     grower = shape.grower()
     return ModelDraft(model_state(state), fixed_window) if grower is None else TreeDraft(tree_state(state), grower)
-
-
-@dataclass(frozen=True)
-class Parts:
-    """A method's drafter and shape (its policy is the Method, its rule Method.rule)."""
-
-    drafter: Drafter
-    shape: Shape
-
-    @property
-    def trees(self) -> bool:
-        """Are trees verified (the shape's kind)?"""
-        return self.shape.trees
-
-    def one_row(self) -> str:
-        """Why the method decodes one row at a time, "" when it decodes batches (the drafter's reason first)."""
-        if self.drafter.one_row or not self.trees:
-            return self.drafter.one_row
-        return "verifies a tree of drafts one row at a time (tree attention over one row's cache)"
-
-    def eager_only(self) -> str:
-        """Why the compiled decode path cannot run the method, "" when it can."""
-        if self.trees:
-            return ("the compiled decode path verifies chains only (static widths, no tree attention mask): set "
-                    "engine.compile=false")
-        if self.drafter.reads_states:
-            return ("reads the verifier's hidden states, which the compiled decode path does not return: set "
-                    "engine.compile=false")
-        return ""
-
-
-def refuse_tree_models(name: str, binding: Binding, roles: tuple[str, ...]) -> None:
-    """Before decoding: the models that verify (target) or grow (draft) a tree must take a tree attention mask."""
-    from specbench.common.options import OptionError
-    from specbench.decoding.tree_state import tree_mask_refusal
-
-    for role in roles:
-        model = binding.models.get(role)
-        why = tree_mask_refusal(model) if model is not None else None
-        if why is not None:
-            label = getattr(model, "name_or_path", "") or role
-            raise OptionError(f"method {name!r} verifies trees with tree attention over the {role} model {label!r}, "
-                              f"but {why}; use a chain method (vanilla, eagle3) with this pair")

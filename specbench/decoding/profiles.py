@@ -2,30 +2,26 @@
 and the call costs of an iteration read off one, for the predicted speedup (specbench.decoding.speedup).
 
 A profile (profile.json) is {"format": 1, "name", "machine", "versions", "command", "entries": [...]}; an entry is
-one (pair, dtype, device, path, batch size):
+one (pair, dtype, device, path, batch size); keys marked * are lacking in older profiles:
 
     {"pair": "llama31_8b_1b_shaped", "shapes": {"target": {...}, "draft": {...}}, "dtype": "bfloat16",
      "device": "NVIDIA H100 80GB HBM3", "path": "eager" | "compiled", "batch_size": B, "prompt_tokens": P,
      "target_chain_s": {"k": s},   # one target forward of k new tokens per row (a chain: 1 + drafts), B rows
      "target_tree_s": {"n": s},    # one tree-attention forward of the root's token and n nodes (B = 1, eager)
      "draft_token_s": s,           # one draft forward of 1 token per row, B rows
-     "draft_chain_s": {"k": s},    # one draft forward of k tokens per row, B rows (eager entries; older profiles
-                                   # lack it: draft_token_s stands for every width)
-     "draft_tree_s": {"k": s},     # one draft tree-attention forward of k tokens (the root's and k - 1 nodes: a
-                                   # depth of a tree the draft grows; B = 1, eager; older profiles lack it)
-     "target_hidden_s": {"k": s},  # one target forward of k tokens that also returns three layers' hidden states
-                                   # (EAGLE-3's and SD²'s verifies; B = 1, eager; older profiles lack it)
-     "target_prefill_s": {"P": s}, # one target forward of a prompt of P tokens into an empty cache (a generation's
-     "draft_prefill_s": {"P": s}}  # first forward); the draft's likewise (B = 1, eager; older profiles lack them)
+     "draft_chain_s": {"k": s},    # * one draft forward of k tokens per row, B rows (eager; else draft_token_s)
+     "draft_tree_s": {"k": s},     # * one draft tree-attention forward of the root's and k - 1 nodes (B = 1, eager)
+     "target_hidden_s": {"k": s},  # * a target forward of k tokens also returning three layers' hidden states
+                                   #   (EAGLE-3's and SD²'s verifies; B = 1, eager)
+     "target_prefill_s": {"P": s}, # * one target forward of a P-token prompt into an empty cache (B = 1, eager)
+     "draft_prefill_s": {"P": s}}  # * the draft's likewise
 
-every s (but the prefills') the median wall seconds of a number of forwards after a cached prompt of P tokens (rolled
-back after each).
-Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), so a compiled entry
-lists those widths; trees run eagerly at B = 1 (the tree methods decode one row). Between measured widths the
-cost is interpolated linearly (`chain_seconds`); beyond the widest it is extrapolated from the last two; a tree
-of fewer nodes than the smallest measured one is interpolated from the one-token forward (a tree of 0 nodes).
-`shapes` (SHAPE_KEYS of each model's config) is what decides the costs at one dtype: a run records its pair's
-(config.json runtime.shapes), and `pair_entries` / `pick` choose the entry that costs a run's iterations.
+every s (but the prefills') the median wall seconds of several forwards after a cached prompt of P tokens (rolled
+back after each). Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), which a
+compiled entry lists; trees run eagerly at B = 1. Between measured widths the cost is interpolated linearly, beyond
+the widest extrapolated from the last two; a tree smaller than the smallest measured is interpolated from the
+one-token forward (a tree of 0 nodes). `shapes` (SHAPE_KEYS of each model's config) decides the costs at one dtype:
+a run records its pair's (config.json runtime.shapes), and `pair_entries` / `pick` choose the entry to cost it.
 """
 
 from __future__ import annotations
@@ -77,8 +73,7 @@ class Entry(OptionalKeys):
 
 
 def read(path: Path) -> dict:
-    """A profile.json, checked for its format and its entries' keys, with `_file` its path; ProfileError (a
-    ValueError) naming the file otherwise (missing, unreadable, not JSON, not a profile)."""
+    """A profile.json checked for its format and entries' keys, `_file` its path; else ProfileError naming it."""
     hint = ("profiles are written by `python -m specbench.bench verify --pair NAME --profile FILE` and "
             "`python -m specbench.bench gpu`")
     try:
@@ -101,8 +96,7 @@ def read(path: Path) -> dict:
 
 
 def interpolate(points: dict[str, float], x: float) -> float:
-    """The piecewise-linear function through points {"k": seconds} at x; beyond the ends, the nearest segment's
-    line (a single point: constant)."""
+    """The piecewise-linear function through points {"k": seconds} at x, extended by the end segments' lines."""
     xs = sorted(int(k) for k in points)
     if len(xs) == 1:
         return points[str(xs[0])]
@@ -112,8 +106,8 @@ def interpolate(points: dict[str, float], x: float) -> float:
 
 
 def chain_seconds(entry: Entry, tokens: int) -> float:
-    """Seconds of one target forward of `tokens` tokens per row at the entry's B: compiled forwards cost their
-    padded width's graph (wider than every graph: eager, so extrapolated); eager ones are interpolated."""
+    """Seconds of one target forward of `tokens` tokens per row: a compiled one costs its padded width's graph (wider
+    than every graph: eager, so extrapolated); eager ones are interpolated."""
     if entry["path"] == "compiled":
         padded = next((w for w in sorted(map(int, entry["target_chain_s"])) if w >= tokens), None)
         if padded is not None:
@@ -122,9 +116,8 @@ def chain_seconds(entry: Entry, tokens: int) -> float:
 
 
 def tree_seconds(entry: Entry, nodes: int) -> float:
-    """Seconds of one tree-attention forward of the root's token and `nodes` nodes (the entry's trees,
-    interpolated; below the smallest tree measured, from the one-token forward, a tree of 0 nodes; an entry without
-    trees: the chain of nodes + 1 tokens)."""
+    """Seconds of one tree-attention forward of the root's token and `nodes` nodes (an entry without trees: the
+    chain of nodes + 1 tokens)."""
     trees = entry.get("target_tree_s") or {}
     if not trees:
         return chain_seconds(entry, nodes + 1)
@@ -134,21 +127,18 @@ def tree_seconds(entry: Entry, nodes: int) -> float:
 
 
 def draft_seconds(entry: Entry, tokens: float, tree: bool = False) -> float:
-    """Seconds of one draft forward of `tokens` tokens per row at the entry's B (interpolated; with `tree` a
-    tree-attention forward, from draft_tree_s; an entry without those widths, an older profile or a compiled one:
-    its one-token forward)."""
+    """Seconds of one draft forward of `tokens` tokens per row (with `tree` a tree-attention forward); an entry
+    without those widths (older, or compiled): its one-token forward."""
     widths = entry.get("draft_tree_s") if tree else entry.get("draft_chain_s")
     return interpolate(widths, tokens) if widths else entry["draft_token_s"]
 
 
 def iteration_costs(entry: Entry, widths: list[int], tree: bool = False,
                     draft_per_node: float | None = None, hidden: bool = False) -> dict[str, object]:
-    """The call costs (specbench.decoding.speedup.call_costs' format) of iterations that verified w drafted nodes
-    for each w in `widths`, read off a profile entry: target_by_width["w+1"] the forward of the root's token and
-    w nodes (a chain, or with `tree` a tree; with `hidden` a chain verify that also returns hidden states, from
-    target_hidden_s where the entry has it), target_1 one token (ar's step at the entry's B), draft_per_token
-    `draft_per_node` (the draft seconds a drafted node costs, specbench.runs.projection) or, without it, the draft's
-    one-token forward (a chain drafted token by token)."""
+    """The call costs (speedup.call_costs' format) of iterations that verified w nodes, w in `widths`, off an entry:
+    target_by_width["w+1"] the forward of the root's token and w nodes (with `tree` a tree; with `hidden` a chain
+    also returning hidden states, target_hidden_s where present), target_1 ar's step, draft_per_token
+    `draft_per_node` (specbench.runs.projection) or else the draft's one-token forward."""
     states = entry.get("target_hidden_s") if hidden and not tree else None  # chains that return hidden states
     by_width = {str(w + 1): tree_seconds(entry, w) if tree and w else
                 interpolate(states, w + 1) if states else chain_seconds(entry, w + 1) for w in widths}
@@ -172,11 +162,10 @@ def describe(pair: str, shapes: dict | None) -> str:
 
 
 def pair_entries(profile: dict, pair: str, shapes: dict | None, by_name: str | None = None) -> list[Entry]:
-    """The profile's entries for a run of `pair` whose models have `shapes` ({"target": {...}, "draft": {...} or
-    None}; None: a run that did not record them): those of the pair named `by_name` when given (whatever the
-    shapes: a projection onto another pair's hardware costs), else those whose shapes equal the run's (the draft's
-    too where the pair has one), else, for a run without shapes, those of its pair's name. ProfileError naming the
-    run's pair and the profile's pairs when there are none."""
+    """The entries for a run of `pair` with `shapes` ({"target": {...}, "draft": {...} or None}; None: not
+    recorded): those of the pair `by_name` when given (projecting onto another pair's costs), else those whose
+    shapes equal the run's (the draft's too where it has one), else, without shapes, those of its pair's name.
+    ProfileError naming the run's pair and the profile's pairs when there are none."""
     where = f"cost profile {profile['name']!r}" + (f" ({profile['_file']})" if profile.get("_file") else "")
     if by_name is not None:
         mine = [e for e in profile["entries"] if e["pair"] == by_name]
@@ -201,9 +190,8 @@ def pair_entries(profile: dict, pair: str, shapes: dict | None, by_name: str | N
 
 def pick(entries: list[Entry], pair: str, dtype: str | None, path: str, batch_size: int,
          any_dtype: bool = False) -> tuple[Entry | None, str]:
-    """(the entry of `entries` at the run's dtype, path and batch size, why) or (None, why not). `dtype` None (a run
-    that did not record it) or `any_dtype` (a pair named by the user) takes the entries' one dtype there; an entry of
-    the run's own pair name is preferred where several pairs share the shapes."""
+    """(the entry at the run's dtype, path and batch size, why) or (None, why not). `dtype` None (not recorded) or
+    `any_dtype` (a user-named pair) takes the entries' one dtype; the run's own pair name is preferred."""
     at = [e for e in entries if e["path"] == path and e["batch_size"] == batch_size]
     have = sorted({(e["path"], e["batch_size"], e["dtype"]) for e in entries})
     if not at:
@@ -224,9 +212,8 @@ def pick(entries: list[Entry], pair: str, dtype: str | None, path: str, batch_si
 
 
 def prefill_seconds(entry: Entry, role: str, tokens: int) -> float | None:
-    """Seconds of the `role` model's ("target" or "draft") forward of a prompt of `tokens` tokens into an empty cache,
-    interpolated between the prompt lengths measured (beyond them, the nearest segment's line); None where the entry
-    has none (profiles older than the prefills, compiled and B > 1 entries)."""
+    """Seconds of the `role` model's forward of a `tokens`-token prompt into an empty cache (interpolated); None
+    where the entry has none (older profiles, compiled and B > 1 entries)."""
     points = {"target": entry.get("target_prefill_s"), "draft": entry.get("draft_prefill_s")}.get(role) or {}
     return interpolate(points, tokens) if points else None
 

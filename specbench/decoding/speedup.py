@@ -1,38 +1,32 @@
 """The analytic speedup over `ar` that a run's own acceptance and call costs predict (Leviathan et al. 2023,
 generalised to the draft lengths the method actually used).
 
-Per example the engine's iteration records are reduced to sufficient statistics, kept in the row (so a
-resumed run keeps them) as `call_stats` (for each draft length w the iterations; for each draft position i
-how often it was verified, `reached`: drafts 1..i-1 accepted, and accepted) and `call_seconds` (for each w
-the summed verify and draft seconds, and what the draft phase ran: `draft_steps`, the draft forwards, and
-`draft_tokens`, the tokens they fed per row: both the batch's at B > 1, as the seconds are; a projection onto a cost
-profile prices them, specbench.runs.projection; and the iterations' wall seconds split into the verifier's forwards
-`verify_forward_s`, the drafter's `draft_forward_s` and the host work outside every forward `host_s`, which a
-projection keeps as measured). The first
-iteration of a generation is left out: its forwards include the prompt. Then
+Each example's iteration records are reduced to sufficient statistics kept in its row (a resumed run keeps them),
+the first iteration left out (its forwards include the prompt): `call_stats` (per draft length w the iterations;
+per draft position i how often it was verified, `reached`: drafts 1..i-1 accepted, and accepted) and `call_seconds`
+(per w the summed verify and draft seconds; the draft phase's forwards `draft_steps` and the tokens they fed per row
+`draft_tokens`, both the batch's at B > 1 as the seconds are, which a projection onto a cost profile prices,
+specbench.runs.projection; the wall seconds split into the verifier's forwards `verify_forward_s`, the drafter's
+`draft_forward_s` and the host work outside every forward `host_s`, which a projection keeps as measured). Then,
+over the run's iterations (a ratio of sums: tokens per second against ar's 1 / c_target(1)):
 
     alpha_i = accepted_i / reached_i                    (P(draft i accepted | drafts 1..i-1 accepted))
     E[T | D] = 1 + sum_{k=1..D} prod_{i=1..k} alpha_i   (tokens per iteration: accepted drafts + 1)
     cost(w) = w * c_draft + c_target(w + 1) [+ h(w)]    (seconds per iteration)
     predicted_speedup = sum_iter E[T | D] / sum_iter cost(w) * (c_target(1) [+ h_ar])
 
-where w is the number of drafted nodes the iteration verified (the verify width actually used, w + 1 tokens
-with the root's) and D its depth: a chain's D = w; a tree's D is its deepest node, "position i" is depth i and
-alpha_i the tree's acceptance at depth i (its accepted path reached depth i given it reached depth i - 1), kept
-per depth as `depths` (iterations by D).
-
-over the run's iterations (a ratio of sums: tokens per second against ar's 1 / c_target(1)). With one
-w and c_target(w+1) = c_target(1) = 1 / c this is Leviathan's (1 - alpha^{w+1}) / ((1 - alpha)(w c + 1)).
-c_target(k) is the mean verify time of the iterations that verified k tokens; c_draft the draft seconds
-per drafted token; h(w) and h_ar, the host work outside the forwards, only in a projection onto a cost profile
-(whose forwards hold none of it; the run's own phases' seconds hold most of it). At batch_size B > 1 a row's seconds are those of the batch's calls (a row that verified
-k tokens shared a call as wide as the batch's widest), so c_target(1), ar's cost per token of each row,
-must be a call over B rows verifying one token each: it is always taken from a calibration at B, never from
-the rows. At B = 1 c_target(1) comes from the rows' one-token verifies where there are any; a run that never
-verified one token (e.g. vanilla without a short last block) takes it from the calibration. The
-calibration is a short `ar` decode at the run's batch size (specbench.runs.calibration.calibrate_target_1), measured once per
-set of repeats and recorded in the run folder (specbench.runs.measurements), so recomputing a summary from
-the same rows gives the same prediction.
+w: the drafted nodes the iteration verified (w + 1 tokens with the root's); D its depth: a chain's is w; a tree's
+its deepest node, "position i" is depth i and alpha_i the tree's acceptance at depth i given depth i - 1 was
+reached (iterations by D kept as `depths`). With one w and c_target(w+1) = c_target(1) = 1 / c this is Leviathan's
+(1 - alpha^{w+1}) / ((1 - alpha)(w c + 1)). c_target(k): the mean verify time of the iterations that verified k
+tokens; c_draft: draft seconds per drafted token; h(w) and h_ar, the host work outside the forwards, only in a
+projection onto a cost profile (whose forwards hold none of it; the run's own phases' seconds hold most of it).
+At B > 1 a row's seconds are its batch's calls' (a row that verified k tokens shared a call as wide as the batch's
+widest), so c_target(1), ar's cost per token of each row, must be a call over B rows verifying one token each:
+always a calibration's at B. At B = 1 it comes from the rows' one-token verifies where there are any, else (e.g.
+vanilla without a short last block) from the calibration: a short `ar` decode at the run's batch size
+(specbench.runs.calibration.calibrate_target_1), measured once per set of repeats and recorded in the run folder
+(specbench.runs.measurements), so recomputing a summary from the same rows gives the same prediction.
 """
 
 from __future__ import annotations
@@ -61,8 +55,8 @@ class StatsBase(TypedDict):
 
 
 class CallStats(StatsBase, total=False):
-    """A run's sufficient statistics (the module docstring), summed over iterations: the row fields call_stats and
-    call_seconds together. Rows of an older version lack the keys below; merge_stats gives every key."""
+    """A run's sufficient statistics (module docstring): the row fields call_stats and call_seconds together. Rows
+    of an older version lack the keys below; merge_stats gives every key."""
 
     depths: dict[str, int]  # proposal depth D -> iterations (older rows: chains, D = w)
     draft_steps: dict[str, int]  # per w: the draft forwards
@@ -112,15 +106,11 @@ class CallCosts(TypedDict):
 
 def call_stats(records: list[IterationRecord]) -> CallStats:
     """One generation's sufficient statistics, its first iteration left out: per draft length w (a string key)
-    the iterations and their summed verify_s, draft_s, draft_steps and draft_tokens; per draft position i = 1.. how
-    often it was verified (`reached`: positions 1..accepted+1, not past w) and accepted."""
-    return merge_stats({"iterations": {str(r.drafted): 1}, "depths": {str(depth(r)): 1},
-                        "verify_s": {str(r.drafted): r.verify_s}, "draft_s": {str(r.drafted): r.draft_s},
-                        "draft_steps": {str(r.drafted): r.draft_steps},
-                        "draft_tokens": {str(r.drafted): r.draft_tokens},
-                        "verify_forward_s": {str(r.drafted): r.verify_forward_s},
-                        "draft_forward_s": {str(r.drafted): r.draft_forward_s}, "host_s": {str(r.drafted): r.host_s},
-                        "reached": [1] * min(depth(r), r.accepted + 1), "accepted": [1] * r.accepted}
+    the iterations and their summed SECONDS fields; per draft position i = 1.. how often it was verified
+    (`reached`: positions 1..accepted+1, not past w) and accepted."""
+    return merge_stats(cast(CallStats, {"iterations": {str(r.drafted): 1}, "depths": {str(depth(r)): 1},
+                                        **{k: {str(r.drafted): getattr(r, k)} for k in SECONDS},
+                                        "reached": [1] * min(depth(r), r.accepted + 1), "accepted": [1] * r.accepted})
                        for r in records[1:])
 
 
@@ -132,12 +122,8 @@ def depth(r: IterationRecord) -> int:
 def row_fields(stats: CallStats) -> RowFields:
     """call_stats as row fields: `call_stats` (counts the same at every batch size and on every rerun) and
     `call_seconds` (timings, which differ per run, and the draft forwards and tokens, which differ per batch size)."""
-    return {"call_stats": {"iterations": stats["iterations"], "depths": stats["depths"], "reached": stats["reached"],
-                           "accepted": stats["accepted"]},
-            "call_seconds": {"verify_s": stats["verify_s"], "draft_s": stats["draft_s"],
-                             "draft_steps": stats["draft_steps"], "draft_tokens": stats["draft_tokens"],
-                             "verify_forward_s": stats["verify_forward_s"],
-                             "draft_forward_s": stats["draft_forward_s"], "host_s": stats["host_s"]}}
+    return {"call_stats": cast(RowCounts, {k: stats[k] for k in COUNTS}),
+            "call_seconds": cast(RowSeconds, {k: stats[k] for k in SECONDS})}
 
 
 def from_row(row: Mapping[str, Any]) -> CallStats | None:
@@ -156,15 +142,12 @@ def merge_stats(stats: Iterable[CallStats | None]) -> CallStats:
     for s in stats:
         if not s:
             continue
-        add(out["iterations"], s.get("iterations", {}))
         add(out["depths"], s.get("depths", s["iterations"]))
-        add(out["verify_s"], s.get("verify_s", {}))
-        add(out["draft_s"], s.get("draft_s", {}))
-        add(out["draft_steps"], s.get("draft_steps", {}))
-        add(out["draft_tokens"], s.get("draft_tokens", {}))
-        add(out["verify_forward_s"], s.get("verify_forward_s", {}))
-        add(out["draft_forward_s"], s.get("draft_forward_s", {}))
-        add(out["host_s"], s.get("host_s", {}))
+        given = cast(Mapping[str, Any], s)
+        for counts in ("iterations", "draft_steps", "draft_tokens"):
+            add(out[counts], given.get(counts, {}))
+        for seconds in ("verify_s", "draft_s", "verify_forward_s", "draft_forward_s", "host_s"):
+            add(out[seconds], given.get(seconds, {}))
         for key in ("reached", "accepted"):
             out[key].extend([0] * (len(s[key]) - len(out[key])))
             for i, n in enumerate(s[key]):
@@ -179,9 +162,8 @@ def add(into: dict[str, N], more: Mapping[str, N]) -> None:
 
 
 def alphas(stats: CallStats) -> list[float]:
-    """alpha_i = accepted_i / reached_i for every position i = 1.. that was verified (reached), zeros included: the
-    accepted counts stop at the deepest position ever accepted, the reached ones at the deepest verified (0 where a
-    position was never verified)."""
+    """alpha_i = accepted_i / reached_i for every position i = 1.. up to the deepest verified (0 where never
+    reached; accepted counts stop at the deepest position ever accepted)."""
     accepted = stats["accepted"]
     return [(accepted[i] if i < len(accepted) else 0) / r if r else 0.0 for i, r in enumerate(stats["reached"])]
 
@@ -196,10 +178,8 @@ def expected_tokens(alpha: list[float], w: int) -> float:
 
 
 def call_costs(stats: CallStats, target_1: float | None = None, batch_size: int = 1) -> CallCosts:
-    """{"batch_size": B, "target_1": s, "target_1_from": "rows" | "calibration" | None, "target_by_width":
-    {"w+1": s}, "draft_per_token": s}: mean seconds of a target call by the tokens a row verified, draft seconds
-    per drafted token, and target_1 from the stats when B = 1 and observed, else the `target_1` given (a
-    calibration at B)."""
+    """CallCosts: mean seconds of a target call by the tokens a row verified ({"w+1": s}), draft seconds per
+    drafted token, and target_1 from the stats when B = 1 and observed, else the `target_1` given (a calibration)."""
     n = stats["iterations"]
     by_width = {str(int(w) + 1): stats["verify_s"][w] / n[w] for w in sorted(n, key=int)}
     drafted = sum(int(w) * k for w, k in n.items())
@@ -218,9 +198,8 @@ def by_key(counts: Mapping[str, object]) -> list[str]:
 
 def predicted_speedup(stats: CallStats, costs: Mapping[str, Any]) -> float | None:
     """sum_iter E[T | D] / sum_iter (w c_draft + c_target(w+1) + h(w)) * (c_target(1) + h_ar); None without drafts
-    or costs. h(w) (costs' `host_by_drafted`, the mean host seconds of an iteration of w drafted nodes) and h_ar
-    (`host_1`, ar's per token) are the host work outside the forwards; absent (a prediction from the run's own call
-    costs, whose phases' seconds hold most of it) they are 0."""
+    or costs. h(w) (costs' `host_by_drafted`: mean host seconds of an iteration of w nodes) and h_ar (`host_1`, ar's
+    per token) are 0 where absent (the run's own call costs, whose phases' seconds hold most host work)."""
     n, c1, cd = stats["iterations"], costs["target_1"], costs["draft_per_token"]
     if not n or c1 is None or cd is None:
         return None
@@ -231,8 +210,7 @@ def predicted_speedup(stats: CallStats, costs: Mapping[str, Any]) -> float | Non
 
 
 def iteration_seconds(iterations: Mapping[str, int], costs: Mapping[str, Any]) -> float:
-    """sum_iter (w c_draft + c_target(w+1) + h(w)) over iterations {w: count} at `costs` (predicted_speedup's
-    denominator; h absent: 0)."""
+    """predicted_speedup's denominator sum_iter (w c_draft + c_target(w+1) + h(w)) over iterations {w: count}."""
     host, cd = costs.get("host_by_drafted") or {}, costs["draft_per_token"]
     return sum(iterations[w] * (int(w) * cd + costs["target_by_width"][str(int(w) + 1)] + host.get(w, 0.0))
                for w in by_key(iterations))

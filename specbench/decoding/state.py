@@ -1,9 +1,8 @@
 """Model states: a model plus its KV cache over the rows of a batch, and the clocks that time its forwards.
 
-On CUDA kernels run asynchronously: a wall-clock interval means finished work only after a synchronisation.
-The eager state synchronises after every forward (the time of each forward is exact, as the papers measured it);
-the compiled state (specbench.decoding.compiled) records CUDA events instead and reads them after the engine's one
-synchronisation per iteration, so that its draft loop never waits for the GPU.
+CUDA kernels run asynchronously: a wall-clock interval means finished work only after a synchronisation. The eager
+state synchronises after every forward (each forward's time exact, as the papers measured it); the compiled state
+records CUDA events, read after the engine's one synchronisation per iteration, so its draft loop never waits.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class Clock:
 
 
 class CausalLM(Protocol):
-    """What a state calls of its model: a transformers PreTrainedModel, or a test double with the same attributes
-    (tests/table_lm.py)."""
+    """What a state calls of its model: a transformers PreTrainedModel, or a test double (tests/table_lm.py)."""
 
     @property
     def device(self) -> torch.device: ...
@@ -55,9 +53,8 @@ class CausalLM(Protocol):
 
 
 def causal_lm(model: torch.nn.Module) -> CausalLM:
-    """A bound model (Binding.models) as the causal LM its state runs. Only a cast: torch's stubs type a module's
-    attributes as Tensor | Module, and every module a method binds in a role that gets a ModelState is a causal LM
-    (a head in the draft role makes its own state, specbench.decoding.head_drafts)."""
+    """A bound model as the causal LM its ModelState runs (only a cast: torch types a module's attributes as
+    Tensor | Module; a head in the draft role makes its own state)."""
     return cast(CausalLM, model)
 
 
@@ -68,8 +65,8 @@ def sync(device: torch.device) -> None:
 
 
 def to_device(values: Sequence[float] | Sequence[Sequence[float]], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A host list as a tensor on `device` without waiting for the device: on CUDA it goes through pinned memory and
-    is copied behind the queued kernels (a copy from pageable memory would first wait for them to finish)."""
+    """A host list as a tensor on `device` without waiting: on CUDA through pinned memory, copied behind the queued
+    kernels (a copy from pageable memory would wait for them)."""
     t = torch.tensor(values, dtype=dtype)
     return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t
 
@@ -82,8 +79,7 @@ def write(buf: torch.Tensor, at: list[tuple[int, int]], values: list[int]) -> No
 
 
 class Counted:
-    """What the engine reads of any model's state, a model with its cache (ModelState) or a head with its own
-    (specbench.decoding.head_drafts.HeadState): the forwards' seconds and calls, and each row's share of them."""
+    """What the engine reads of any state (ModelState, HeadState): forwards' seconds and calls, each row's share."""
 
     on_device = False  # True: the state drafts with tokens kept on the device (specbench.decoding.compiled)
 
@@ -96,8 +92,7 @@ class Counted:
         self.row_tokens = [0] * rows  # the widths of those calls: tokens per row of each block fed (holes included)
 
     def settle(self) -> None:
-        """After the engine's synchronisation of an iteration: account forwards timed by events (eager forwards
-        are accounted as they end)."""
+        """After the engine's synchronisation of an iteration: account forwards timed by events (eager: done)."""
 
     def count(self, seconds: float, width: int = 1) -> None:
         """Account one forward of `seconds` over a block `width` tokens wide, split equally among the rows it fed."""
@@ -117,9 +112,8 @@ class Counted:
 
 
 def keep_first(cache: Cache, n: int, total: int) -> None:
-    """Keep the first n of a transformers cache's `total` positions: the one place its `crop(k)` is called, whose
-    k <= 0 is minus the number of positions to remove (a positive k raises); every `crop(n)` of specbench keeps the
-    first n positions."""
+    """Keep the first n of a cache's `total` positions: the one call of transformers' `crop(k)`, whose k <= 0 is
+    minus the positions to remove; every `crop(n)` of specbench keeps the first n."""
     if n < total:
         cache.crop(n - total)
 
@@ -136,17 +130,14 @@ class ModelState(Counted):
         # [B, columns] 1 = the row's token, 0 = a hole; None: no holes (one row, whose roll-backs are crops)
         self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.long,
                                                                             device=self.device)
-        self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, given layers
+        self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, until taken
 
     @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
                 ) -> torch.Tensor:
-        """Feed each row b its tokens buf[b, fed[b]:upto[b]]; return logits [B, keep, V_model] of the block's last
-        `keep` columns (row b's newest tokens, right-aligned).
-
-        With `layers` (hidden_states indices: k = output of decoder layer k), the same forward also
-        keeps those hidden states of every fed column in self.hidden [len(layers), B, width, H] (the block fed).
-        """
+        """Feed each row b buf[b, fed[b]:upto[b]]; logits [B, keep, V_model] of the block's last `keep` columns (row
+        b's newest tokens, right-aligned). With `layers` (hidden_states indices: k = output of decoder layer k) it
+        also keeps their states of every fed column [len(layers), B, width, H] for take_hidden."""
         t0 = time.perf_counter()
         upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
         extra: dict[str, torch.Tensor | bool]
@@ -166,6 +157,11 @@ class ModelState(Counted):
         self.columns += width
         return out.logits[:, -keep:]
 
+    def take_hidden(self) -> torch.Tensor | None:
+        """The states the last forward kept for its `layers` (None without), handed over once."""
+        hidden, self.hidden = self.hidden, None
+        return hidden
+
     def block(self, buf: torch.Tensor, upto: list[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor | bool], int]:
         """Input ids [B, K], attention mask [B, columns + K] and position ids [B, K] of a forward feeding row b
         the k_b = upto[b] - fed[b] tokens buf[b, fed[b]:upto[b]] right-aligned, K = max k_b (holes on the left)."""
@@ -181,13 +177,9 @@ class ModelState(Counted):
         return ids, {"attention_mask": self.mask, "position_ids": pos.to(self.device)}, width
 
     def crop(self, length: int | list[int]) -> None:
-        """Roll row b back to its first length[b] tokens (length[b] <= fed[b]).
-
-        One row: the cache keeps its first length[0] positions (keep_first; tests/test_engine.py pins this against a
-        fresh forward).
-        Several rows: row b's last fed[b] - length[b] tokens become holes, then the columns no row uses any
-        more are cropped from the end.
-        """
+        """Roll row b back to its first length[b] <= fed[b] tokens: one row keeps its first length[0] positions
+        (tests/test_engine.py pins this against a fresh forward); with several, row b's last fed[b] - length[b]
+        tokens become holes and the columns no row uses any more are cropped from the end."""
         length = [length] * len(self.fed) if isinstance(length, int) else length
         if self.mask is None:
             if length[0] < self.fed[0]:

@@ -6,12 +6,10 @@ new tokens), checks in this order:
   2. stop string: decode(out[:k]) contains a stop string -> "stop_string"
   3. length: k == max_new_tokens                        -> "length"
   4. context: prompt + k == the model context           -> "context"
-and stops at the first k where one holds. A speculative iteration commits a block of n + 1 tokens at
-once; `StopCriteria.first_stop` runs the same checks at every token of the block, in order, so the
-generation ends at exactly the token (and for the same reason) an autoregressive decode of the same
-tokens would, whatever EOS, stop strings, length and context fall inside one block; the tokens past
-that point are dropped. Stop strings are checked on the decoded prefix at each k, not on the whole
-block's text, because decoding is not prefix-monotone (byte fallback, clean-up of spaces).
+and stops at the first k where one holds. A speculative iteration commits a block of n + 1 tokens at once;
+`StopCriteria.first_stop` runs the same checks at every token of the block, in order, so the generation ends at
+exactly the token (and for the same reason) an autoregressive decode would; the tokens past it are dropped. Stop
+strings are checked on the decoded prefix at each k, as decoding is not prefix-monotone (byte fallback, spaces).
 """
 
 from __future__ import annotations

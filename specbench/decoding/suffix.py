@@ -3,24 +3,20 @@ Applications", NeurIPS 2025), as its reference implementation computes it (arcti
 csrc/suffix_decoding/suffix_tree.cc: SuffixTree::speculate, _speculate_path, _speculate_tree).
 
 A suffix tree of depth D over some sequences counts, for every string s of at most D tokens, its occurrences:
-count(s) = #{(sequence, i): sequence[i : i + |s|] = s}. The reference stores it path-compressed; here the counts are
-read from the sequences themselves (`SuffixIndex`: one flat array, sequences separated by -1), which gives the same
-numbers in O(N) memory and needs no tree: the occurrences of s are found by filtering the end positions of its last
-token. Written here rather than imported because arctic-inference installs only with its CUDA kernels.
+count(s) = #{(sequence, i): sequence[i : i + |s|] = s}. The reference stores it path-compressed; `SuffixIndex` reads
+the same counts from the sequences themselves (one flat array, sequences separated by -1) in O(N) memory: the
+occurrences of s are found by filtering the end positions of its last token. Written here because arctic-inference
+installs only with its CUDA kernels.
 
 Speculation from a context c (its last D tokens), as the reference: for match lengths m = 1, 2, .. < |c| while the
-last m tokens of c occur, take the node s = c[-m:] and grow a draft of at most min(max_spec_tokens,
-floor(m * max_spec_factor + max_spec_offset)) tokens (the adaptive size), each with the estimated probability
-prob(x) = prob(parent) * count(s + x) / count(s) (float32, as the reference), none below min_token_prob; the draft's
-score is the sum of its tokens' probabilities and the best score wins (a later, longer match on ties).
-- path (a chain): from s, repeatedly the first child in the reference's sibling order (by count, ties as its linked
-  lists leave them: `child_order`);
+last m tokens of c occur, grow from the node s = c[-m:] a draft of at most min(max_spec_tokens,
+floor(m * max_spec_factor + max_spec_offset)) tokens, each with probability prob(x) = prob(parent) * count(s + x) /
+count(s) (float32, as the reference), none below min_token_prob; the best score (the sum of its tokens'
+probabilities) wins, a later, longer match on ties.
+- path (a chain): from s, repeatedly the first child in the reference's sibling order (`child_order`);
 - tree: best-first by probability with a max-heap, the reference's std::priority_queue (libstdc++'s push_heap and
   pop_heap replayed in `Heap`, so ties pop in its order); a node's children are pushed in sibling order until one
   falls below min_token_prob.
-A child's sibling order is its position in the reference's list of the parent's children: a new child joins at the
-tail; a child whose count grows from c to c + 1 stays unless the sibling before it has a count of c or c + 1, in
-which case it moves before the first sibling of that count.
 """
 
 from __future__ import annotations
@@ -45,9 +41,9 @@ class Draft:
 
 
 def child_order(tokens: np.ndarray) -> list[int]:
-    """The reference's sibling list of a node's children after the increments `tokens` (the child token of each
-    occurrence, in the order they were appended): a new child at the tail; a child's count c -> c + 1 moves it
-    before the first sibling of the preceding run of count c or c + 1, if the sibling before it has such a count."""
+    """The reference's sibling list of a node's children after the increments `tokens` (each occurrence's child
+    token, in append order): a new child joins at the tail; a child whose count goes c -> c + 1 stays unless the
+    sibling before it has count c or c + 1, then moves before the first sibling of that run."""
     order: list[int] = []
     count: dict[int, int] = {}
     for x in tokens.tolist():

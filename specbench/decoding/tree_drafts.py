@@ -3,13 +3,11 @@ override how q is computed at the root and at grown nodes, specbench.decoding.he
 
 Growth (one row, tree attention on the draft's own cache, specbench.decoding.tree_state):
   depth 0: one forward of the row's uncached committed tokens gives q at the root;
-  depth d = 1..D: every node chosen for expansion at depth d - 1 gets its children, the tokens a `Grower` picks
-    from q at that node (ranked by q: children are distinct, chosen deterministically, so the proposal's
-    siblings are TOP_K and the rule verifies them by recursive rejection with one-hot q); the new nodes the grower
-    expands are fed in one forward (each attends to the prefix and its ancestors) to give their q; nodes whose
-    token ends a generation are not expanded;
-  then the grower selects the nodes to verify (ancestor-closed, at most the row's cap) and they become the
-  Proposal, renumbered in growth order (a node after its parent).
+  depth d = 1..D: each node expanded at depth d - 1 gets the children a `Grower` picks from q there (distinct,
+    ranked by q, chosen deterministically: siblings TOP_K, verified by recursive rejection with one-hot q); the new
+    nodes the grower expands (never an EOS) are fed in one forward, each attending to the prefix and its ancestors;
+  then the grower selects the nodes to verify (ancestor-closed, at most the row's cap): the Proposal, in growth
+  order (a node after its parent).
 After the verify the draft cache keeps the prefix plus the accepted path's expanded nodes (TreeState.keep_path).
 A node's score is its cumulative draft log-probability, sum of log q(x) along its root path (EAGLE-2's ranking).
 """

@@ -62,15 +62,11 @@ class TreeState(ModelState):
     @torch.inference_mode()
     def feed_tree(self, buf: torch.Tensor, upto: int, tokens: list[int], parents: list[int], cached: list[int],
                   keep_root: bool, nodes: list[int] | None = None, layers: tuple[int, ...] = ()) -> torch.Tensor:
-        """Feed buf[0, fed:upto] [upto - fed] causally then the new nodes `tokens` [n] in one forward; return logits
-        [1, keep_root + n, V]: the root's (at the last committed token) when keep_root, then each new node's.
-
-        parents [n] index the whole proposal (-1 = root); `cached` == tree_nodes lists the proposal nodes already in
-        the cache, in column order; `nodes` [n] are the new nodes' proposal indices (default: len(cached) + k, the
-        case where every earlier node is cached). A parent is the root, a cached node or an earlier new node. With
-        `layers` (hidden_states indices), their states of every fed column go to hidden [len(layers), 1, upto - fed
-        + n, H].
-        """
+        """Feed buf[0, fed:upto] causally then the new nodes `tokens` [n] in one forward; logits [1, keep_root + n, V]:
+        the root's (at the last committed token) when keep_root, then each new node's. parents [n] index the whole
+        proposal (-1 = root; a parent is the root, a cached node or an earlier new node); `cached` == tree_nodes, the
+        cached nodes in column order; `nodes` [n] the new nodes' indices (default: len(cached) + k). With `layers`,
+        their states of every fed column go to hidden [len(layers), 1, upto - fed + n, H]."""
         t0 = time.perf_counter()
         tree, fed, dev = list(self.tree_nodes), self.fed[0], self.device
         if list(cached) != tree:
@@ -118,12 +114,9 @@ class TreeState(ModelState):
 
     @torch.inference_mode()
     def keep_path(self, length: int, path: list[int]) -> None:
-        """Keep the cache's first `length` committed columns and then the cached nodes of `path` [m] (its cached
-        prefix), in path order; drop every other tree node's keys and values in every layer.
-
-        transformers has no public API to remove cache columns other than the last ones (Cache.crop), so a
-        non-prefix selection index_selects each DynamicLayer's keys/values [B, heads, seq, head_dim] along seq.
-        """
+        """Keep the first `length` committed columns, then the cached nodes of `path` (its cached prefix) in path
+        order; drop every other tree node in every layer. transformers can remove only the last columns
+        (Cache.crop), so a non-prefix selection index_selects each layer's keys/values [B, heads, seq, head_dim]."""
         tree, fed = list(self.tree_nodes), self.fed[0]
         if not 0 <= length <= fed:
             raise ValueError(f"length {length} is outside the committed tokens 0..{fed}")

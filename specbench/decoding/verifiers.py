@@ -1,14 +1,12 @@
-"""Steps 2 and 4 of the engine (specbench.decoding.engine) for one proposal shape: how a verify feeds the batch's
-proposals to the target and how the target's cache then keeps each row's accepted path. The engine picks one per
-generation from the method's parts (`for_parts`), as it picks the compiled state once from engine.compile.
+"""Steps 2 and 4 of the engine for one proposal shape, picked once per generation (`for_parts`): how a verify feeds
+the batch's proposals to the target and how its cache then keeps each row's accepted path.
 
-- chains (`ChainVerify`, B >= 1, eager or compiled): row b's n_b drafts are written to buf[b, L_b:L_b+n_b] and fed
-  causally after its uncached tokens; the cache keeps its first L_b + n positions (ModelState.crop), the prefix and
-  the n accepted drafts.
-- trees (`TreeVerify`, one row, eager): the row's uncached tokens and the n nodes in one forward with tree attention
-  (TreeState.feed_tree: node j sees the prefix and its root path, at position L - 1 + depth(j));
-  the cache keeps the prefix and the accepted path's nodes (TreeState.keep_path). A proposal shaped as a chain (node j's parent
-  j - 1, or no nodes) is the causal forward of `ChainVerify`, which computes the same logits without a mask.
+- chains (`ChainVerify`, B >= 1, eager or compiled): row b's n_b drafts go to buf[b, L_b:L_b+n_b], fed causally
+  after its uncached tokens; the cache keeps its first L_b + n positions, the prefix and the n accepted drafts.
+- trees (`TreeVerify`, one row, eager): the uncached tokens and the n nodes in one forward with tree attention
+  (TreeState.feed_tree: node j sees the prefix and its root path, at position L - 1 + depth(j)); the cache keeps
+  the prefix and the accepted path's nodes (TreeState.keep_path). A proposal shaped as a chain (or empty) takes
+  `ChainVerify`'s causal forward, the same logits without a mask.
 """
 
 from __future__ import annotations
@@ -24,17 +22,16 @@ class ChainVerify:
     """Chains of B >= 1 rows, right-aligned in one block (ModelState.forward)."""
 
     def feed(self, target: ModelState, buf: torch.Tensor, L: list[int], props: list[Proposal],
-             layers: tuple[int, ...]) -> torch.Tensor:
-        """Logits [B, max n_b + 1, V_model]: row b's last n_b + 1 columns are p at its root (the last committed token)
-        and after each of its drafts x_1..x_n; with `layers`, target.hidden holds those layers' states of the block."""
-        if not all(prop.is_chain for prop in props):
-            raise ValueError("a tree reached the chain verify: a drafter that proposes trees must say so "
-                             "(Drafter.trees), so that its method verifies trees")
+             layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits [B, max n_b + 1, V_model], row b's last n_b + 1 columns p at its root (the last committed token)
+        and after each of its drafts x_1..x_n, and with `layers` those layers' states of the block fed
+        [len(layers), B, width, H] (else None)."""
         w = [len(prop) for prop in props]
         if any(w):  # every drafted token into its row's buffer, in one write
             write(buf, [(b, L[b] + i) for b, n in enumerate(w) for i in range(n)],
                   [x for prop in props for x in prop.tokens])
-        return target.forward(buf, [n + k for n, k in zip(L, w)], max(w) + 1, layers)
+        logits = target.forward(buf, [n + k for n, k in zip(L, w)], max(w) + 1, layers)
+        return logits, target.take_hidden()
 
     def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
         """Row b's cache keeps buf[b, :L_b + n_b], n_b its accepted drafts (the rest is rolled back)."""
@@ -48,13 +45,14 @@ class TreeVerify:
         self.chain = ChainVerify()
 
     def feed(self, target: ModelState, buf: torch.Tensor, L: list[int], props: list[Proposal],
-             layers: tuple[int, ...]) -> torch.Tensor:
-        """Logits [1, n + 1, V_model]: p at the root, then at each node in proposal order (target: the TreeState the
-        engine gives the verifier of a method whose parts propose trees)."""
+             layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits [1, n + 1, V_model], p at the root then at each node in proposal order (target: the TreeState the
+        engine gives the verifier of a method whose plan verifies trees), and the states of `layers` as ChainVerify's."""
         prop = props[0]
         if prop.is_chain:
             return self.chain.feed(target, buf, L, props, layers)
-        return tree_state(target).feed_tree(buf, L[0], prop.tokens, prop.parents, [], True, layers=layers)
+        logits = tree_state(target).feed_tree(buf, L[0], prop.tokens, prop.parents, [], True, layers=layers)
+        return logits, target.take_hidden()
 
     def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
         """The cache keeps buf[0, :L] and the accepted path's nodes; a chain fed causally is cropped."""
@@ -66,5 +64,5 @@ class TreeVerify:
 
 
 def for_parts(trees: bool) -> ChainVerify | TreeVerify:
-    """The verify of a method whose parts propose trees (Parts.trees) or chains."""
+    """The verify of a method whose parts propose trees (Plan.trees) or chains."""
     return TreeVerify() if trees else ChainVerify()

@@ -26,8 +26,7 @@ _LOADED: dict[str, tuple[PreTrainedModel, SteeredDrafter | None]] = {}
 
 
 def finished_info(folder: str | Path | None, kind: str, key: str = "method.drafter") -> tuple[Path, dict[str, Any]]:
-    """(the folder, its distill.json) of the finished distill run in `folder`, for any pair; the errors name `key`
-    and how to train one of `kind`."""
+    """(folder, its distill.json) of the finished distill run there, for any pair; errors say how to train a `kind`."""
     how = f"train one with `python run.py task=distill task.kind={kind}` and set {key} to its folder"
     what = "head" if key == "method.head" else "drafter"
     if folder is None or folder == "":
@@ -35,8 +34,7 @@ def finished_info(folder: str | Path | None, kind: str, key: str = "method.draft
     folder = Path(folder)
     if not (folder / INFO).exists():
         raise DrafterMissing(f"{key}: {folder} is not a finished distill run (no {INFO}): {how}")
-    info: dict[str, Any] = json.loads((folder / INFO).read_text())
-    return folder, info
+    return folder, json.loads((folder / INFO).read_text())
 
 
 def trained_folder(folder: str | Path | None, pair: PairView, kind: str, key: str = "method.drafter"
@@ -48,27 +46,23 @@ def trained_folder(folder: str | Path | None, pair: PairView, kind: str, key: st
     if info["kind"] != kind:
         raise OptionError(f"{key}: {folder} holds a {info['kind']!r} {what}; method {kind!r} needs one trained with "
                           f"task.kind={kind}")
-    same = info.get("verifier_identity") == verifier_identity(pair.target) or info["verifier"] == pair.target.name_or_path
-    if info["pair"] != pair.name or not same:
+    same = info.get("verifier_identity") == verifier_identity(pair.target)
+    if info["pair"] != pair.name or not (same or info["verifier"] == pair.target.name_or_path):
         raise OptionError(f"{key}: {folder} was trained for pair {info['pair']!r} (verifier {info['verifier']!r}); "
                           f"this run's pair is {pair.name!r} (verifier {pair.target.name_or_path!r})")
     return info
 
 
 def verifier_identity(model: PreTrainedModel) -> str:
-    """What names a verifier wherever it was loaded from: its weights' sha256 where its loader checked one
-    (config.weights_sha256: the toy pairs, whose folder differs between checkouts and machines), else its hub id or
-    folder (name_or_path). A drafter or head is used only with the verifier it was trained against."""
+    """What names the verifier a drafter or head was trained against wherever it was loaded from: the sha256 of the
+    weights where its loader checked one (the toy pairs, whose folder differs by machine), else name_or_path."""
     sha = getattr(model.config, "weights_sha256", None)
     return f"sha256:{sha}" if sha else model.name_or_path or ""  # typed str | None; a loaded model's is a str
 
 
 def load_trained(folder: str | Path | None, pair: PairView, kind: str) -> tuple[PreTrainedModel, SteeredDrafter | None]:
-    """The drafter a `task=distill` run of `kind` wrote to `folder`, on the pair's draft device and dtype.
-
-    For sd2 also its SteeredDrafter (hooks on the loaded model). Refuses folders of another kind or pair.
-    The last loaded drafter is kept for the next job of the process.
-    """
+    """The drafter a `task=distill` run of `kind` wrote to `folder` (refused for another kind or pair), on the pair's
+    draft device and dtype, and for sd2 its SteeredDrafter; the last one loaded is kept for the process's next job."""
     info = trained_folder(folder, pair, kind)
     assert folder is not None  # trained_folder refuses None
     folder = Path(folder)

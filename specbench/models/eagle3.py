@@ -17,13 +17,17 @@ attends with an explicit boolean mask over the head's own cache (`HeadCache`), s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+# the Llama fields of a head config (a release config.json, or a speculators one's transformer_layer_config)
+LLAMA_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings", "hidden_act", "vocab_size")
 
 
 @dataclass
@@ -46,16 +50,13 @@ class Eagle3Config:
     hidden_act: str = "silu"
     norm_before_residual: bool = False
 
+    def llama_fields(self) -> dict[str, Any]:
+        """The layer's Llama fields (LLAMA_KEYS, head_dim resolved), as a release config writes them."""
+        return {k: self.dim if k == "head_dim" else getattr(self, k) for k in LLAMA_KEYS}
+
     def llama(self) -> LlamaConfig:
         """The LlamaConfig of the head's norms, MLP and rotary embedding."""
-        # rope_theta and rope_scaling: transformers 5's dataclass __init__ takes these legacy fields through **kwargs
-        # (standardised into rope_parameters), which the signature mypy sees does not list
-        return LlamaConfig(  # type: ignore[call-arg]
-            hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.dim, rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta,
-            max_position_embeddings=self.max_position_embeddings, hidden_act=self.hidden_act,
-            vocab_size=self.vocab_size, rope_scaling=self.rope_scaling)
+        return LlamaConfig(**self.llama_fields())
 
     @property
     def dim(self) -> int:
@@ -130,24 +131,19 @@ class Eagle3Layer(nn.Module):
 
     def __init__(self, c: Eagle3Config) -> None:
         super().__init__()
-        lc = c.llama()
         self.norm_before_residual = c.norm_before_residual
         self.input_layernorm = LlamaRMSNorm(c.hidden_size, c.rms_norm_eps)
         self.hidden_norm = LlamaRMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn = Eagle3Attention(c)
         self.post_attention_layernorm = LlamaRMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.mlp = LlamaMLP(lc)
-
-    def inputs(self, e: torch.Tensor, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """([norm_e(e); norm_h(f)] [B, q, 2H], the residual [B, q, H])."""
-        h = self.hidden_norm(f)
-        return torch.cat([self.input_layernorm(e), h], -1), (h if self.norm_before_residual else f)
+        self.mlp = LlamaMLP(c.llama())
 
     def forward(self, e: torch.Tensor, f: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 allowed: torch.Tensor, past: Past = None) -> torch.Tensor:
         """o [B, q, H] from embeddings e and features f [B, q, H]."""
-        x, residual = self.inputs(e, f)
-        r = residual + self.self_attn(x, rope, allowed, past)
+        h = self.hidden_norm(f)
+        x = torch.cat([self.input_layernorm(e), h], -1)  # [B, q, 2H]
+        r = (h if self.norm_before_residual else f) + self.self_attn(x, rope, allowed, past)
         return r + self.mlp(self.post_attention_layernorm(r))
 
 
@@ -158,7 +154,7 @@ class Eagle3Head(nn.Module):
     t2d: torch.Tensor
     embed: nn.Embedding | None
 
-    def __init__(self, c: Eagle3Config, embed: nn.Embedding | None = None) -> None:
+    def __init__(self, c: Eagle3Config) -> None:
         super().__init__()
         self.config = c
         self.fc = nn.Linear(3 * c.features, c.hidden_size, bias=False)
@@ -167,9 +163,8 @@ class Eagle3Head(nn.Module):
         self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
         self.rotary = LlamaRotaryEmbedding(c.llama())
         self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
-        self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool) if c.draft_vocab_size == c.vocab_size
-                             else torch.zeros(c.vocab_size, dtype=torch.bool))
-        self.embed = embed  # the target's input embedding, set by `attach` (not saved with the head)
+        self.register_buffer("t2d", torch.full((c.vocab_size,), c.draft_vocab_size == c.vocab_size))  # bool
+        self.embed = None  # the target's input embedding, set by `attach` (not saved with the head)
 
     @staticmethod
     def new_cache() -> HeadCache:

@@ -1,13 +1,12 @@
 """Early-exit views of a decoder: its first k layers, then its final norm and head, sharing its weights.
 
-Self-speculation by layer skipping (LayerSkip, Elhoushi et al. 2024; transformers' `assistant_early_exit`):
-the draft is h_k = layers_1..k(embed(x)), q = softmax(head(norm(h_k))) with the target's own modules. The view
-is a second model object of the same class built on the meta device from the target's config with
-num_hidden_layers = k; `load_state_dict(assign=True)` then makes its parameters the target's tensors and its
-non-persistent buffers (rotary frequencies) are the target's too, so nothing is copied and it is an ordinary
-model with its own KV cache (transformers' early exit also drafts with a cache of its own). Built as a
-separate object rather than by switching the target's config.num_hidden_layers around each draft call, as
-transformers does, so that no shared state changes during decoding.
+Self-speculation by layer skipping (LayerSkip, Elhoushi et al. 2024; transformers' `assistant_early_exit`): the draft
+is h_k = layers_1..k(embed(x)), q = softmax(head(norm(h_k))) with the target's own modules. The view is a second
+model object of the same class built on the meta device from the target's config with num_hidden_layers = k;
+`load_state_dict(assign=True)` then makes its parameters the target's tensors and its non-persistent buffers (rotary
+frequencies) are the target's too, so nothing is copied and it is an ordinary model with its own KV cache (as
+transformers' early exit drafts). A separate object rather than switching the target's config.num_hidden_layers
+around each draft call, as transformers does, so that no shared state changes during decoding.
 """
 
 from __future__ import annotations

@@ -1,34 +1,21 @@
 """A head folder checked before anything loads: its config.json, its weights' names and shapes, its vocabulary map.
-
-`check_head_folder(folder, kind)` reads only the config and the weight files' headers (safetensors) or state dicts
-(torch files) and raises one HeadFormatError naming the folder, the file and what is wrong:
-- config.json missing, not JSON (its line and column), not an object, of another format or kind, or without the
-  fields the head is built from (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
-  vocab_size; speculators: under transformer_layer_config);
-- weights missing, of the wrong shapes, or extra (the shapes a head built from the config holds, on the meta device);
-  draft_vocab_size against lm_head.weight's rows;
-- EAGLE-3's vocabulary map: draft id i is target id i + d2t[i] (offsets, as EAGLE-3's releases write them). A draft
-  vocabulary smaller than the target's without d2t would read draft id i as target id i: refused. The target ids
-  must be distinct and inside the vocabulary, and t2d (a mask over the target's vocabulary) must mark exactly them;
-  a d2t of absolute ids fails these;
-- Medusa: every head's `{i}.{j}.linear.*` for j < medusa_num_layers and its `{i}.{layers}.weight`, so a config that
-  states more layers than the weights hold is named.
-What needs the target (its hidden size, vocabulary and layers) is checked when the head binds (heads.load_head).
+Only the config and the weight files' headers (safetensors) or state dicts (torch files) are read, and compared
+with the head the config builds (on the meta device); one HeadFormatError names the folder, the file and what is
+wrong. What needs the target (its hidden size, vocabulary and layers) is checked when the head binds (heads.load_head).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+from safetensors import safe_open
 
 from specbench.common.errors import UserError
-from specbench.models.drafters import INFO
-from specbench.models.eagle3 import Eagle3Config, Eagle3Head
-
-LLAMA_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-              "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings", "hidden_act", "vocab_size")
+from specbench.models.eagle3 import LLAMA_KEYS, Eagle3Config, Eagle3Head
+from specbench.models.medusa import MedusaConfig, MedusaHeads
 UNSUPPORTED = ("norm_before_fc", "fc_norm", "norm_output")  # speculators options the head does not implement
 EAGLE3_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 MEDUSA_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt", "model.safetensors")
@@ -58,21 +45,28 @@ def eagle3_layers(num_layers: int) -> tuple[int, ...]:
     return tuple(min(max(k, 1), num_layers) for k in (2, num_layers // 2, num_layers - 3))
 
 
-def eagle3_config(cfg: dict, layers: tuple[int, ...]) -> Eagle3Config:
-    """The head's config from Llama fields `cfg` (a release config, or speculators_fields of a speculators one)."""
+def eagle3_config(cfg: dict, fmt: str, target_layers: int) -> Eagle3Config:
+    """The head's config from a config.json of format `fmt` (eagle3 | speculators); target_layers: the target's
+    decoder layers (EAGLE-3's default states when the config names none)."""
+    layers = tuple(cfg.get("eagle_aux_hidden_state_layer_ids") or eagle3_layers(target_layers))
+    if fmt == "speculators":  # Llama fields under transformer_layer_config; vLLM reads no norm_before_residual as true
+        cfg = {**cfg["transformer_layer_config"], **{k: cfg.get(k) for k in ("draft_vocab_size", "target_hidden_size")},
+               "norm_before_residual": cfg.get("norm_before_residual", True)}
     fields = {k: cfg[k] for k in LLAMA_KEYS if cfg.get(k) is not None}
-    fields.pop("rope_scaling", None)
     return Eagle3Config(**fields, draft_vocab_size=int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
-                        layers=tuple(layers), target_hidden_size=cfg.get("target_hidden_size"),
-                        norm_before_residual=bool(cfg.get("norm_before_residual", False)),
-                        rope_scaling=cfg.get("rope_scaling"))
+                        layers=layers, target_hidden_size=cfg.get("target_hidden_size"),
+                        norm_before_residual=bool(cfg.get("norm_before_residual", False)))
 
 
-def speculators_fields(cfg: dict) -> dict:
-    """A speculators config's Llama fields (transformer_layer_config) with its own head fields; vLLM reads a
-    speculators config without norm_before_residual as true."""
-    return {**cfg["transformer_layer_config"], **{k: cfg.get(k) for k in ("draft_vocab_size", "target_hidden_size")},
-            "norm_before_residual": cfg.get("norm_before_residual", True)}
+T = TypeVar("T")
+
+
+def release_names(weights: dict[str, T], fmt: str) -> dict[str, T]:
+    """A weight file's names as the release layout's: a speculators file's layers.0.* are midlayer.*, and its
+    training-only verifier_* are left out."""
+    if fmt != "speculators":
+        return weights
+    return {k.replace("layers.0.", "midlayer.", 1): v for k, v in weights.items() if not k.startswith("verifier_")}
 
 
 def head_format(cfg: dict) -> str:
@@ -95,22 +89,22 @@ def weight_file(folder: Path, names: tuple[str, ...]) -> Path:
     raise HeadFormatError(f"{folder} has none of the weight files {', '.join(names)}")
 
 
-def read_tensors(path: Path, names: tuple[str, ...] = ()) -> tuple[dict[str, tuple[int, ...]], dict[str, torch.Tensor]]:
-    """(name -> shape of every tensor, the tensors `names` that are present) of a weight file; a safetensors file
-    is read from its header, a torch file weights-only."""
+def read_tensors(path: Path, names: tuple[str, ...] | None = ()
+                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, torch.Tensor]]:
+    """(name -> shape of every tensor, the tensors `names` that are present, None: all) of a weight file; a
+    safetensors file is read from its header, a torch file weights-only."""
     try:
         if path.suffix == ".safetensors":
-            from safetensors import safe_open
-
             with safe_open(str(path), "pt") as f:
                 shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-                return shapes, {k: f.get_tensor(k) for k in names if k in shapes}
+                return shapes, {k: f.get_tensor(k) for k in (shapes if names is None else names) if k in shapes}
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # noqa: BLE001 - any reader error: the file is not a readable weight file
         raise HeadFormatError(f"{path}: not a readable weight file ({type(err).__name__}: {err})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise HeadFormatError(f"{path}: a state dict of tensors is expected")
-    return {k: tuple(v.shape) for k, v in state.items()}, {k: state[k] for k in names if k in state}
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    return shapes, {k: state[k] for k in (shapes if names is None else names) if k in shapes}
 
 
 def positive_ints(path: Path, cfg: dict, keys: tuple[str, ...], where: str = "") -> None:
@@ -130,11 +124,9 @@ def compare_shapes(path: Path, got: dict[str, tuple[int, ...]], want: dict[str, 
     extra = sorted(set(got) - set(want))
     wrong = [f"{k} {list(got[k])} (the config gives {list(want[k])})" for k in sorted(set(got) & set(want))
              if got[k] != want[k]]
-    problems = ([f"missing {', '.join(missing[:6])}" + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")]
-                if missing else [])
-    problems += [f"unexpected {', '.join(extra[:6])}" + (f" and {len(extra) - 6} more" if len(extra) > 6 else "")] \
-        if extra else []
-    problems += [f"wrong shapes: {'; '.join(wrong[:4])}"] if wrong else []
+    listed = [f"{what} {', '.join(names[:6])}" + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+              for what, names in (("missing", missing), ("unexpected", extra)) if names]
+    problems = listed + ([f"wrong shapes: {'; '.join(wrong[:4])}"] if wrong else [])
     if problems:
         raise HeadFormatError(f"{path}: the weights do not match config.json: {'; '.join(problems)}")
 
@@ -147,9 +139,10 @@ def check_vocab_map(path: Path, vd: int, V: int, tensors: dict[str, torch.Tensor
                                   "to target ids; without it draft id i would be read as target id i")
         return
     target = torch.arange(vd) + tensors["d2t"].long()
-    if target.min() < 0 or target.max() >= V or len(torch.unique(target)) != vd:
+    inside = bool(target.min() >= 0) and bool(target.max() < V)
+    if not inside or len(torch.unique(target)) != vd:
         raise HeadFormatError(f"{path}: d2t maps draft id i to target id i + d2t[i] (offsets, as EAGLE-3 writes "
-                              f"them); here those ids are {'not distinct' if target.min() >= 0 and target.max() < V else 'outside 0..' + str(V - 1)} "
+                              f"them); here those ids are {'not distinct' if inside else f'outside 0..{V - 1}'} "
                               "(absolute target ids instead of offsets?)")
     t2d = tensors.get("t2d")
     if t2d is not None and (int(t2d.bool().sum()) != vd or not bool(t2d.bool()[target].all())):
@@ -168,21 +161,18 @@ def check_eagle3(folder: Path, cfg: dict, fmt: str, target_layers: int) -> None:
         bad = [k for k in UNSUPPORTED if cfg.get(k)]
         if bad:
             raise HeadFormatError(f"{path}: {', '.join(bad)} set; this EAGLE-3 head implements none of them")
-        fields = speculators_fields(cfg)
     else:
         positive_ints(path, cfg, REQUIRED)
-        fields = cfg
     if "draft_vocab_size" in cfg:
         positive_ints(path, cfg, ("draft_vocab_size",))
-    c = eagle3_config(fields, tuple(cfg.get("eagle_aux_hidden_state_layer_ids") or eagle3_layers(target_layers)))
+    c = eagle3_config(cfg, fmt, target_layers)
     if c.draft_vocab_size > c.vocab_size:
         raise HeadFormatError(f"{path}: draft_vocab_size {c.draft_vocab_size} exceeds vocab_size {c.vocab_size}")
     with torch.device("meta"):
         want = {k: tuple(v.shape) for k, v in Eagle3Head(c).state_dict().items()}
     wpath = weight_file(folder, EAGLE3_WEIGHTS)
     shapes, tensors = read_tensors(wpath, ("d2t", "t2d"))
-    if fmt == "speculators":
-        shapes = {k.replace("layers.0.", "midlayer.", 1): v for k, v in shapes.items() if not k.startswith("verifier_")}
+    shapes = release_names(shapes, fmt)
     shapes.pop("embed_tokens.weight", None)
     rows = shapes.get("lm_head.weight", (c.draft_vocab_size,))[0]
     if rows != c.draft_vocab_size:
@@ -210,19 +200,14 @@ def check_medusa(folder: Path, cfg: dict) -> None:
         raise HeadFormatError(f"{path}: medusa_num_layers is {layers}, but {wpath.name} holds head 0's layers "
                               f"{found} (its vocabulary layer `0.{layers}.weight` is missing): the config overstates "
                               "or understates the layers")
-    vocab, hidden = out
-    want: dict[str, tuple[int, ...]] = {}
-    for i in heads:
-        for j in range(layers):
-            want |= {f"{i}.{j}.linear.weight": (hidden, hidden), f"{i}.{j}.linear.bias": (hidden,)}
-        want[f"{i}.{layers}.weight"] = (vocab, hidden)
-    compare_shapes(wpath, shapes, want, set())
+    with torch.device("meta"):  # the names and shapes of heads built as the config and vocabulary layer say
+        medusa = MedusaHeads(MedusaConfig(len(heads), layers, hidden_size=out[1], vocab_size=out[0]))
+    compare_shapes(wpath, shapes, {k: tuple(v.shape) for k, v in medusa.state_dict().items()}, set())
 
 
 def check_head_folder(folder: str | Path, kind: str | None, target_layers: int = 32) -> str:
-    """The format of the head folder (eagle3 | speculators | medusa) after every check this module makes; kind:
-    the method's (eagle3 | medusa; None: either); target_layers: the target's decoder layers (EAGLE-3's default
-    states when the folder names none)."""
+    """The format of the head folder (eagle3 | speculators | medusa) after every check this module makes; kind: the
+    method's (eagle3 | medusa; None: either); target_layers as in eagle3_config."""
     folder = Path(folder)
     cfg = read_config(folder)
     try:
@@ -236,14 +221,3 @@ def check_head_folder(folder: str | Path, kind: str | None, target_layers: int =
     else:
         check_eagle3(folder, cfg, fmt, target_layers)
     return fmt
-
-
-def local_head_folder(spec: object) -> Path | None:
-    """The folder method.head names on this machine, if it names one (a finished distill run's head/, or a head
-    folder); None for a hub id, a module or nothing."""
-    if not isinstance(spec, str) or not spec:
-        return None
-    path = Path(spec)
-    if (path / INFO).exists():
-        return path / "head"
-    return path if path.is_dir() else None

@@ -1,23 +1,17 @@
-"""Dependent heads on disk: the EAGLE-3 release layout, the `speculators` format vLLM serves, Medusa's release
-layout, and the folders `task=distill task.kind=eagle3|medusa` writes; loading one onto a pair by folder or hub id.
-
-Formats (config.json + weights in the folder):
-- EAGLE-3 release (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): Llama fields (hidden_size, intermediate_size,
-  num_attention_heads, num_key_value_heads, rms_norm_eps, rope_theta, rope_scaling, vocab_size, ...) plus
-  draft_vocab_size; weights pytorch_model.bin or model.safetensors with fc.weight, midlayer.*, norm.weight,
-  lm_head.weight, d2t, t2d (and embed_tokens.weight in some releases). The release names no target layers: EAGLE-3
-  reads (2, L // 2, L - 3), as hidden_states indices (the input of decoder layer k is hidden_states[k]); the
-  folders written here add eagle_aux_hidden_state_layer_ids.
-- speculators (speculators_model_type "eagle3", e.g. RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3): the Llama
-  fields under transformer_layer_config, draft_vocab_size, norm_before_residual, target_hidden_size,
-  eagle_aux_hidden_state_layer_ids and speculators_config (algorithm, proposal methods, verifier); weights
-  model.safetensors with layers.0.* for midlayer.*, embed_tokens.weight, and the training-only verifier_norm /
-  verifier_lm_head (ignored). Options this head does not implement (norm_before_fc, fc_norm, norm_output) are
-  refused.
+"""Dependent heads on disk, and loading one onto a pair by folder or hub id. Formats (config.json + weights), which
+`task=distill task.kind=eagle3|medusa` also writes:
+- EAGLE-3 release (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): Llama fields (eagle3.LLAMA_KEYS) plus draft_vocab_size;
+  weights pytorch_model.bin or model.safetensors with fc.weight, midlayer.*, norm.weight, lm_head.weight, d2t, t2d
+  (and embed_tokens.weight in some releases). The release names no target layers: EAGLE-3 reads hidden_states
+  (2, L // 2, L - 3) (the input of decoder layer k is hidden_states[k]); folders written here add
+  eagle_aux_hidden_state_layer_ids.
+- speculators, as vLLM serves (speculators_model_type "eagle3", e.g. RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3):
+  the Llama fields under transformer_layer_config, with draft_vocab_size, norm_before_residual, target_hidden_size,
+  eagle_aux_hidden_state_layer_ids and speculators_config; weights model.safetensors with layers.0.* for midlayer.*,
+  embed_tokens.weight and the training-only verifier_norm / verifier_lm_head (ignored).
 - Medusa release (e.g. FasterDecoding/medusa-vicuna-7b-v1.3): medusa_num_heads, medusa_num_layers,
-  base_model_name_or_path; weights medusa_lm_head.safetensors or medusa_lm_head.pt with keys `{i}.{j}.linear.*`,
-  `{i}.{num_layers}.weight`. The heads are counted from the weights (the 7B release's config says 2, its file
-  holds 5).
+  base_model_name_or_path; weights medusa_lm_head.safetensors or .pt with keys `{i}.{j}.linear.*` and
+  `{i}.{num_layers}.weight`, the heads counted from the weights (the 7B release's config says 2, its file holds 5).
 """
 
 from __future__ import annotations
@@ -28,17 +22,21 @@ from pathlib import Path
 from typing import Any, Protocol, TypeAlias, cast
 
 import torch
-from safetensors.torch import load_file, save_file
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from safetensors.torch import save_file
 from torch import nn
 from transformers import PreTrainedModel
 
 from specbench.common.files import atomic_folder
+from specbench.common.hub import source_of, unavailable
 from specbench.common.options import OptionError
 from specbench.models.drafters import INFO, PairView, finished_info, trained_folder
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
 from specbench.models.head_check import (EAGLE3_WEIGHTS, MEDUSA_WEIGHTS, HeadFormatError,  # noqa: F401 - re-exported
-                                         check_head_folder, eagle3_config, eagle3_layers, head_format, local_head_folder,
-                                         read_config, speculators_fields, weight_file)
+                                         check_head_folder, eagle3_config, eagle3_layers, read_config, read_tensors,
+                                         release_names, weight_file)
 from specbench.models.medusa import MedusaConfig, MedusaHeads
 from specbench.models.pairs import input_embedding
 
@@ -46,8 +44,7 @@ Head: TypeAlias = Eagle3Head | MedusaHeads  # a dependent head of either kind
 
 
 class HeadBinding(Protocol):
-    """What load_head reads of a method's binding (specbench.decoding.binding.Binding, which models may not import):
-    the models by pair role and the loaded pair, if any."""
+    """What load_head reads of a method's binding (decoding's Binding, which models may not import)."""
 
     @property
     def models(self) -> Mapping[str, nn.Module]: ...
@@ -59,67 +56,43 @@ KINDS = ("eagle3", "medusa")
 FORMATS = {"eagle3": ("eagle3", "speculators"), "medusa": ("medusa",)}  # the formats each kind saves in
 
 
-def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """A weight file's tensors (safetensors, or a torch state dict read weights-only)."""
-    if path.suffix == ".safetensors":
-        return load_file(path)
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def read_head(folder: str | Path, target_layers: int) -> tuple[str, Head, nn.Embedding | None]:
     """(format, head module in float32, the head's own token embedding or None) of a head folder, after
-    head_check.check_head_folder; target_layers: the target's decoder layers (EAGLE-3's default states when the
-    folder names none)."""
+    head_check.check_head_folder (target_layers as there)."""
     folder = Path(folder)
     fmt = check_head_folder(folder, None, target_layers)
     cfg = read_config(folder)
     if fmt == "medusa":
-        w = read_weights(weight_file(folder, MEDUSA_WEIGHTS))
+        _, w = read_tensors(weight_file(folder, MEDUSA_WEIGHTS), None)
         layers = int(cfg.get("medusa_num_layers", 1))
         n = len({k.split(".")[0] for k in w})  # from the weights: a release's medusa_num_heads may understate them
         vocab, hidden = w[f"0.{layers}.weight"].shape
         heads = MedusaHeads(MedusaConfig(n, layers, hidden, vocab))
         heads.load_state_dict(w)
         return fmt, heads.float(), None
-    layer_ids = cfg.get("eagle_aux_hidden_state_layer_ids") or eagle3_layers(target_layers)
-    w = read_weights(weight_file(folder, EAGLE3_WEIGHTS))
-    if fmt == "speculators":
-        c = eagle3_config(speculators_fields(cfg), layer_ids)
-        w = {k.replace("layers.0.", "midlayer.", 1): v for k, v in w.items() if not k.startswith("verifier_")}
-    else:
-        c = eagle3_config(cfg, layer_ids)
+    c = eagle3_config(cfg, fmt, target_layers)
+    w = release_names(read_tensors(weight_file(folder, EAGLE3_WEIGHTS), None)[1], fmt)
     embed = w.pop("embed_tokens.weight", None)
     head = Eagle3Head(c)
     if "d2t" not in w:  # a head over the whole vocabulary (check_head_folder refused a smaller one without d2t)
         w["d2t"], w["t2d"] = head.d2t, head.t2d
-    elif "t2d" not in w:
-        w["t2d"] = torch.zeros(c.vocab_size, dtype=torch.bool).index_fill_(0, torch.arange(len(w["d2t"])) + w["d2t"],
-                                                                            True)
-    head.load_state_dict(w)
+    head.load_state_dict({"t2d": head.t2d, **w})
+    if "t2d" not in w:
+        head.set_vocab(head.target_ids())  # t2d marks d2t's target ids
     return fmt, head.float(), (nn.Embedding.from_pretrained(embed.float()) if embed is not None else None)
-
-
-def llama_fields(c: Eagle3Config) -> dict[str, Any]:
-    """The head's Llama fields as a release config writes them."""
-    return {"hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
-            "head_dim": c.dim, "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
-            "rope_scaling": c.rope_scaling, "max_position_embeddings": c.max_position_embeddings,
-            "hidden_act": c.hidden_act, "vocab_size": c.vocab_size, "num_hidden_layers": 1, "model_type": "llama"}
 
 
 def eagle3_json(c: Eagle3Config, fmt: str, target: PreTrainedModel | None, name: str) -> dict[str, Any]:
     """config.json of an EAGLE-3 head in format `fmt` (eagle3: the release layout, or speculators)."""
+    llama = {**c.llama_fields(), "num_hidden_layers": 1, "model_type": "llama"}
+    head = {"draft_vocab_size": c.draft_vocab_size, "norm_before_residual": c.norm_before_residual,
+            "eagle_aux_hidden_state_layer_ids": list(c.layers)}
     if fmt == "eagle3":
-        cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size":
-               c.draft_vocab_size, "norm_before_residual": c.norm_before_residual,
-               "eagle_aux_hidden_state_layer_ids": list(c.layers)}
+        cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama, **head}
     else:
         arch = list(getattr(getattr(target, "config", None), "architectures", None) or ["LlamaForCausalLM"])
         cfg = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-               "transformer_layer_config": llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
-               "norm_before_residual": c.norm_before_residual,
-               "eagle_aux_hidden_state_layer_ids": list(c.layers),
+               "transformer_layer_config": llama, **head,
                "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
                                       "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
                                       "verifier": {"name_or_path": name, "architectures": arch}}}
@@ -136,7 +109,6 @@ def save_head(head: Head, folder: str | Path, fmt: str, target: PreTrainedModel 
     name = getattr(target, "name_or_path", "") or ""
     state = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items()}
     with atomic_folder(Path(folder), replace=True) as tmp:
-        tmp = Path(tmp)
         if fmt == "medusa":
             assert isinstance(head, MedusaHeads), f"format medusa saves MedusaHeads, not {type(head).__name__}"
             m = head.config
@@ -158,18 +130,15 @@ def save_head(head: Head, folder: str | Path, fmt: str, target: PreTrainedModel 
 
 
 def check_head_source(method: str, spec: object, kind: str) -> None:
-    """Before any model loads: a head folder on this machine passes head_check.check_head_folder (config, weights,
-    vocabulary map); a hub id must be cached or downloadable (else the error gives the download command). What
-    needs the target, and no head at all, are checked when the head loads."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    from specbench.common.hub import source_of
-
-    folder = local_head_folder(spec)
-    if folder is not None and folder.is_dir():
+    """Before any model loads: a head folder on this machine passes check_head_folder; a hub id must be cached or
+    downloadable (else the error gives the download command). The rest is checked when the head loads."""
+    if not isinstance(spec, str) or not spec:
+        return  # a module or nothing
+    path = Path(spec)
+    folder = path / "head" if (path / INFO).exists() else path  # a finished distill run's head/, or a head folder
+    if folder.is_dir():
         check_head_folder(folder, kind)
-    if not isinstance(spec, str) or not spec or Path(spec).exists():
+    if path.exists():
         return
     try:
         validate_repo_id(spec)
@@ -183,10 +152,6 @@ _LOADED: dict[str, tuple[str, Head, nn.Embedding | None]] = {}
 
 def head_folder(spec: str | None, pair: PairView | None, kind: str) -> Path:
     """The head folder of method.head: a finished distill run's head/, a head folder, or a hub id's snapshot."""
-    from huggingface_hub import snapshot_download
-
-    from specbench.common.hub import source_of, unavailable
-
     if spec is None or spec in ("", "None"):
         raise OptionError(f"method.head: no head given; set it to the folder of a `python run.py task=distill "
                           f"task.kind={kind}` run, a head folder (EAGLE-3 release, speculators or Medusa layout) or a "
@@ -207,10 +172,10 @@ def head_folder(spec: str | None, pair: PairView | None, kind: str) -> Path:
         raise unavailable([f"could not load head {spec!r}: {err}"], [(spec, None)]) from err
 
 
-def load_head(spec: str | Head | None, binding: HeadBinding, kind: str) -> tuple[Head, tuple[int, ...], str, Path | None]:
+def load_head(spec: str | Head | None, binding: HeadBinding, kind: str
+              ) -> tuple[Head, tuple[int, ...], str, Path | None]:
     """(head on the target's device and dtype, the target hidden_states indices it reads, its name, the folder read)
-    of method.head: a head module (tests), a finished `task=distill task.kind=kind` folder, a head folder, or a hub
-    id."""
+    of method.head: a head module (tests), a finished distill folder, a head folder, or a hub id."""
     target = cast(PreTrainedModel, binding.models["target"])  # the target role: the pair's transformers model
     tc = target.config.get_text_config()
     L, H, V = tc.num_hidden_layers, tc.hidden_size, target.get_output_embeddings().weight.shape[0]
@@ -242,6 +207,5 @@ def load_head(spec: str | Head | None, binding: HeadBinding, kind: str) -> tuple
                                   f"{list(c.layers)} over {c.vocab_size} tokens; the target has size {H}, indices "
                                   f"1..{L} and {V} tokens")
         layers = tuple(c.layers)
-        emb = embed if embed is not None else input_embedding(target)
-        head.attach(emb.to(target.device))
+        head.attach((embed or input_embedding(target)).to(target.device))  # the head's own embedding, else the target's
     return head.to(target.device, target.dtype).eval(), layers, name, folder

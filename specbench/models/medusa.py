@@ -1,9 +1,6 @@
 """Medusa-1 heads (Cai et al. 2024, "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding
-Heads"): k heads on the target's last hidden state, head i predicting the token i + 1 positions after the target's
-own next token.
-
-At the last committed position t, h_t = the target's last hidden state (after its final norm, transformers'
-hidden_states[L]; the target's lm_head reads it to predict x_{t+1}). Head i = 1..k:
+Heads"): k heads on the target's last hidden state h_t at the last committed position t (after its final norm,
+transformers' hidden_states[L], which the target's lm_head reads to predict x_{t+1}). Head i = 1..k:
   z = h_t + SiLU(W_j z + b_j) for each of its `num_layers` residual blocks (z starts at h_t)
   q_i = softmax(W_out z)   the distribution of x_{t+1+i}                                  [V]
 The weight names are Medusa's (`{i}.{j}.linear.weight`, `{i}.{num_layers}.weight`), so its released state dicts
@@ -47,11 +44,9 @@ class MedusaHeads(nn.ModuleList):
     """Head i is [ResBlock] * num_layers then Linear(H, V, bias=False); the list's keys are Medusa's."""
 
     def __init__(self, c: MedusaConfig) -> None:
-        heads = []
-        for _ in range(c.num_heads):
-            block = ResBlock(c.hidden_size)
-            heads.append(nn.Sequential(*([block] * c.num_layers), nn.Linear(c.hidden_size, c.vocab_size, bias=False)))
-        super().__init__(heads)
+        H = c.hidden_size
+        super().__init__([nn.Sequential(*([ResBlock(H)] * c.num_layers), nn.Linear(H, c.vocab_size, bias=False))
+                          for _ in range(c.num_heads)])  # [ResBlock(H)] * n: one block, repeated
         self.config = c
 
     def vocabulary_layers(self) -> list[nn.Linear]:

@@ -1,17 +1,8 @@
 """Model pairs: load a target and a draft (hub ids or local paths), check they share a vocabulary.
 
-A pair config (conf/pair/*.yaml) has `name`, `builder` (`hub` or a registered builder such as
-`tiny_random`), `target` and `draft` model specs (`path`, `revision`, `dtype`, `device_map`,
-`attn_implementation`, `quantization`, `trust_remote_code`, `params_b`: billions of parameters, for
-the GPU memory the pair needs) and an optional `tokenizer` path.
-Loaded pairs are cached per process, keyed by their config, so consecutive jobs of a multirun
-with the same pair reuse the models.
-
-Before any `from_pretrained` of a hub id that is not a local folder, the pair's models are looked up
-in the local Hugging Face cache; one missing there fails at once when HF_HUB_OFFLINE is set, and
-otherwise after one request to the hub (no retries; specbench.common.hub) that cannot supply it. The
-one error per pair names every missing model, the command that downloads it with the installed
-huggingface_hub, the gated-licence and token hints, and the GPU memory the pair needs (pair_needs).
+A pair config (conf/pair/*.yaml) has `name`, `builder` (`hub` or a registered builder such as `tiny_random`),
+`target` and `draft` model specs (MODEL_KEYS; `params_b`: billions of parameters, for the GPU memory the pair needs)
+and an optional `tokenizer` path.
 """
 
 from __future__ import annotations
@@ -88,13 +79,11 @@ class Pair:
     def context_length(self, models: list[PreTrainedModel]) -> int | None:
         """The smallest max_position_embeddings among `models` (None if none declares one)."""
         lens = [getattr(m.config.get_text_config(), "max_position_embeddings", None) for m in models]
-        declared = [n for n in lens if n]
-        return min(declared) if declared else None
+        return min((n for n in lens if n), default=None)
 
 
 def input_embedding(model: PreTrainedModel) -> nn.Embedding:
-    """The model's input token embedding. transformers annotates get_input_embeddings as returning any nn.Module; the
-    causal LMs loaded here return their nn.Embedding (or a subclass)."""
+    """The model's input token embedding (typed by transformers as any nn.Module; an nn.Embedding in causal LMs)."""
     return cast(nn.Embedding, model.get_input_embeddings())
 
 
@@ -127,30 +116,27 @@ def _quantization_config(quant: dict | None) -> QuantizationConfigMixin | None:
     q = dict(quant)
     bits = q.pop("bits", None)
     backend = q.pop("backend", "bitsandbytes")
+    if backend not in ("bitsandbytes", "quanto"):
+        raise OptionError(f"pair.<target|draft>.quantization.backend must be bitsandbytes or quanto, got {backend!r}")
+    if bits not in (4, 8):
+        raise OptionError(f"pair.<target|draft>.quantization.bits must be 4 or 8, got {bits!r}")
     if backend == "quanto":
         from transformers import QuantoConfig
 
-        if bits not in (4, 8):
-            raise OptionError(f"pair.<target|draft>.quantization.bits must be 4 or 8, got {bits!r}")
         return QuantoConfig(weights=f"int{bits}", **q)
-    if backend != "bitsandbytes":
-        raise OptionError(f"pair.<target|draft>.quantization.backend must be bitsandbytes or quanto, got {backend!r}")
     from transformers import BitsAndBytesConfig
 
     if bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True, **q)
-    if bits == 4:
-        compute = q.pop("compute_dtype", "bfloat16")
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=_DTYPES[compute], **q)
-    raise OptionError(f"pair.<target|draft>.quantization.bits must be 4 or 8, got {bits!r}")
+    compute = q.pop("compute_dtype", "bfloat16")
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=_DTYPES[compute], **q)
 
 
 ONE_GPU_GB = 80.0  # the largest common single GPU (A100 / H100 80 GB): weights beyond it need several GPUs
 
 
 def bytes_per_param(spec: dict) -> tuple[float, str]:
-    """Bytes per weight on a GPU and their kind: the quantization's bits / 8, else the itemsize of the dtype
-    (auto = bfloat16)."""
+    """Bytes per weight on a GPU and their kind: the quantization's bits / 8, else the dtype's (auto = bfloat16)."""
     bits = (spec.get("quantization") or {}).get("bits")
     if bits:
         return bits / 8, f"int{bits}"
@@ -173,16 +159,14 @@ def model_needs(role: str, spec: dict) -> tuple[str, float]:
 
 def pair_needs(cfg: dict) -> str:
     """What the pair needs: each model's weights at its dtype on GPUs, and whether device_map: auto is required."""
-    specs = [(role, cfg[role]) for role in ("target", "draft") if cfg.get(role)]
-    needs = [model_needs(role, spec) for role, spec in specs]
+    needs = [model_needs(role, cfg[role]) for role in ("target", "draft") if cfg.get(role)]
     lines = [f"Pair {cfg['name']!r} needs on GPUs (weights alone; the KV cache and activations come on top):"]
     lines += [line for line, _ in needs] + [f"  together: {sum(gb for _, gb in needs):.1f} GB"]
     return "\n".join(lines)
 
 
 def pair_files(cfg: dict) -> dict[str, tuple[str, str | None]]:
-    """(path, revision) of each thing a hub pair loads, by what it is: tokenizer, target, and with a draft
-    draft_tokenizer and draft."""
+    """(path, revision) of what a hub pair loads: tokenizer, target, and with a draft draft_tokenizer and draft."""
     t_spec, d_spec = cfg["target"], cfg.get("draft")
     files = {"tokenizer": (cfg.get("tokenizer") or t_spec["path"], t_spec.get("revision")),
              "target": (t_spec["path"], t_spec.get("revision"))}
@@ -215,10 +199,8 @@ def load_model(spec: dict, device: torch.device, source: str | None = None) -> P
     unknown = set(spec) - MODEL_KEYS
     if unknown:
         raise OptionError(f"unknown model keys {sorted(unknown)} for {spec.get('path')!r}; valid: {sorted(MODEL_KEYS)}")
-    kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device)}
-    for key in ("attn_implementation", "device_map"):
-        if spec.get(key):
-            kwargs[key] = spec[key]
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device),
+                              **{k: spec[k] for k in ("attn_implementation", "device_map") if spec.get(k)}}
     if spec.get("trust_remote_code"):
         kwargs["trust_remote_code"] = True
     qc = _quantization_config(spec.get("quantization"))
@@ -243,24 +225,20 @@ def check_vocab(target_name: str, tok_t: PreTrainedTokenizerBase, draft_name: st
                 tok_d: PreTrainedTokenizerBase) -> None:
     """Raise unless target and draft tokenizers map the same strings to the same ids."""
     if tok_t.get_vocab() != tok_d.get_vocab():
-        raise VocabularyMismatch(
-            f"target {target_name!r} (vocabulary {len(tok_t)}) and draft {draft_name!r} "
-            f"(vocabulary {len(tok_d)}) do not share a tokenizer vocabulary; speculative decoding "
-            "here needs one vocabulary, except method=uag (and hf_assisted), which re-tokenize the drafts: "
-            "for them, mark the pair config with cross_tokenizer: true (pair.cross_tokenizer=true); other methods "
-            "need a draft of the target's tokenizer"
-        )
+        raise VocabularyMismatch(f"target {target_name!r} (vocabulary {len(tok_t)}) and draft {draft_name!r} "
+                                 f"(vocabulary {len(tok_d)}) do not share a tokenizer vocabulary; speculative "
+                                 "decoding here needs one vocabulary, except method=uag (and hf_assisted), which "
+                                 "re-tokenize the drafts: for them, mark the pair config with cross_tokenizer: true "
+                                 "(pair.cross_tokenizer=true); other methods need a draft of the target's tokenizer")
 
 
 def check_cross_tokenizer(cfg: dict, method_name: str, uses_pair_draft: bool, cross_ok: bool) -> None:
     """Before loading: a pair marked cross_tokenizer runs its draft only in methods that re-tokenize."""
-
     if cfg.get("cross_tokenizer") and uses_pair_draft and not cross_ok:
-        raise OptionError(
-            f"pair {cfg['name']!r} has cross_tokenizer: true (its draft has another tokenizer than its target), "
-            f"and method {method_name!r} needs one vocabulary; run it with method=uag (re-tokenized drafts), "
-            "hf_assisted (transformers' universal assisted generation), or a method that needs no draft model "
-            "(ar, pld, layer_skip)")
+        raise OptionError(f"pair {cfg['name']!r} has cross_tokenizer: true (its draft has another tokenizer than its "
+                          f"target), and method {method_name!r} needs one vocabulary; run it with method=uag "
+                          "(re-tokenized drafts), hf_assisted (transformers' universal assisted generation), or a "
+                          "method that needs no draft model (ar, pld, layer_skip)")
 
 
 def shared_vocab_size(tokenizer: PreTrainedTokenizerBase, models: list[PreTrainedModel]) -> int:
@@ -302,9 +280,8 @@ def load_pair(cfg: dict, device: torch.device) -> Pair:
     free_pairs()
     builder = BUILDERS.get(cfg.get("builder", "hub"))
     log.info("loading pair %s", cfg["name"])
-    pair = builder(cfg, device)
-    _LOADED[key] = pair
-    return pair
+    _LOADED[key] = builder(cfg, device)
+    return _LOADED[key]
 
 
 def free_pairs() -> None:

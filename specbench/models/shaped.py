@@ -21,11 +21,11 @@ from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Pre
 
 from specbench.common.options import OptionError
 from specbench.models.pairs import BUILDERS, Pair, input_embedding, resolve_dtype, shared_vocab_size
+from specbench.models.tiny import SPECIALS  # the last three ids
 
 log = logging.getLogger(__name__)
 
 CONFIGS = {"llama": LlamaConfig, "qwen3": Qwen3Config}
-SPECIALS = ["<s>", "</s>", "<pad>"]  # the last three ids
 CHAIN_P = 0.7  # calibration text: x_{t+1} = f(x_t) with this probability, else a random id
 CALIB_SHAPE = (4, 128)  # calibration sequences x positions
 DRAFT_AGREEMENT, TOLERANCE, MAX_STEPS, MAX_DOUBLINGS = 0.99, 0.03, 20, 30
@@ -69,7 +69,7 @@ def agreement(model: PreTrainedModel, ids: torch.Tensor, f: torch.Tensor) -> flo
 
 
 def _validate(cfg: dict) -> None:
-    """ValueErrors naming the pair key: model types, acceptance in (0, 1), one vocab_size."""
+    """OptionErrors naming the pair key: model types, acceptance in (0, 1), one vocab_size."""
     for role in ("target", "draft"):
         kind = cfg[role].get("model_type")
         if kind not in CONFIGS:
@@ -86,9 +86,8 @@ def _validate(cfg: dict) -> None:
 
 def random_model(spec: dict, tok: PreTrainedTokenizerFast, seed: int, dtype: torch.dtype,
                  device: torch.device) -> PreTrainedModel:
-    """A random causal LM of spec's shape, allocated directly on `device` in `dtype` (never on the CPU first).
-    Untied (tie_word_embeddings=False) whatever the real model does: make_bigram sets the head to the embedding's
-    rows permuted by f, so the head must be a matrix of its own."""
+    """A random causal LM of spec's shape, allocated directly on `device` in `dtype`, untied whatever the real model
+    does (make_bigram sets the head to the embedding's rows permuted by f, so it must be a matrix of its own)."""
     fields = {k: v for k, v in spec.items() if k != "model_type"}
     config = CONFIGS[spec["model_type"]](**fields, tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
                                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
@@ -118,15 +117,6 @@ def make_bigram(model: PreTrainedModel, f: torch.Tensor, seed: int) -> None:
     head[v - len(SPECIALS):] = 0  # <s>, </s>, <pad>: logit 0 < the top regular logit, so never emitted greedily
 
 
-def next_probe(lo: float | None, hi: float | None) -> float:
-    """The next log2 s in calibrate's bracket (lo, hi), of which at most one end is unknown (None): s / 4 or s * 4
-    until bracketed, then the middle."""
-    if lo is None:
-        assert hi is not None, "the bracket has a known end"
-        return hi - 2
-    return lo + 2 if hi is None else (lo + hi) / 2
-
-
 @torch.no_grad()
 def calibrate(model: PreTrainedModel, ids: torch.Tensor, f: torch.Tensor, goal: float | None) -> tuple[float, float]:
     """Scale E by s: goal None doubles s until agreement >= DRAFT_AGREEMENT, else bisects log s to agreement within
@@ -143,20 +133,20 @@ def calibrate(model: PreTrainedModel, ids: torch.Tensor, f: torch.Tensor, goal: 
 
     a = at(1.0)
     if goal is None:
-        for doublings in range(MAX_DOUBLINGS + 1):
-            if a >= DRAFT_AGREEMENT:
-                return state["s"], a
-            if doublings < MAX_DOUBLINGS:
-                a = at(state["s"] * 2)
+        while a < DRAFT_AGREEMENT and state["s"] < 2.0 ** MAX_DOUBLINGS:
+            a = at(state["s"] * 2)
+        if a >= DRAFT_AGREEMENT:
+            return state["s"], a
         raise RuntimeError(f"{model.name_or_path}: agreement {a:.3f} < {DRAFT_AGREEMENT} at embedding scale "
                            f"{state['s']:g}; its head cannot follow the bigram map (vocabulary too large for its "
                            f"width?)")
     best = (abs(a - goal), 1.0, a)
-    lo, hi = (0.0, None) if a < goal else (None, 0.0)  # log2 s bracket: agreement(2^lo) < goal <= agreement(2^hi)
+    # log2 s bracket: agreement(2^lo) < goal <= agreement(2^hi), an end not yet known infinite
+    lo, hi = (0.0, math.inf) if a < goal else (-math.inf, 0.0)
     for _ in range(MAX_STEPS):
         if abs(a - goal) <= TOLERANCE:
             break
-        x = next_probe(lo, hi)
+        x = hi - 2 if math.isinf(lo) else lo + 2 if math.isinf(hi) else (lo + hi) / 2  # s / 4 or s * 4, then halves
         a = at(2.0 ** x)
         best = min(best, (abs(a - goal), state["s"], a))
         lo, hi = (x, hi) if a < goal else (lo, x)

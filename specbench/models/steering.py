@@ -4,35 +4,27 @@
     b_l = W_s^(l) g                               one bias per drafter layer l, [I_D]
     MLP_l(a) = W_d ((W_u a + b_l) * act(W_g a))   the up-projection is biased before gating (Eq. 2)
 
-Init (section 3.3): W_s = 0 (the steered drafter starts as the plain drafter) and W_hml = [I I I]
-(g = h + m + l). W_s is one linear map H_v -> L_D * I_D whose output is split into the L_D layer
-biases (Figure 2: "transformed by another linear layer into a set of biases"), so each layer gets
-its own bias from the same g.
+Init (section 3.3): W_s = 0 (the steered drafter starts as the plain drafter) and W_hml = [I I I] (g = h + m + l).
+W_s is one linear map H_v -> L_D * I_D whose output is split into the L_D layer biases (Figure 2: "transformed by
+another linear layer into a set of biases"), so each layer gets its own bias from the same g.
 
-Wrapping from outside: a forward hook on each layer's `mlp.up_proj` returns `up_proj(a) + b_l`.
-Llama, Qwen2 and Qwen3 MLPs compute `down_proj(act_fn(gate_proj(a)) * up_proj(a))`, so the hook
-yields exactly Eq. 2; transformers' code is untouched, the drafter's state dict keeps its keys
-(it saves and loads with save_pretrained / from_pretrained), and removing the hooks restores the
-plain drafter.
+A forward hook on each layer's `mlp.up_proj` returns `up_proj(a) + b_l`; Llama, Qwen2 and Qwen3 MLPs compute
+`down_proj(act_fn(gate_proj(a)) * up_proj(a))`, so this is exactly Eq. 2 with transformers' code untouched, the
+drafter's state dict keeps its keys (save_pretrained / from_pretrained), and removing the hooks restores it.
 
-Layers: `default_layers(L)` = (3, L // 2, L - 2) as indices into transformers' `hidden_states`
-tuple (index k = output of decoder layer k, 1-based; 0 is the embeddings), the paper's choice
-"inspired by EAGLE-3". The paper does not say whether its indices are 0- or 1-based (its released
-training command passes [3, 16, 29] for a 32-layer verifier); any tuple can be configured.
+Layers (default_layers): the paper's (3, L // 2, L - 2), "inspired by EAGLE-3", as 1-based hidden_states indices
+(0 is the embeddings; the paper gives no base, its training command passes [3, 16, 29] for 32 layers).
 
 Which positions are steered (decided here; the paper gives the rule only as "offset δ"):
-- Inference: the steering vector for a drafting block comes from the verifier's states at the
-  last accepted position s (the position whose distribution gave the block's first token, i.e.
-  the position of the first rejected draft in the paper's wording). Drafting the i-th token of
-  the block queries the drafter at position s + i, so the offset is δ = i in [1, k]. The tokens
-  the drafter reads at the start of a block (the correction or bonus token, and the last draft
-  when all were accepted) are read with the new block's bias, and their keys and values keep it
-  (the paper: steering also reaches attention through earlier positions). The first block of a
-  generation is drafted before the verifier has run, so it is not steered (b = 0).
-- Training: one δ ~ U[1, k] per sequence; the drafter's position j is steered with g from the
-  verifier's position j - δ when j - δ >= P - 1 (P = prompt length: the verifier has read the
-  whole prompt, as after the first verify at inference) and not steered otherwise, so prompt
-  positions are never steered, as at inference.
+- Inference: a drafting block's steering vector comes from the verifier's states at the last accepted position s
+  (whose distribution gave the block's first token; the first rejected draft in the paper's wording). Drafting the
+  i-th token of the block queries the drafter at s + i, so δ = i in [1, k]. The tokens the drafter reads at the
+  start of a block (the correction or bonus token, and the last draft when all were accepted) are read with the
+  new block's bias, and their keys and values keep it (the paper: steering also reaches attention through earlier
+  positions). The first block of a generation is drafted before the verifier has run, so it is not steered (b = 0).
+- Training: one δ ~ U[1, k] per sequence; the drafter's position j is steered with g from the verifier's position
+  j - δ when j - δ >= P - 1 (P = prompt length: the verifier has read the whole prompt, as after the first verify
+  at inference) and not otherwise, so prompt positions are never steered, as at inference.
 """
 
 from __future__ import annotations
@@ -113,12 +105,10 @@ class Steering(nn.Module):
 
 
 class SteeredDrafter:
-    """A drafter with steering hooks on every MLP up-projection, and the steering module that feeds them.
-
-    Each hook adds the current block's b_l [I_D] (or [B, 1, I_D], one per row) (inference: computed once per block by
-    `set_block`), or b_l of per-position vectors g [B, T, H_v] (training: `set_positions`; computed
-    in the hook, so gradients reach W_s and W_hml), or nothing (`clear`).
-    """
+    """A drafter with steering hooks on every MLP up-projection, and the steering module that feeds them. Each hook
+    adds the current block's b_l [I_D] (or [B, 1, I_D], one per row; inference: computed once per block by
+    `set_block`), or b_l of per-position vectors g [B, T, H_v] (training: `set_positions`; computed in the hook, so
+    gradients reach W_s and W_hml), or nothing (`clear`)."""
 
     def __init__(self, model: PreTrainedModel, steering: Steering) -> None:
         mlps = check_swiglu(model)
@@ -169,11 +159,8 @@ class SteeredDrafter:
 
 def training_steering(steering: Steering, states: torch.Tensor, delta: torch.Tensor, prompt_len: torch.Tensor
                       ) -> torch.Tensor:
-    """Per-position steering vectors [B, T, H_v] for a training batch.
-
-    states [B, T, 3, H_v] (verifier hidden states), delta [B] in [1, k], prompt_len [B]:
-    position j gets g_{j - δ} if j - δ >= P - 1, else 0 (see the module docstring).
-    """
+    """Per-position steering vectors [B, T, H_v] for a training batch from the verifier's hidden states
+    [B, T, 3, H_v], delta [B] in [1, k] and prompt_len [B]: position j gets g_{j - δ} if j - δ >= P - 1, else 0."""
     g = steering.vector(states)  # [B, T, H_v]
     T = g.shape[1]
     src = torch.arange(T, device=g.device)[None, :] - delta[:, None]  # [B, T]

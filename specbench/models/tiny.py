@@ -1,9 +1,7 @@
-"""The `tiny_random` pair: small random Llama models with fixed seeds and a byte-level tokenizer.
-
-For tests and smoke runs without any download. The draft is the target's first layers (same
-embeddings and head), so the two distributions are related and acceptance is neither 0 nor 1.
-The two models' embedding matrices are padded to different sizes beyond the tokenizer's 259
-tokens, to exercise comparison over the shared tokenizer range.
+"""The `tiny_random` pair, for tests and smoke runs without any download: small random Llama models with fixed seeds
+and a byte-level tokenizer. The draft is the target's first layers (same embeddings and head), so the two
+distributions are related and acceptance is neither 0 nor 1. The two models' embedding matrices are padded to
+different sizes beyond the tokenizer's 259 tokens, to exercise comparison over the shared tokenizer range.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from specbench.models.pairs import BUILDERS, Pair, resolve_dtype, shared_vocab_s
 
 SPECIALS = ["<s>", "</s>", "<pad>"]
 
-
 # merges of the cross-tokenizer test draft's tokenizer (byte-level symbols; Ġ is the space)
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("o", "n"), ("r", "e"),
           ("Ġ", "a"), ("e", "d"), ("n", "d"), ("Ġ", "s"), ("o", "u"), ("Ġ", "c"), ("in", "g"), ("Ġ", "w"),
@@ -24,9 +21,8 @@ MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("a", 
 
 
 def byte_tokenizer(permuted: bool = False, merges: int = 0) -> PreTrainedTokenizerFast:
-    """A byte-level tokenizer: 256 byte tokens then <s>, </s>, <pad> (259 ids), no merges. permuted: the same
-    tokens with other ids (the specials first, then the bytes in reverse order) and the first `merges` of MERGES
-    after them, for a draft whose vocabulary differs from the target's."""
+    """A byte-level tokenizer: 256 byte tokens then <s>, </s>, <pad> (259 ids). permuted: the same tokens with other
+    ids (the specials first, the bytes reversed) and the first `merges` of MERGES, for a draft of another vocabulary."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     order = SPECIALS[::-1] + alphabet[::-1] if permuted else alphabet + SPECIALS
     vocab = {ch: i for i, ch in enumerate(order)}
@@ -62,11 +58,8 @@ def draft_from_target(target: LlamaForCausalLM, layers: int, vocab_size: int, se
 
 
 def damp_upper_layers(model: LlamaForCausalLM, first: int, scale: float) -> None:
-    """Scale the residual-branch outputs (o_proj, down_proj) of layers >= first by `scale`.
-
-    The target then equals its first layers plus a damped correction, so a draft made of those
-    first layers agrees with it often but not always (acceptance is tuned by `scale`).
-    """
+    """Scale the residual-branch outputs (o_proj, down_proj) of layers >= first by `scale`: the target is then its
+    first layers plus a damped correction, which a draft of those layers misses now and then (acceptance by scale)."""
     with torch.no_grad():
         for layer in model.model.layers[first:]:
             layer.self_attn.o_proj.weight.mul_(scale)
@@ -79,15 +72,13 @@ def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
     built in float32 and run in cfg.dtype (float32 when absent; `+pair.dtype=bfloat16` for GPU figures)."""
     tok = byte_tokenizer()
     seed = int(cfg.get("seed", 0))
-    t_cfg = dict(cfg["target"])
     d_cfg = dict(cfg["draft"]) if cfg.get("draft") else None  # pair.draft=null: the target alone
     common = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    scale = float(cfg.get("upper_layer_scale", 1.0))
-    target = tiny_llama(seed, **common, **t_cfg)
-    damp_upper_layers(target, (d_cfg or {}).get("num_hidden_layers", 2), scale)  # the same target without a draft
+    target = tiny_llama(seed, **common, **cfg["target"])
+    # 2 damped layers when there is no draft: the same target either way
+    damp_upper_layers(target, (d_cfg or {}).get("num_hidden_layers", 2), float(cfg.get("upper_layer_scale", 1.0)))
     dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
-    # the ignores: transformers wraps PreTrainedModel.to in functools.wraps(nn.Module.to), whose
-    # type loses the method binding (mypy reads the device as `self`)
+    # the ignores: transformers' PreTrainedModel.to, wrapped by functools.wraps(nn.Module.to), takes `self` untyped
     target = target.to(device)  # type: ignore[arg-type]
     draft = None if d_cfg is None else draft_from_target(target, d_cfg["num_hidden_layers"], d_cfg["vocab_size"],
                                                          seed + 1).to(device, dtype)  # type: ignore[arg-type]
@@ -100,10 +91,9 @@ def build_tiny_random(cfg: dict, device: torch.device) -> Pair:
 
 @BUILDERS.register("tiny_cross")
 def build_tiny_cross(cfg: dict, device: torch.device) -> Pair:
-    """tiny_random's target, and a draft with another tokenizer: the byte tokens with permuted ids plus the first
-    cfg.draft.merges merges (byte_tokenizer(permuted=True)). The draft is tiny_random's draft with its embedding
-    and head rows moved to the permuted ids, so with merges 0 it computes tiny_random's draft distribution in
-    another vocabulary; merged tokens keep random rows."""
+    """tiny_random's target, and its draft with another tokenizer (byte_tokenizer(permuted=True, cfg.draft.merges)):
+    the embedding and head rows moved to the permuted ids, so with merges 0 it computes tiny_random's draft
+    distribution in another vocabulary; merged tokens keep random rows."""
     pair = build_tiny_random(cfg, torch.device("cpu"))
     merges = int(cfg["draft"].get("merges", 0))
     d_tok = byte_tokenizer(permuted=True, merges=merges)
@@ -113,8 +103,7 @@ def build_tiny_cross(cfg: dict, device: torch.device) -> Pair:
     draft = pair.draft.float()
     with torch.no_grad():
         for w in (draft.get_input_embeddings().weight, draft.get_output_embeddings().weight):
-            rows = w[: len(perm)].clone()
-            w[perm] = rows
+            w[perm] = w[: len(perm)].clone()
     dtype = resolve_dtype(cfg.get("dtype", "float32"), device)
     draft.name_or_path = f"tiny_cross/draft(seed={cfg.get('seed', 0)}, merges={merges})"
     target = pair.target.to(device, dtype)  # type: ignore[arg-type]  # transformers' wrapped .to, as above

@@ -1,36 +1,20 @@
-"""The `toy` pair: a target and a much smaller draft trained here, on the toy arithmetic task.
+"""The `toy` pair: a target and a much smaller draft trained here on the toy arithmetic task, so that a laptop
+without a GPU or hub access still runs a real speculative decoding benchmark.
 
-So that a laptop without a GPU or hub access still runs a real speculative decoding benchmark.
-First use trains (a BPE tokenizer, then both models, on CPU, deterministic for the seed) and
-saves them with `save_pretrained` into a cache folder named by a hash of the training config;
-later uses load them through the same `from_pretrained` path as every hub pair.
+First use trains a BPE tokenizer and both models on the CPU and saves them with `save_pretrained` into a folder
+named by a hash of the training config (cache_root; the default config's pair ships in `toy_weights/<hash>/`);
+they load through the same `from_pretrained` path as every hub pair.
 
-Cache folder: `pair.cache_dir`, else `$SPECBENCH_TOY_CACHE`, else `<user cache dir>/specbench/toy`
-(platformdirs; `~/.cache/specbench/toy` on Linux); inside it, one folder per config hash holding
-`target/` and `draft/` (each with the tokenizer) and `toy.json` (config, losses, seconds). Models
-are trained into a temporary folder next to it and renamed into place only when complete.
+Training text is exactly what the runner feeds and the models emit (encode_batch: the prompt tokenized as
+specbench.data.prompting.encode does without a chat template, the answer on its own). Digits are always single
+tokens, so numbers are spelled the same way wherever they occur.
 
-Training text: exactly what the runner feeds and the models emit. The prompt is the question,
-encoded as `specbench.data.prompting.encode` does for a tokenizer without a chat template,
-`tokenizer(question)` = [<s>] + ids(question); the answer is `ids("\\n" + solution) + [</s>]`,
-tokenized on its own. The loss is the next-token cross-entropy on the answer tokens only.
-Digits are always single tokens, so numbers are spelled the same way wherever they occur.
-
-Reproducibility. Float sums depend on their order, and after a thousand steps of AdamW a last-bit
-difference becomes a different model. Two things set that order on the CPU: the number of intra-op
-threads (ATen and MKL split reductions and matrix products across them) and the instruction set
-the kernels pick (AVX-512 or AVX2 code paths of ATen and MKL); the tokenizer's BPE trainer gives the
-same tokenizer whatever its parallelism. So training runs in a child process with one thread and
-pinned code paths (PINNED_ENV: ATen's AVX2 kernels, MKL's conditional numerical reproducibility
-for AVX2), whatever the calling process uses: the same weights on any x86-64 CPU with AVX2, for
-any thread count of the caller. Other architectures (ARM) train deterministically but differently.
-`toy.json` records sha256 hashes of the weights and the tokenizer (`weights_sha256`), and the
-loaded models carry theirs as `model.config.weights_sha256`.
-
-Shipped weights: the default config's trained pair is in the package (`toy_weights/<config
-hash>/`), so the first run loads it instead of training (6 minutes of one core); any other config
-trains on first use. tests/test_toy.py checks the shipped files against their recorded hashes and
-(marked slow) that retraining reproduces them.
+Reproducibility: float sums depend on their order, and after a thousand AdamW steps a last-bit difference becomes
+a different model. On the CPU that order is set by the number of intra-op threads and the instruction set of the
+kernels (AVX-512 or AVX2 paths of ATen and MKL), so training runs in a child process with one thread and
+PINNED_ENV: the same weights on any x86-64 CPU with AVX2, for any thread count of the caller (ARM trains
+deterministically but differently). toy.json records the weights' sha256 (`weights_sha256`), and the loaded
+models carry theirs as `model.config.weights_sha256`; tests/test_toy.py checks the shipped files against them.
 """
 
 from __future__ import annotations
@@ -76,10 +60,9 @@ def config_hash(cfg: dict) -> str:
 
 def cache_root(cfg: dict) -> Path:
     """The folder holding the trained toy pairs: cfg.cache_dir, $SPECBENCH_TOY_CACHE, or the user cache."""
-    if cfg.get("cache_dir"):
-        return Path(cfg["cache_dir"]).expanduser()
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE]).expanduser()
+    root = cfg.get("cache_dir") or os.environ.get(ENV_CACHE)
+    if root:
+        return Path(root).expanduser()
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("specbench")) / "toy"
@@ -95,16 +78,11 @@ def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def tokenizer_sha256(tokenizer_json: Path) -> str:
-    """sha256 of a tokenizer.json's model (vocabulary and merges), as canonical JSON."""
-    model = json.loads(tokenizer_json.read_text())["model"]
-    return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()
-
-
 def weights_sha256(folder: Path) -> dict[str, str]:
     """sha256 of a trained pair folder's target and draft tensors, its tokenizer, and of the three ("pair")."""
     out = {role: tensors_sha256(load_file(folder / role / "model.safetensors")) for role in ("target", "draft")}
-    out["tokenizer"] = tokenizer_sha256(folder / "target" / "tokenizer.json")
+    tokenizer = json.loads((folder / "target" / "tokenizer.json").read_text())["model"]  # vocabulary and merges
+    out["tokenizer"] = hashlib.sha256(json.dumps(tokenizer, sort_keys=True).encode()).hexdigest()
     out["pair"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()
     return out
 
@@ -236,8 +214,7 @@ def main(argv: list[str]) -> None:
 
 
 def ensure_trained(cfg: dict) -> Path:
-    """The folder of `cfg`'s trained pair: the shipped one, else the cache's, training it first (into a temp
-    folder, then renamed) if absent."""
+    """The folder of `cfg`'s trained pair: the shipped one, else the cache's, training it first if absent."""
     shipped = SHIPPED / config_hash(cfg)
     if (shipped / "toy.json").exists():
         return shipped

@@ -23,7 +23,7 @@ def build_method(cfg: dict) -> Method:
 def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
     """The pair as `method` runs on it: the models of its roles, the tokenizer and vocabulary range, the EOS ids
     and context over those models, and the decode settings."""
-    models: dict[str, torch.nn.Module] = {role: pair.model(role) for role in method.roles}
+    models: dict[str, torch.nn.Module] = {role: pair.model(role) for role in method.plan.roles}
     used = [pair.model(role) for role in models]  # the same models, as the pair's (PreTrainedModel)
     same = [m for role, m in zip(models, used) if pair.same_tokenizer(role)]  # EOS ids are ids of the target's tokenizer
     return Binding(models, pair.tokenizer, pair.vocab_size, frozenset(pair.eos_ids(same)), params,
@@ -34,12 +34,10 @@ def make_engine(pair: Pair, method: Method, params: SamplingParams, stop_strings
                 compile: bool = False) -> Decoder:
     """Bind `method` to `pair` (Method.bind, once per engine) and build the engine that runs it (compiled: the
     static-cache, torch.compile path)."""
-    method.bind(pair_binding(pair, method, params))
-    return make_decoder(method, stop_strings, compile)
+    return make_decoder(method.bind(pair_binding(pair, method, params)), stop_strings, compile)
 
 
 def decoder_device(decoder: Decoder) -> torch.device:
-    """The device a decoder runs on (its verifier model's). Only a cast: the decoders take it from a module's
-    `.device`, which torch's stubs type as Tensor | Module; the verifier is a PreTrainedModel, whose device is a
-    torch.device."""
+    """The device a decoder runs on (its verifier model's): a cast, as torch's stubs type a module's `.device` as
+    Tensor | Module; the verifier is a PreTrainedModel, whose device is a torch.device."""
     return cast(torch.device, decoder.device)

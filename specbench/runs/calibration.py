@@ -18,11 +18,10 @@ log = logging.getLogger(__name__)
 
 
 def calibrate_target_1(job: Job, examples: list[Example], tokens: int = 32) -> dict[str, Any]:
-    """Median seconds of a target call verifying one token per row: `ar` decoding `tokens` tokens of `examples`
-    together (a batch of the run's size) after a warm-up on the prompts cut to their first `tokens` tokens (the
-    one-time costs need no long prefill: a warm-up on the whole prompts doubled an 8000-token calibration, 15 min
-    more at one CPU thread); only the iterations every row took part in, each generation's first (the prompts')
-    left out. Returns the fields of a `target_1` record (specbench.runs.measurements)."""
+    """The fields of a `target_1` record: the median seconds of a target call verifying one token per row, `ar`
+    decoding `tokens` tokens of `examples` together, only the iterations every row took part in but the first (the
+    prompts'), after a warm-up on the prompts cut to `tokens` tokens (the one-time costs need no long prefill: a
+    warm-up on the whole prompts doubled an 8000-token calibration, 15 min more at one CPU thread)."""
     engine = make_engine(job.pair, build_method({"name": "ar"}), job.method.bound.params, (), job.engine.compile)
     prompts = [fit_prompt(job.encode(ex, []), engine.context_length, tokens, job.on_long, f"example {ex.id!r}")[0]
                for ex in examples]

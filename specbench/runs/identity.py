@@ -1,27 +1,14 @@
 """The run identity, defined once: what makes two configs one run, and which overrides name its folder.
 
-A run's identity is its resolved config without the keys a resumed run may change (RESUMABLE_KEYS) and
-without the LEGACY_DEFAULTS at their default value (keys that joined the config after run folders existed:
-a config without them ran at that value). Everything that compares runs derives from `identity`:
-- the runner's resume check: a folder holding another identity is refused (specbench.runs.runner);
-- the report's setting: the identity without the method, plus the device (specbench.analysis.load.setting_of);
-- the shard groups of specbench.runs.merge: the identity without `shard`, `limit` kept;
-- the run folder's name: `folder_overrides`, which the `specbench.leaf` resolver (specbench.runs.layout)
-  makes the folder's last part.
+A run's identity is its resolved config without RESUMABLE_KEYS and without the LEGACY_DEFAULTS at their default value.
+Everything that compares runs derives from it: the runner's resume check, the report's setting
+(specbench.analysis.load.setting_of), the shard groups of specbench.runs.merge and the run folder's name.
 
-The folder's name is the command-line overrides (Hydra's `hydra.overrides.task`, as typed) but those
-- selecting a group the folder's path names (`pair`, `method`, `dataset`, `decode`) or `experiment` (which
-  shows through the values it sweeps);
-- of a resumable key or a key below one (`threads=1`, `logger.project=x`, `paths.results=/r`); for a
-  training task (`task=synth`, `task=distill`) its `task.*` keys do name its folder, but for `task.name`,
-  the key its path names (TASK_PATH_KEY) and its resumable ones (TASK_RESUMABLE);
-- at their default value. A key's default is the value the composed config would have without that one
-  override: what the config files give it under the same group selections and the other overrides, compared
-  resolved and strictly (1 is neither 1.0 nor true). So `batch_size=1`, `engine.compile=false`,
-  `device=auto` and, with `method=sd2`, `method.gamma=8` (sd2's own γ) name no folder, while
-  `method.gamma=8` with `method=vanilla` (γ 5) does. A group selection outside the path (`local=example`)
-  is at its default when it selects the option the config would select without it.
-Hence a command with or without a key at its default, run alone or as a sweep's job, resumes one folder.
+The folder's name (`folder_overrides`, by the `specbench.leaf` resolver) is the command-line overrides, as typed, but
+those that cannot name it (`names_folder`) and those at their default value: the value the config files give the key
+under the same group selections and the other overrides, compared resolved and strictly (1 is neither 1.0 nor true).
+So with `method=sd2` `method.gamma=8` (sd2's own γ) names no folder, while with `method=vanilla` (γ 5) it does. Hence
+a command with or without a key at its default, run alone or as a sweep's job, resumes one folder.
 """
 
 from __future__ import annotations
@@ -40,23 +27,19 @@ from specbench.common.files import CONF_DIR
 
 log = logging.getLogger(__name__)
 
-# Config keys that may change between a run and its resumption without changing any row.
-# `task` is always `bench` for a benchmark run (folders written before the task group existed lack it);
-# logger / slurm / paths: where results are sent, where jobs run and where folders lie (a drafter folder
-# reaches the rows through method.drafter, which stays in the identity); wait_for_lock,
-# resume_any_version: how a run treats a busy folder or rows of another code version.
-# repeats, remeasure: how many timing repeats a run holds and whether to start a new set of them.
+# Config keys that may change between a run and its resumption without changing any row: `task` is always `bench`
+# for a benchmark run (older folders lack it); logger / slurm / paths say where results are sent, jobs run and
+# folders lie (a drafter folder reaches the rows through method.drafter, which stays in the identity);
+# wait_for_lock, resume_any_version, repeats and remeasure how a run treats a folder and its repeats.
 RESUMABLE_KEYS = {("limit",), ("warmup",), ("progress",), ("trace",), ("threads",), ("task",),
                   ("logger",), ("slurm",), ("paths",), ("wait_for_lock",), ("resume_any_version",),
                   ("repeats",), ("remeasure",)}
 
-# Keys that joined the run identity after run folders existed, with the value a config without them ran at
-# (a folder written before `batch_size` decoded one example at a time, before `engine.compile` eagerly): at
-# that value they are left out of an identity, so such a folder and a new one at that value are one run.
+# Keys that joined the run identity after run folders existed, with the value a config without them ran at: left
+# out of an identity at that value, so such a folder and a new one at that value are one run.
 LEGACY_DEFAULTS = {("batch_size",): 1, ("engine", "compile"): False}
 
-PATH_GROUPS = ("pair", "method", "dataset", "decode")  # named by the folder's path
-UNNAMED_GROUPS = (*PATH_GROUPS, "experiment")  # group selections that never name the folder's last part
+UNNAMED_GROUPS = ("pair", "method", "dataset", "decode", "experiment")  # the folder's path names the first four
 
 # The training tasks (conf/task/): the task key their folder's path names, and the task keys a resumed run
 # may change (specbench.training.synth.check_task_resume compares the others).
@@ -109,8 +92,9 @@ def with_defaults(config: dict) -> dict:
 
 
 def names_folder(key: str, task: str = "bench") -> bool:
-    """Whether an override of `key` (a dotted key or a group) can name a `task` run's folder (module docstring); a
-    method's parts name its method folder instead (specbench.runs.layout.run_method)."""
+    """Whether an override of `key` (a dotted key or a group) can name a `task` run's folder: not a selection of
+    UNNAMED_GROUPS, a resumable key or one below it (`threads=1`), nor a method's part (run_method names it); a
+    training task's `task.*` keys do, but for `task.name`, TASK_PATH_KEY and TASK_RESUMABLE."""
     parts = tuple(key.split("."))
     if len(parts) == 1 and parts[0] in UNNAMED_GROUPS or parts[:2] == ("method", "parts"):
         return False

@@ -1,22 +1,13 @@
-"""What a run measured beside its rows, recorded once: `<run folder>/measurements.jsonl`, append-only.
-
-A summary is recomputed from the folder every time a run ends, resumed or not, so every number it reports
-comes from what the folder recorded, never from a new measurement of the process that happens to write it:
-a pure resume rewrites the same summary.json. Beside the rows, two things are measured once and appended
-here as JSON lines, each for one set of repeats (`measure_from`, see specbench.runs.results.measured_rows):
-
-- `{"kind": "target_1", ...}`: the seconds of one target call verifying one token per row at the run's
-  `batch_size` (specbench.runs.calibration.calibrate_target_1), the c_target(1) of a predicted speedup
-  (specbench.decoding.speedup) whose rows never observed it: written by the first summary that needs it,
-  with the batch size, the example ids and the tokens it decoded; later summaries read it;
-- `{"kind": "process", ...}`: a process that decoded rows of the set records its peak memory
-  (specbench.runs.provenance.peak_memory), how many rows it decoded and when it finished; the summary's
-  peak memory is the largest of the set's records and its `finished` the latest. A set without one (a
-  folder of an older version, or a crash between the last row and the record) gets the first summarizing
-  process's, recorded.
-
+"""What a run measured beside its rows, recorded once per set of repeats (`measure_from`) in the append-only
+`<run folder>/measurements.jsonl`: a summary is recomputed from the folder every time a run ends, so every number it
+reports comes from what the folder recorded, never from a new measurement of the process that happens to write it.
+- `{"kind": "target_1", ...}`: the seconds of one target call verifying one token per row at the run's batch_size
+  (specbench.runs.calibration), written by the first summary that needs it; the first such record is the one read;
+- `{"kind": "process", ...}`: a process that decoded rows of the set records its peak memory, how many rows it
+  decoded and when it finished; a set without one (an older version, or a crash before the record) gets the first
+  summarizing process's.
 Each line is written whole with one write(), flushed and fsync'ed; a reader skips a partial last line (a crash
-mid-write), which the next append cuts off; the first `target_1` record of a set and batch size is the one read.
+mid-write), which the next append cuts off.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Merge the shard runs of one configuration into one run folder, with a recomputed summary.
 
-A large dataset is split across SLURM array jobs with `shard=i/n` (specbench.data.dataset.select:
-shard i holds examples i, i+n, i+2n, ... of the dataset's fixed order), e.g.
-
     python run.py -m hydra/launcher=slurm dataset=gsm8k shard=$(seq -s, -f '%g/8' 0 7)
     python -m specbench.runs.merge results/<pair>/gsm8k            # every shard group found below
     python -m specbench.runs.merge SHARD_DIR ... [--out DIR]       # exactly these shards
 
-A shard group is the finished run folders whose configs are equal except for `shard` and
-the keys a resumed run may change (the run identity, specbench.runs.identity; `limit` must be
-equal). A group is merged only when it is complete: every shard 0..n-1 present exactly once, each
-finished (its summary counts all its rows), no example id in two shards, and shard sizes those of
-a round-robin split. Anything else is refused with the reason, and nothing is written for it.
-
-The merged folder is what the unsharded run writes: rows.jsonl in the dataset's order, config.json
-(the shards' record with `shard: null`), summary.json (specbench.decoding.metrics.summarize over all
-rows, peak memory the maximum over shards, each shard's folder and provenance under
-`merged_from`) and the shards' traces/. By default it is the shard folder with `shard=iofn`
-removed from its name (`default` when nothing else is left), i.e. the folder `python run.py` uses
-for the same config without the shard, so rerunning that command resumes it with nothing left to do.
-Merging again is safe: identical rows are kept and the summary rewritten; different rows refuse.
-The merged folder is written holding its lock (specbench.runs.results.folder_lock): while a run or another
-merge writes it, the merge is refused naming that process.
+A shard group is the finished run folders whose run identities are equal but for `shard`, merged only when complete
+(check_group); anything else is refused with the reason, writing nothing for it. The merged folder is what the
+unsharded run writes, by default the folder `python run.py` uses for the same config without the shard, so rerunning
+that command resumes it with nothing left to do. Merging again is safe: identical rows are kept and the summary
+rewritten; different rows refuse. The merged folder is written holding its lock (folder_lock).
 """
 
 from __future__ import annotations
@@ -168,7 +155,8 @@ def merged_summary(group: list[Shard], rows: list[dict], record: dict) -> dict:
 
 
 def write_merged(group: list[Shard], out: Path) -> dict:
-    """Check the group and write its merged run folder at `out`, holding its lock; returns the merged summary."""
+    """Check the group and write its merged run folder at `out`, holding its lock (rows in the dataset's order, config
+    with `shard: null`, summary with each shard's provenance under `merged_from`, traces); returns the summary."""
     check_group(group)
     try:
         with folder_lock(out):  # `out` is the folder `python run.py` resumes: never write it beside a run
@@ -191,9 +179,9 @@ def _write_merged(group: list[Shard], out: Path) -> dict:
             raise MergeError(f"{out} holds a different configuration ({'; '.join(config_diff(old, record['config']))}); "
                              "refusing to merge into it: pass another --out")
     if (out / ROWS).exists():
-        old_ids = [r["id"] for r in read_rows(out / ROWS)]
-        if old_ids != [r["id"] for r in rows] or read_rows(out / ROWS) != rows:
-            raise MergeError(f"{out / ROWS} already holds other rows ({len(old_ids)}); refusing to replace them")
+        old_rows = read_rows(out / ROWS)
+        if old_rows != rows:
+            raise MergeError(f"{out / ROWS} already holds other rows ({len(old_rows)}); refusing to replace them")
     else:
         write_text_atomic(out / ROWS, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     for s in group:

@@ -1,20 +1,11 @@
-"""Command-line overrides checked before Hydra composes them.
-
-A mistyped option key of the method or the dataset would otherwise get Hydra's advice to add `+`
-(`method.gama=3`) or, added (`+method.gama=3`), fail only once the job runs. `check_option_overrides`
-finds every `method.<key>` / `dataset.<key>` override (with or without `+` / `++`) whose key the chosen
-method or dataset does not accept, for each choice the command runs (a sweep's values, an
-experiment's sweep parameters, else the composed default), and fails listing the valid keys: the
-config node's own keys and the options of the class it builds (its constructor's parameters).
-`check_top_level_keys`, called first, does the same for a top-level key no config has (`limt=5`, which
-Hydra would advise to write `+limt=5`, a run that ignores it). Any other problem with the overrides is left
-to Hydra, which reports it itself.
+"""Command-line overrides checked before Hydra composes them: a mistyped method or dataset option key
+(`method.gama=3`) would otherwise get Hydra's advice to add `+` or, added, fail only once the job runs, and a mistyped
+top-level key (`limt=5`), added, would run ignoring it; both fail here listing the valid keys, for each choice the
+command runs. Any other problem with the overrides is left to Hydra, which reports it itself.
 
 A method is composed on the command line from its preset and parts (`method=vanilla method.parts.drafter=suffix
-method.max_depth=8`): `check_option_overrides` returns the arguments with every valid `method.<key>` override written
-`++method.<key>=...` (add or replace), so a key the preset lacks (max_depth: the suffix drafter's) needs no `+` and a
-key it has takes one (`+method.gamma=3`) without Hydra refusing either; the options are checked against the parts the
-command composes (each `method.parts.<part>` override applied to the preset's parts).
+method.max_depth=8`): a valid `method.<key>` override is passed on as `++method.<key>=...` (`replacing`), so a key
+the preset lacks needs no `+` and a key it has takes one without Hydra refusing either.
 """
 
 from __future__ import annotations
@@ -76,9 +67,7 @@ def replacing(line: str, everywhere: bool) -> str:
     """A `method.<key>=...` line as Hydra takes it: as typed where every method the command runs has the key and it
     has no `+` (a sweep's own values for the key stay overridable); else `++method.<key>=...`, added where a config
     lacks the key and replaced where it has it."""
-    if everywhere and not line.startswith("+"):
-        return line
-    return "++" + line.lstrip("+")
+    return line if everywhere and not line.startswith("+") else "++" + line.lstrip("+")
 
 
 def group_choices(group: str, overrides: list[Override], cfg: Any) -> list[str]:
@@ -89,7 +78,7 @@ def group_choices(group: str, overrides: list[Override], cfg: Any) -> list[str]:
             return values(o)
     param = OmegaConf.select(cfg, f"hydra.sweeper.params.{group}")
     if param is not None:
-        return choices_of(f"{group}={param}")
+        return values(OverridesParser.create().parse_overrides([f"{group}={param}"])[0])
     return [cfg.hydra.runtime.choices[group]]
 
 
@@ -98,16 +87,10 @@ def values(o: Override) -> list[str]:
     return list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
 
 
-def choices_of(line: str) -> list[str]:
-    """The values of one override line (values of its parse)."""
-    return values(OverridesParser.create().parse_overrides([line])[0])
-
-
 def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> list[str]:
-    """Fail, listing the valid keys, for an unknown top-level key (check_top_level_keys) or a method or dataset
-    option key (`method.gama=3`, `+dataset.nn=5`) that the chosen method or dataset does not accept; return the
-    arguments with each checked `method.<key>` override written `++method.<key>` (module docstring). Every other
-    override is left to Hydra."""
+    """Fail, listing the valid keys, for an unknown top-level key (check_top_level_keys) or a method or dataset option
+    key (`method.gama=3`, `+dataset.nn=5`) that the chosen method or dataset does not accept; return the arguments
+    with each checked `method.<key>` override written as Hydra takes it (`replacing`)."""
     lines = [a for a in args if "=" in a and not a.startswith("-")]
     try:
         parsed = OverridesParser.create().parse_overrides(lines)

@@ -1,33 +1,15 @@
 """A run's own recorded iterations at a hardware cost profile's costs (`python -m specbench.report DIR --profile
 PROFILE`): the speedup over `ar` the run would have where the profile was measured, by predicted_speedup's formula
-(specbench.decoding.speedup) with the profile's call costs (specbench.decoding.profiles.iteration_costs) in place
-of the run's own.
+(specbench.decoding.speedup) with the profile's call costs (specbench.decoding.profiles.iteration_costs).
 
-What is kept from the run: its iterations' draft lengths (verify widths) and depths and its acceptance per
-position (the rows' call_stats, each generation's first iteration left out), and its draft forwards and the tokens
-they fed per row (call_stats' draft_steps and draft_tokens: a chain drafted token by token at batch_size 1 runs
-one forward of about one token per drafted node, more at batch_size > 1 where a row waits for the batch's longest
-window, a tree grown depth by depth fewer forwards of several nodes; `pld` none). What is taken from the profile:
-the target's forward of w + 1 tokens (a chain) or of the root's token and w nodes (a tree: any run whose
-iterations' depths differ from their widths), its one-token forward (ar's step) and the draft's forward of as
-many tokens as the run's fed on average per forward at that width, all at the run's batch size, dtype and path
-(eager / compiled).
-
-What a profile of forwards does not hold, the host work of each iteration outside every forward (sampling, the
-policy, acceptance, a tree's expansion, the bookkeeping: call_stats' host_s), is kept as measured on both sides:
-each iteration of the run costs its own mean host seconds at its draft length beside the profile's forwards, and
-ar's step costs the profile's one-token forward plus the host seconds per token of the group's `ar` run
-(`baseline_host`). Rows older than that split (no host_s), or no `ar` run to take it from, give the forwards-only
-projection (an upper bound where host work is a large part of an iteration), said in its description. The host
-seconds are the run machine's: on a GPU host work partly overlaps the device's, so this is its cost at most.
-
-The profile entry is chosen by `specbench.decoding.profiles.pair_entries` (the run's pair by the shapes it
-recorded in config.json runtime.shapes, else by name; or a pair the user names) and `pick` (dtype, path, batch
-size). A drafter that is neither the pair's draft model nor free (an EAGLE-3 or Medusa head, layer_skip's early exit)
-has no forward of its own in a profile: its measured seconds per drafted node are scaled by the ratio of the
-profile's target verify seconds to the run's own for the same iterations (draft_cost). A tree grown by the pair's
-draft (dyn_tree, spec_tree) feeds each depth's nodes with tree attention: its forwards are priced at the entry's
-draft tree forwards (`draft_tree_s`) where the profile has them.
+Kept from the run: its iterations' draft lengths (verify widths) and depths, its acceptance per position and its
+draft forwards and the tokens they fed (call_stats, each generation's first iteration left out). Taken from the
+profile entry of the run's pair, batch size, dtype and path (profiles.pair_entries, `pick`): the target's forward of
+w + 1 tokens (a chain) or of the root's token and w nodes (a tree), its one-token forward (ar's step) and the draft's
+forwards (draft_cost). The host work outside the forwards (call_stats' host_s) is kept as measured on both sides, ar's
+from the group's `ar` run (`baseline_host`); rows older than that split, or no `ar` run, give the forwards-only
+projection (an upper bound where host work is a large part of an iteration). The host seconds are the run machine's:
+on a GPU host work partly overlaps the device's, so this is its cost at most.
 """
 
 from __future__ import annotations
@@ -37,8 +19,7 @@ from typing import Any, Mapping, TypedDict
 
 from specbench.decoding.profiles import (Entry, ProfileError, draft_seconds, iteration_costs, pair_entries, pick,
                                          prefill_seconds, read)
-from specbench.decoding.speedup import (CallStats, alphas, from_row, iteration_seconds, merge_stats,
-                                        predicted_speedup)
+from specbench.decoding.speedup import CallStats, alphas, from_row, iteration_seconds, merge_stats, predicted_speedup
 
 __all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "project_whole",
            "read", "run_stats"]  # read: a profile.json, for the report
@@ -62,9 +43,8 @@ def run_stats(rows: list[dict]) -> dict[str, Any]:
 
 def first_blocks(rows: list[dict], stats: list[CallStats | None]) -> list[tuple[int, int]] | None:
     """(prompt tokens P, nodes w_1 its first iteration drafted) of each generation: w_1 = the row's drafted nodes less
-    those of the iterations in its call_stats, which leave the first out (a row that drafted nothing needs no
-    call_stats). None where a row lacks them (older rows) or answers several turns (the later turns' prompts are not
-    recorded)."""
+    those of the iterations in its call_stats, which leave the first out. None where a row lacks them (older rows) or
+    answers several turns (the later turns' prompts are not recorded)."""
     out = []
     for r, st in zip(rows, stats):
         if r.get("prompt_tokens") is None or r.get("turn_outputs") or (st is None and r.get("drafted")):
@@ -76,11 +56,10 @@ def first_blocks(rows: list[dict], stats: list[CallStats | None]) -> list[tuple[
 
 def after_first_block(rows: list[dict]) -> float:
     """Tokens per second of the rows' generations after their first block (the prompt's forwards and the first
-    iteration, which predicted_speedup and a projection leave out), the median over the repeats as the run's
-    tokens_per_s_median is: per repeat Σ tokens the later iterations committed (Σ accepted + 1 per iteration, from
-    call_stats) / Σ (decode_s - the row's share of the first block, first_block_s / batch_size). NaN where a row
-    lacks call_stats or first_block_s. A multi-turn row's later turns' first blocks stay in (call_stats leaves each
-    turn's first iteration out, first_block_s is the first turn's)."""
+    iteration, which predicted_speedup and a projection leave out), the median over repeats: per repeat Σ tokens the
+    later iterations committed (Σ accepted + 1 per iteration, from call_stats) / Σ (decode_s - first_block_s /
+    batch_size). NaN where a row lacks call_stats or first_block_s. A multi-turn row's later turns' first blocks stay
+    in (call_stats leaves each turn's first iteration out, first_block_s is the first turn's)."""
     sums: dict[int, list[float]] = {}
     for r in rows:
         stats = from_row(r)
@@ -95,13 +74,13 @@ def after_first_block(rows: list[dict]) -> float:
 
 def pair_drafter(method: str) -> bool | None:
     """Does `method` draft with the pair's draft model (or a drafter trained from it)? Its drafter part says
-    (Drafter.pair_draft); None for a method that is not known here."""
+    (Needs.pair_draft); None for a method that is not known here."""
     from specbench.decoding.compose import part_classes
     from specbench.decoding.parts import Drafter
 
     try:
-        drafter: type[Drafter] = part_classes({"name": method})["drafter"]
-        return bool(drafter.pair_draft)
+        drafter = part_classes({"name": method}).get("drafter")  # None: a loop, whose assistant is the pair's draft
+        return drafter is None or (issubclass(drafter, Drafter) and drafter.needs.pair_draft)
     except Exception:  # noqa: BLE001 - an unknown or unimportable method: no projection, said in the note
         return None
 
@@ -120,10 +99,9 @@ def host_by_drafted(stats: CallStats) -> dict[str, float]:
 
 
 def at_own_forwards(stats: CallStats | None, baseline: CallStats | None) -> float | None:
-    """predicted_speedup's formula over the run's iterations at the run's own in-loop costs: each width's mean
-    verifier forward seconds, the drafter's forward seconds per drafted node and the host work, against ar's
-    (`baseline`, its call_stats) forward and host seconds per token. It tells the formula's error (its E[T | D]) from
-    a profile's (its forwards against the loop's); None without the host split on both sides."""
+    """predicted_speedup's formula over the run's iterations at the run's own in-loop forward and host costs, against
+    ar's (`baseline`, its call_stats) per token: the formula's error (its E[T | D]) apart from a profile's (its
+    forwards against the loop's); None without the host split on both sides."""
     if stats is None or baseline is None or host_per_iteration(stats) is None or host_per_iteration(baseline) is None:
         return None
     n, ar_its = stats["iterations"], sum(baseline["iterations"].values())
@@ -140,14 +118,13 @@ def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tre
                ) -> tuple[float | None, str]:
     """(the draft seconds per drafted node of the run's iterations at the entry's costs, in words), or (None, why).
 
-    Drafts from no model (`pld`) cost 0. The pair's draft model: each iteration's draft forwards are priced at the
-    entry's draft forward of the tokens they fed per row (call_stats' draft_steps and draft_tokens per width w,
-    summed over the iterations of that width): Σ_w steps_w · draft(tokens_w / steps_w) / Σ drafted nodes; rows older
-    than those counts: Σ draft_calls / Σ drafted forwards of one token each per node. A drafter that is not the pair's
-    draft model (an EAGLE-3 or Medusa head, layer_skip's early exit) has no forward of its own in a profile: its
-    measured seconds per drafted node are scaled by `target_s`, the profile's seconds for the run's verifies over the
-    run's own measured seconds for them (such a drafter is part of the target's computation and is costed as a fixed
-    fraction of it)."""
+    Drafts from no model (`pld`) cost 0. The pair's draft model: Σ_w steps_w · draft(tokens_w / steps_w) / Σ drafted
+    nodes, from call_stats' draft_steps and draft_tokens per width w (a tree it grows, dyn_tree or spec_tree, at the
+    entry's draft tree forwards `draft_tree_s` where it has them); rows older than those counts: Σ draft_calls / Σ
+    drafted one-token forwards per node. A drafter that is not the pair's draft model (an EAGLE-3 or Medusa head,
+    layer_skip's early exit) is part of the target's computation, with no forward of its own in a profile: its
+    measured seconds per drafted node are scaled by `target_s`, the profile's seconds for the run's verifies, over the
+    run's own measured seconds for them."""
     stats, forwards, drafted = run["call_stats"], run["draft_forwards"], run["drafted_total"]
     if not drafted:
         return None, "no drafts"
@@ -185,15 +162,11 @@ def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tre
 def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
             baseline_host: float | None = None) -> tuple[float | None, str]:
     """(the speedup over ar of the run's iterations at the profile's costs, which entry and draft cost it used) or
-    (None, why not). `run` holds method, pair, shapes, dtype, path, batch_size, call_stats, draft_forwards and
-    drafted_total (specbench.analysis.load); `baseline_host` ar's host seconds per token (host_per_iteration of
-    its run; None: forwards only). ProfileError when the profile has no entry of the run's pair (or of
-    `by_name`)."""
+    (None, why not); `run` is a loaded run (specbench.analysis.load), `baseline_host` ar's host seconds per token
+    (None: forwards only). ProfileError when the profile has no entry of the run's pair (or of `by_name`)."""
     priced = price(run, profile, by_name, baseline_host)
-    if isinstance(priced, str):
-        return None, priced
-    if priced["draft_per_node"] is None:
-        return None, priced["draft_said"]
+    if isinstance(priced, str) or priced["draft_per_node"] is None:
+        return None, priced if isinstance(priced, str) else priced["draft_said"]
     return predicted_speedup(run["call_stats"], priced["costs"]), priced["said"]
 
 
@@ -262,19 +235,16 @@ class Priced(TypedDict):
 
 def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
           baseline_host: float | None = None) -> Priced | str:
-    """The profile's costs of the run's iterations, or why there are none: `costs` (call_costs' format, for
-    predicted_speedup, with the host terms where the run and `baseline_host` have them), `draft_per_node` (None:
-    see `draft_said`), `said` (which entry, chain or tree verifies, the draft's cost and the host work in words),
-    and per iteration the seconds the run measured and the profile's for the same calls: `iterations`,
-    `verify_run`, `verify_profile`, `draft_run`, `draft_profile` (None without a draft cost) and `host_run` (None:
-    rows older than the split). The run's seconds are its forwards' where recorded, else its phases'."""
+    """The profile's costs of the run's iterations, or why there are none: `costs` (for predicted_speedup, with the
+    host terms where the run and `baseline_host` have them), `draft_per_node` (None: see `draft_said`), `said` (in
+    words), and per iteration the seconds the run measured (its forwards' where recorded, else its phases') and the
+    profile's for the same calls; `draft_profile` None without a draft cost, `host_run` None for older rows."""
     stats = run["call_stats"]
     if not stats or not stats["iterations"]:
         return "no recorded iterations (call_stats)"
     entries = pair_entries(profile, run["pair"], run["shapes"], by_name)
     dtype = run["dtype"] if isinstance(run["dtype"], str) else None  # a table's missing value (NaN): not recorded
-    entry, which = pick(entries, run["pair"], dtype, run["path"], int(run["batch_size"]),
-                        any_dtype=by_name is not None)
+    entry, which = pick(entries, run["pair"], dtype, run["path"], int(run["batch_size"]), any_dtype=by_name is not None)
     if entry is None:
         return which
     n = stats["iterations"]

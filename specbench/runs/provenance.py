@@ -23,12 +23,12 @@ PACKAGES = ["specbench", "torch", "transformers", "accelerate", "datasets", "hyd
             "tokenizers", "numpy", "scipy", "pandas", "scikit-learn", "lm-eval"]
 
 
-def git_info(root: Path | None = None) -> dict[str, object]:
+def git_info() -> dict[str, object]:
     """Commit hash of the project checkout and whether its tracked files have local changes."""
-    root = root or ROOT
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                     capture_output=True, text=True, check=True).stdout.strip())
         return {"git_hash": head, "git_dirty": dirty}
     except (OSError, subprocess.CalledProcessError):
@@ -75,25 +75,11 @@ def folder_fingerprint(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def saved_config(path: str, revision: str | None) -> Path | None:
-    """The config.json the weights were saved with: a local folder's, else the hub id's in the local Hugging Face
-    cache at `revision` (None: main); None if not found."""
-    local = Path(path) / "config.json"
-    return local if local.exists() else cached_config(path, revision)
-
-
-def snapshot_of(config_file: Path | None) -> str | None:
-    """The snapshot (commit hash) of a file in the Hugging Face cache (.../snapshots/<hash>/...), else None."""
-    parts = config_file.parts if config_file else ()
-    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
-
-
 def model_record(model: Any) -> dict[str, Any]:
-    """Which weights a loaded model holds: path or hub id, revision (the hub commit, or a local folder's
-    fingerprint), the quantization method (quantization_config) and whether the weights were converted
-    (loaded from GGUF, or saved in another dtype than the one that ran); a toy model also gives the sha256
-    of its weights (`weights_sha256`, specbench.models.toy); a dependent head (specbench.decoding.head_drafts.DraftHead)
-    its method.head and the fingerprint of the folder it was read from."""
+    """Which weights a loaded model holds: path or hub id, revision (the hub commit, or a local folder's fingerprint),
+    the quantization method and whether the weights were converted (loaded from GGUF, or saved in another dtype than
+    the one that ran); a toy model also its `weights_sha256`; a dependent head (DraftHead) its method.head and the
+    fingerprint of the folder it was read from."""
     if hasattr(model, "head_folder"):
         folder = model.head_folder
         return {"path": model.name_or_path, "revision": folder_fingerprint(folder) if folder else None,
@@ -101,9 +87,14 @@ def model_record(model: Any) -> dict[str, Any]:
     cfg = model.config
     path = getattr(cfg, "_name_or_path", "") or None
     revision = getattr(cfg, "_commit_hash", None)
-    config_file = saved_config(path, revision) if path else None
-    if path and revision is None:
-        revision = folder_fingerprint(Path(path)) if Path(path).is_dir() else snapshot_of(config_file)
+    config_file = None  # the config.json the weights were saved with: a local folder's, else the hub cache's
+    if path:
+        local = Path(path) / "config.json"
+        config_file = local if local.exists() else cached_config(path, revision)
+    if path and revision is None:  # a local folder's fingerprint, else the hub cache's snapshot (.../snapshots/<hash>)
+        parts = config_file.parts if config_file else ()
+        snapshot = parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
+        revision = folder_fingerprint(Path(path)) if Path(path).is_dir() else snapshot
     quant = getattr(cfg, "quantization_config", None)
     quant = quant if quant is None or isinstance(quant, dict) else quant.to_dict()
     saved = json.loads(config_file.read_text()) if config_file else {}
@@ -117,18 +108,13 @@ def model_record(model: Any) -> dict[str, Any]:
 
 def runtime(models: dict[str, Any], threads: int, pair: Any = None, hidden_layers: tuple[int, ...] = ()
             ) -> dict[str, Any]:
-    """What actually ran, read from the loaded models {role: model}: device and dtype (the verifier's, the
-    first role), the torch CPU threads and each role's model_record; with the loaded `pair` also its models'
-    `shapes` ({"target": ..., "draft": ... or None}, specbench.decoding.profiles.shapes: what a cost profile's
-    entries are matched by); `verify_hidden_layers`, the verifier's hidden states each verify returned (EAGLE-3's
+    """What actually ran, read from the loaded models {role: model}: device and dtype (the verifier's, the first
+    role), the torch CPU threads and each role's model_record; with the loaded `pair` its models' `shapes` (what a
+    cost profile's entries are matched by); `verify_hidden_layers`, the hidden states each verify returned (EAGLE-3's
     and SD²'s layers; a projection prices such verifies apart)."""
     first = next(iter(models.values()))
     return {"device": str(first.device), "dtype": str(first.dtype).removeprefix("torch."), "threads": threads,
             "models": {role: model_record(m) for role, m in models.items()},
-            **({"shapes": pair_shapes(pair)} if pair is not None else {}),
+            **({} if pair is None else {"shapes": {"target": shapes(pair.target),
+                                                   "draft": None if pair.draft is None else shapes(pair.draft)}}),
             "verify_hidden_layers": list(hidden_layers)}
-
-
-def pair_shapes(pair: Any) -> dict[str, dict[str, object] | None]:
-    """The shapes of a loaded pair's target and draft (None without a draft)."""
-    return {"target": shapes(pair.target), "draft": shapes(pair.draft) if pair.draft is not None else None}

@@ -1,19 +1,11 @@
 """Append-only, resumable results: rows.jsonl (one JSON row per example) and summary.json.
 
-The rows of a batch (one row at batch_size 1) are written with a single write() of complete lines,
-then flushed and fsync'ed, so a crash leaves every finished batch readable and no part of an unfinished
-one: while the write is under way, `.rows.pending` holds the file's size before it, and a reader stops
-there while a reopening writer cuts the file back to it (a write that fails cuts it back at once). A
-trailing partial line (a crash of a version that wrote no marker) is cut off too. Rows are unique by id
-on read: a file holding an id twice (two writers on one folder, before the folder lock existed) reads as
-its first row of each id. JSON files such as summary.json are written to a temporary file of a unique
-name and renamed, so they are either the old or the new version; the temporary files of a writer killed
-before its rename are removed by the folder's next writer (folder_lock). A full disk or a folder that may
-not be written fails with FolderNotWritable, naming the folder and what to do.
-
-One writer per folder: `folder_lock` holds an exclusive flock on `<folder>/.lock` for the whole
-run (specbench.runs.runner.run takes it for every task, specbench.runs.merge for its output folder). The
-kernel drops the lock when its holder exits or is killed, so a lock file left behind never blocks.
+The rows of a batch are written with a single write() of complete lines, then flushed and fsync'ed; while the write
+is under way, `.rows.pending` holds the file's size before it, where a reader stops and a reopening writer cuts the
+file back, so a crash leaves every finished batch and no part of an unfinished one. JSON files such as summary.json
+are written to a uniquely named temporary file and renamed. One writer per folder: `folder_lock` holds an exclusive
+flock on `<folder>/.lock` for the whole run; the kernel drops it when its holder exits or is killed. A full disk or a
+folder that may not be written fails with FolderNotWritable, naming the folder and what to do.
 """
 
 from __future__ import annotations
@@ -118,10 +110,8 @@ def read_rows(path: Path) -> list[dict]:
 
 
 class RowWriter:
-    """Appends rows to run_dir/rows.jsonl; knows which (id, repeat) rows are already done.
-
-    The caller holds the folder's lock (folder_lock): one RowWriter per folder at a time.
-    """
+    """Appends rows to run_dir/rows.jsonl; knows which (id, repeat) rows are already done. The caller holds the
+    folder's lock (folder_lock)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / ROWS
@@ -241,12 +231,9 @@ def _try_lock(run_dir: Path) -> int | None:
 def folder_lock(run_dir: Path, timeout: float | None = 0.0) -> Iterator[None]:
     """Hold the exclusive lock of run_dir (created if missing) while the block runs: one writer per folder.
 
-    A busy folder raises FolderLocked naming the holder at once (timeout 0), after `timeout` seconds,
-    or never (timeout None: wait). Once held, the temporary files of writers killed before their rename
-    (`.summary.json.<uuid>.tmp`, `..rows.pending.<uuid>.tmp`, ...) are removed from the folder. A folder
-    this call created and left holding only the lock file is removed again, so a run refused before
-    writing anything leaves nothing behind.
-    """
+    A busy folder raises FolderLocked naming the holder at once (timeout 0), after `timeout` seconds, or never
+    (timeout None: wait). Once held, killed writers' temporary files are removed. A folder this call created and
+    left holding only the lock file is removed again: a run refused before writing anything leaves nothing behind."""
     run_dir = Path(run_dir)
     created = not run_dir.exists()
     deadline = None if timeout is None else time.monotonic() + timeout

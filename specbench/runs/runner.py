@@ -39,8 +39,7 @@ from specbench.runs.traces import trace_path, write_trace
 
 log = logging.getLogger(__name__)
 
-# What `python run.py task=<name>` runs (conf/task/): `bench` is `run` below; specbench.training.synth and
-# specbench.training.distill register `synth` and `distill`.
+# What `python run.py task=<name>` runs (conf/task/): `bench` below; specbench.training registers synth and distill
 TASKS: Registry = Registry("task", plugins="specbench.training")
 
 
@@ -161,26 +160,21 @@ def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict
     that carries state across examples, that state after this example (`carried_state`)."""
     carried = job.method.carried_state()
     return {"id": ex.id, "method": job.method.name, "pair": c["pair"]["name"], "dataset": job.evaluator.name,
-            **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.lossless, "seed": job.seed,
+            **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.plan.lossless, "seed": job.seed,
             **example_metrics(g), **job.evaluator.score(ex, g.text),
             "truncated": job.evaluator.truncated(ex, g.text, g.stop_reasons),
             **({"carried_state": carried} if carried is not None else {})}
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run one job of the config (its `task`) holding its output folder's lock; returns the summary.
-
-    A mandatory value left unset (???) fails first, naming its key. One writer per folder: a second
-    process on a busy folder fails at once naming the holder, or waits for it with `wait_for_lock`
-    (true, or a number of seconds).
-    """
+    """Run one job of the config (its `task`) holding its output folder's lock (a busy folder: results.folder_lock
+    with `wait_for_lock`); returns the summary. A mandatory value left unset (???) fails first, naming its key."""
     check_mandatory({k: v for k, v in plain(cfg, resolve=False).items() if k != "hydra"})
     task = cfg.task.name if "task" in cfg else "bench"
     fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
     run_dir = output_dir(out_dir)
     with folder_lock(run_dir, timeout):
         return fn(cfg, run_dir)
-
 
 
 @dataclass
@@ -204,12 +198,9 @@ def checked(c: dict[str, Any]) -> Settings:
     params = sampling_params(c["decode"])
     method = build_method(c["method"])
     batch_size = int(c.get("batch_size", 1))  # an integer >= 1: check_run_settings checked it
-    method.check_batch(batch_size)
-    method.check_decode(params)
     compile_ = engine_compile(c)
-    if compile_:
-        method.check_compile()
-    check_cross_tokenizer(c["pair"], method.name, "draft" in method.roles, method.cross_tokenizer)
+    method.plan.refuse(method.name, batch_size, compile_, params)
+    check_cross_tokenizer(c["pair"], method.name, "draft" in method.plan.roles, method.plan.cross_tokenizer)
     check_draft(c["pair"], method)
     evaluator = build_dataset(c["dataset"])
     stop_strings(list(evaluator.stop_strings), "dataset.stop_strings")  # the top-level key's: check_run_settings
@@ -277,13 +268,14 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     torch.manual_seed(s.seed)
     pair = load_pair(c["pair"], device)
     stops = tuple(s.evaluator.stop_strings) + tuple(c.get("stop_strings") or ())
-    job = Job(make_engine(pair, s.method, s.params, stops, s.compile), s.method, pair, s.evaluator, c["dataset"],
+    decoder = make_engine(pair, s.method, s.params, stops, s.compile)
+    job = Job(decoder, decoder.method, pair, s.evaluator, c["dataset"],
               s.max_new, s.seed, c.get("on_long_prompt", "error"), bool(c.get("trace", False)))
     job.check_prompts(s.examples)
     # everything is validated: only now write to the output folder (folder_lock removes it again if left empty)
     record = {"config": c, "choices": choices(cfg), "seed": s.seed, **provenance.git_info(),
               "versions": provenance.package_versions(), "device_info": provenance.device_info(device),
-              "runtime": provenance.runtime(s.method.bound.models, threads, pair, tuple(s.method.hidden_layers))}
+              "runtime": provenance.runtime(job.method.bound.models, threads, pair, job.method.plan.layers)}
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
     saved = check_resume(run_dir, record)
     writer = RowWriter(run_dir)
@@ -300,7 +292,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                "measure_from": first, "batch_size": s.batch_size,
                **speedup_summary(job, rows, s.examples, run_dir, first, s.batch_size),
                "method": s.method.name, "pair": c["pair"]["name"], "dataset": s.evaluator.name,
-               "lossless": s.method.lossless, **process, **record,
+               "lossless": s.method.plan.lossless, **process, **record,
                **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}}
     write_json_atomic(run_dir / SUMMARY, summary)
     wandb_log.log_run(c.get("logger"), run_dir, summary, rows)  # best effort: never raises

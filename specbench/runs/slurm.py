@@ -1,23 +1,9 @@
-"""Sweeps on Hydra launchers (the basic in-process one, SLURM or local processes through submitit).
+"""Sweeps on Hydra launchers (the basic in-process one, SLURM or local processes through submitit): the jobs a
+sweep runs, whether a SLURM cluster is reachable, and a progress bar over a sweep's jobs.
 
-- `sweep_jobs(cfg)`: the override lists of the jobs `python run.py -m` launches for a composed
-  config, in the order of Hydra's basic sweeper (an experiment's `hydra.sweeper.params`, then the
-  command line's overrides, which replace a parameter of the same key), so tests and tools can
-  list and run an experiment's jobs without launching Hydra.
-- `slurm_unavailable()`: why no SLURM cluster can take jobs here (None when one can).
-- `submitit_results(config)`: the glob of the result files of a submitit launcher's finished jobs.
-- `SweepProgress`: a Hydra callback (conf/config.yaml `hydra.callbacks`) showing a progress bar
-  over a sweep's jobs, with rate and ETA, on a terminal only (tqdm's `disable=None`: off when
-  stderr is not a TTY, e.g. SLURM logs). With the basic launcher it advances as each job ends; with
-  a submitit launcher, whose jobs end in other processes, a thread counts the result files that
-  submitit writes for finished jobs. Any failure in it is logged and ignored: a progress bar never
-  fails a sweep. (The summary of failed jobs is specbench.runs.sweep.SweepFailures.)
-
-Requeue safety (SLURM) needs nothing here: submitit calls the plugin launcher's `checkpoint`,
-which resubmits the same job with the same overrides, hence the same results folder (a run folder's
-name holds no timestamp; only the sweep's own folder, results/.sweeps/<start time>/ with its
-multirun.yaml and submitit logs, does, and the requeued job carries the resolved value), and the
-runner resumes it from rows.jsonl (specbench.runs.runner). Folder names: specbench.runs.layout.
+Requeue safety (SLURM) needs nothing here: submitit's `checkpoint` resubmits the same job with the same overrides,
+hence the same results folder (a run folder's name holds no timestamp; only the sweep's own folder does), and the
+runner resumes it from rows.jsonl. Folder names: specbench.runs.layout.
 """
 
 from __future__ import annotations
@@ -84,7 +70,9 @@ def result_files(pattern: str, since: float) -> list[str]:
 
 
 class SweepProgress(Callback):
-    """A progress bar over the jobs of a multirun (rate and ETA), shown on a terminal only."""
+    """A progress bar over the jobs of a multirun (rate and ETA), on a terminal only (tqdm's `disable=None`); with a
+    submitit launcher, whose jobs end in other processes, a thread counts submitit's result files. Any failure in it
+    is logged and ignored: a progress bar never fails a sweep."""
 
     def __init__(self, poll_s: float = 5.0) -> None:
         self._reset(poll_s)

@@ -21,14 +21,11 @@ from specbench.runs.job import Job
 def speedup_summary(job: Job, rows: list[dict], examples: list[Example], run_dir: Path, measure_from: int,
                     batch_size: int) -> dict[str, Any]:
     """`call_costs` and `predicted_speedup` of a drafting run from its rows' call_stats (null for ar and
-    draft_only, or rows without call_stats) and, for a target_1 the rows cannot give, the folder's calibration.
-
-    At batch_size > 1 the rows' call times are those of batched calls, so c_target / c_draft are the costs of a
-    call over the batch, and target_1 is a calibrated call over a batch of that size (speedup.call_costs).
-    Everything comes from what the folder recorded: the same rows give the same numbers on every resume.
-    """
+    draft_only, or rows without call_stats) and, for a target_1 the rows cannot give, the folder's calibration. At
+    batch_size > 1 c_target / c_draft are the costs of a call over the batch, and target_1 is a calibrated call over
+    a batch of that size (speedup.call_costs)."""
     stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
-    if not job.method.uses_draft or not stats["iterations"]:
+    if job.method.plan.kind == "none" or not stats["iterations"]:
         return {"call_costs": None, "predicted_speedup": None, "acceptance_by_depth": None, "reach_by_depth": None,
                 "accepted_length_hist": None, "positions_by_category": None}
     costs = speedup.call_costs(stats, None, batch_size)

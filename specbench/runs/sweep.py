@@ -1,21 +1,6 @@
-"""What a failed job and a sweep with failed jobs report.
-
-- `for_hydra(err)`: what run.py's main() raises to Hydra: a user error (bad input, a missing model)
-  becomes `JobError`, a CompactHydraException, whose message Hydra prints without a traceback
-  (HYDRA_FULL_ERROR=1 still prints the whole chain); any other error goes up unchanged.
-- `WritableFolders`: a Hydra callback that fails a run whose folder (a sweep: whose paths.results) is
-  read-only or on a full disk with that message, before Hydra writes `.hydra/` and the job's log there.
-- `log_job_error(err)`: the job's error with its traceback, into the job's log file (run.log) only.
-- `JobLog`: the handler of that log file (conf/config.yaml `hydra.job_logging`); a line it cannot write
-  (a full disk) is dropped without logging's traceback on stderr: the job's error names the disk.
-- `SweepFailures`: a Hydra callback (conf/config.yaml `hydra.callbacks`) that ends a sweep with every
-  failed job and its error. Hydra itself shows only the first failed job's error: BasicSweeper raises
-  it once the launcher returns, so `on_multirun_end` never runs for a sweep with a failed job. The
-  summary is therefore also registered with `atexit` when the sweep starts and printed once, last.
-  In-process jobs (the basic launcher) are collected by `on_job_end`; jobs of a submitit launcher
-  (hydra/launcher=slurm|local) end in other processes, so their results are read from the result
-  files submitit writes (a JobReturn, or the traceback of a job that died outside Hydra).
-"""
+"""What a failed job and a sweep with failed jobs report: a user error as Hydra's one-line message, the job's
+traceback in its log file only, a read-only or full results folder named before Hydra writes there, and every
+failed job of a sweep with its error."""
 
 from __future__ import annotations
 
@@ -38,9 +23,8 @@ from specbench.runs.slurm import result_files, submitit_results, sweep_jobs
 log = logging.getLogger(__name__)
 
 
-
 class JobError(CompactHydraException):
-    """A job's user error as Hydra reports it: the message alone."""
+    """A job's user error as Hydra reports it: the message alone (HYDRA_FULL_ERROR=1 still prints the chain)."""
 
 
 def for_hydra(err: BaseException) -> BaseException:
@@ -136,7 +120,10 @@ class WritableFolders(Callback):
 
 
 class SweepFailures(Callback):
-    """Ends a multirun with every failed job and its error (logged at ERROR, once, after Hydra's own report)."""
+    """Ends a multirun with every failed job and its error (logged at ERROR, once, after Hydra's own report). Hydra
+    shows only the first failed job's error and raises, so `on_multirun_end` never runs for a sweep with a failed
+    job: the summary is also registered with `atexit`. A submitit launcher's jobs end in other processes: their
+    results are read from submitit's result files (a JobReturn, or the traceback of a job that died outside Hydra)."""
 
     def __init__(self) -> None:
         self._reset()

@@ -36,10 +36,8 @@ def sampling_params(decode: dict) -> SamplingParams:
 
 def free_cpus() -> int:
     """The CPUs not already busy: round(CPUs this process may run on - 1-minute load average), at least 1.
-
-    Intra-op threads beyond the idle cores spin against other processes: on a 2-core machine with
-    one busy core, vanilla on the toy pair ran 7x slower with 2 threads than with 1 (docs/results.md).
-    """
+    Intra-op threads beyond the idle cores spin against other processes: on a 2-core machine with one busy core,
+    vanilla on the toy pair ran 7x slower with 2 threads than with 1 (docs/results.md)."""
     return max(1, round(len(os.sched_getaffinity(0)) - os.getloadavg()[0]))
 
 
@@ -67,11 +65,9 @@ def check_resume(run_dir: Path, record: dict) -> dict:
         old = json.loads(path.read_text())
         saved, now = identity(old["config"]), identity(record["config"])  # no resumable keys
         if saved != now:
-            raise InputError(
-                f"{run_dir} holds results of a different configuration (saved vs now: "
-                f"{'; '.join(differences(with_defaults(saved), with_defaults(now)))}); refusing to mix them. Use another output folder "
-                f"(hydra.run.dir=...) or delete it. Saved: {path}"
-            )
+            diff = "; ".join(differences(with_defaults(saved), with_defaults(now)))
+            raise InputError(f"{run_dir} holds results of a different configuration (saved vs now: {diff}); refusing "
+                             f"to mix them. Use another output folder (hydra.run.dir=...) or delete it. Saved: {path}")
         return old
     write_json_atomic(path, record)
     return record
@@ -90,12 +86,9 @@ def describe_version(version: dict[str, Any]) -> str:
 
 
 def check_version(run_dir: Path, saved: dict, record: dict, allow: bool) -> dict:
-    """Refuse to add rows of another code version to a folder unless `allow` (resume_any_version=true).
-
-    Versions are compared as recorded (git hash and dirty flag): uncommitted changes themselves cannot
-    be compared. An allowed mix appends the new version to config.json's `resumed_versions`; returns
-    the folder's record.
-    """
+    """Refuse to add rows of another code version (git hash and dirty flag, as recorded: uncommitted changes
+    themselves cannot be compared) unless `allow` (resume_any_version=true), which appends the new version to
+    config.json's `resumed_versions`; returns the folder's record."""
     new = code_version(record)
     known = [code_version(saved), *saved.get("resumed_versions", [])]
     if new in known:

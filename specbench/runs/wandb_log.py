@@ -1,12 +1,7 @@
-"""Optional Weights & Biases logging of a finished run (`logger=wandb`, conf/logger/wandb.yaml).
-
-After the runner has written summary.json, `log_run` opens one wandb run, gives it the run's
-resolved config (with Hydra's choices and the provenance), puts the summary's numbers in the wandb
-summary, logs the rows (one per example: metrics, score and output text; token ids left out) as
-the table `rows`, and finishes it. Logging is best effort: any exception (wandb not installed, no
-network or login, a bad setting) is caught and logged as a warning, so wandb never fails a run and
-never touches its rows.jsonl / summary.json / config.json. Offline (`WANDB_MODE=offline` or
-`logger.mode=offline`) the run is written under `<dir>/wandb/offline-run-*` for `wandb sync`.
+"""Optional Weights & Biases logging of a finished run (`logger=wandb`, conf/logger/wandb.yaml): one wandb run with
+the run's config and provenance, the summary's numbers and the rows as the table `rows`. Best effort: any exception
+(wandb not installed, no network or login, a bad setting) is logged as a warning, so wandb never fails a run nor
+touches its files. Offline (`WANDB_MODE=offline` or `logger.mode=offline`) it writes `<dir>/wandb/offline-run-*`.
 """
 
 from __future__ import annotations
@@ -27,11 +22,6 @@ PROVENANCE = ("config", "choices", "seed", "git_hash", "git_dirty", "versions", 
 def flatten(d: dict[str, Any]) -> dict[str, Any]:
     """Nested dict -> {"a/b": scalar}; lists and other non-scalars are left out."""
     return {k: v for k, v in configs.flatten(d, sep="/").items() if v is None or isinstance(v, (bool, int, float, str))}
-
-
-def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary without its provenance (that goes to the wandb config), flattened."""
-    return flatten({k: v for k, v in summary.items() if k not in PROVENANCE})
 
 
 def rows_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
@@ -65,7 +55,7 @@ def log_run(logger_cfg: dict[str, Any] | None, run_dir: Path, summary: dict[str,
             dir=str(c.get("dir") or run_dir), config={k: summary.get(k) for k in PROVENANCE},
             settings=wandb.Settings(console="off", silent=True),
         )
-        run.summary.update(summary_metrics(summary))
+        run.summary.update(flatten({k: v for k, v in summary.items() if k not in PROVENANCE}))  # provenance: config
         if c.get("rows", True) and rows:
             cols, data = rows_table(rows)
             run.log({"rows": wandb.Table(columns=[*cols], data=data)})

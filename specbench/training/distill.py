@@ -4,40 +4,35 @@
     python run.py task=distill task.kind=distilled           toy pair, data results/synth/toy/toy_train/default
     python run.py task=distill task.kind=sd2 task.seed=1     + SD² steering (specbench.models.steering)
 
-Data (SD² 3.3): a finished `task=synth` folder (`task.data`); each row is the sequence
-prompt_ids + token_ids cut to `task.max_length` tokens (paper: 256). The last `task.val_n` rows
-are held out for the validation KL; the training rows are reshuffled every epoch from (seed, epoch).
+Data (SD² 3.3): a finished `task=synth` folder (`task.data`), each row prompt_ids + token_ids cut to
+`task.max_length` tokens (paper: 256), the last `task.val_n` rows held out for the validation KL.
 
-Loss: KL(π_V || π_D) = sum_v π_V(v) (log π_V(v) - log π_D(v)), temperature 1, averaged over the
-positions that predict a continuation token (the prompt's last position up to the second-to-last
-token; the prompt itself is never drafted). π_V comes from a frozen verifier forward on every
-batch (no_grad), computed on the fly rather than stored: stored distributions cost V floats per
-token, which does not scale to real vocabularies, and sd2 needs the verifier's hidden states of
-the same forward anyway. Logits past the shared tokenizer range (embedding padding) are dropped.
-`sd2`: steering hooks on the drafter, one offset δ ~ U[1, task.k] per sequence; W_hml, W_s and
-the whole drafter are trained, the verifier stays frozen.
+Loss: KL(π_V || π_D) = sum_v π_V(v) (log π_V(v) - log π_D(v)), temperature 1, averaged over the positions that
+predict a continuation token (the prompt's last position up to the second-to-last token; the prompt itself is never
+drafted). π_V comes from a frozen verifier forward on every batch (no_grad), computed on the fly rather than stored:
+stored distributions cost V floats per token, which does not scale to real vocabularies, and sd2 needs the verifier's
+hidden states of the same forward anyway. Logits past the shared tokenizer range (embedding padding) are dropped.
+`sd2`: steering hooks on the drafter, one offset δ ~ U[1, task.k] per sequence; W_hml, W_s and the whole drafter are
+trained, the verifier stays frozen.
 
-Optimiser (A.3): AdamW (β = 0.9, 0.999; weight decay `task.weight_decay`, which the paper does not
-give), learning rate warmed up linearly from lr/10 to lr over `task.warmup_steps`, then cosine to
-lr/10 at the last step (the paper's "starting and ending at 1/10th the learning rate"; torch's
-LambdaLR), gradient-norm clipping at 0.5. Steps: `task.epochs` x ceil(train rows / batch_size), or
-`task.max_steps`. `task.autocast: bfloat16` runs the forwards under torch.autocast with float32
-drafter weights (the paper's setting on GPU); default off.
+Optimiser (A.3): AdamW (β = 0.9, 0.999; weight decay `task.weight_decay`, which the paper does not give), learning
+rate warmed up linearly from lr/10 to lr over `task.warmup_steps`, then cosine to lr/10 at the last step (the paper's
+"starting and ending at 1/10th the learning rate"; torch's LambdaLR), gradient-norm clipping at 0.5. Steps:
+`task.epochs` x ceil(train rows / batch_size), or `task.max_steps`. `task.autocast: bfloat16` runs the forwards under
+torch.autocast with float32 drafter weights (the paper's setting on GPU); default off.
 
-sd2's steering weights may have their own learning rate `task.steering_lr` (default: lr, the
-paper's single rate). An Adam step moves each W_s entry by up to about lr, so each bias entry by
-up to lr * sum_i |g_i|, and the verifier's residual states are large (toy pair, one training
-sequence: mean norms 110, 116, 128 at layers 3, 4, 6, |g| = 162 in 128 dimensions). Measured on
-the toy pair (2000 synth rows, 714 steps, seed 0): with lr = steering_lr = 1e-3 the held-out KL
-first rose (0.136 at step 0, 0.165 at step 50), then ended below the distilled drafter's (0.0902
-vs 0.0926); with steering_lr = 2e-5 it did not rise, but removing the steering afterwards barely
-changed the drafter's greedy predictions, i.e. the steering had learnt little.
+sd2's steering weights may have their own learning rate `task.steering_lr` (default: lr, the paper's single rate). An
+Adam step moves each W_s entry by up to about lr, so each bias entry by up to lr * sum_i |g_i|, and the verifier's
+residual states are large (toy pair, one training sequence: mean norms 110, 116, 128 at layers 3, 4, 6, |g| = 162 in
+128 dimensions). Measured on the toy pair (2000 synth rows, 714 steps, seed 0): with lr = steering_lr = 1e-3 the
+held-out KL first rose (0.136 at step 0, 0.165 at step 50), then ended below the distilled drafter's (0.0902 vs
+0.0926); with steering_lr = 2e-5 it did not rise, but removing the steering afterwards barely changed the drafter's
+greedy predictions, i.e. the steering had learnt little.
 
-Checkpoints: every `task.save_every` steps, checkpoint.pt (drafter, steering, optimiser,
-scheduler, step, log) goes to a temporary file that is renamed into place; a rerun resumes from
-it. Data order and δ are functions of (seed, step), so a resumed run ends in the same state as an
-uninterrupted one. The end writes drafter/ (save_pretrained + tokenizer), steering.safetensors and
-steering.json (sd2), train_log.jsonl, and last distill.json, whose presence marks a finished run.
+Checkpoints: every `task.save_every` steps checkpoint.pt (the trainer's state, optimiser, scheduler, step, log) is
+written atomically and a rerun resumes from it; data order and δ are functions of (seed, step), so a resumed run ends
+in the state of an uninterrupted one. The end writes the trainer's weights (Distiller.save), train_log.jsonl and last
+distill.json, whose presence marks a finished run.
 """
 
 from __future__ import annotations
@@ -52,7 +47,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
@@ -69,7 +63,7 @@ from specbench.runs.runner import TASKS, output_dir
 from specbench.runs.validation import set_threads
 from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS
-from specbench.training.heads import HeadTrainer
+from specbench.training.heads import HeadTrainer, kl_per_position
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
 from specbench.training.synth import check_task_resume, read_synth, task_record
 
@@ -77,12 +71,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT, LOG = "checkpoint.pt", "train_log.jsonl"
 _AMP = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def kl_per_position(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """KL(softmax p || softmax q) in nats per row: [N, V], [N, V] -> [N]."""
-    logp, logq = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
-    return F.kl_div(logq, logp, log_target=True, reduction="none").sum(-1)
 
 
 def sequences(rows: list[dict], max_length: int) -> list[tuple[list[int], int]]:
@@ -114,14 +102,10 @@ class Trainer(Protocol):
 
     @property
     def student(self) -> torch.nn.Module: ...
-
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
              delta: torch.Tensor) -> torch.Tensor: ...
-
     def state(self) -> dict[str, Any]: ...
-
     def load_state(self, state: dict[str, Any]) -> None: ...
-
     def save(self, run_dir: Path, pair: Pair) -> None: ...
 
 
@@ -201,11 +185,6 @@ def lr_factor(step: int, steps: int, warmup: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def lr_schedule(opt: torch.optim.Optimizer, steps: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """torch's LambdaLR with lr_factor, applied to every parameter group (drafter, steering)."""
-    return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))
-
-
 def batch_indices(n: int, bs: int, step: int, seed: int) -> list[int]:
     """Training rows of `step`: epoch = step // ceil(n / bs), shuffled from (seed, epoch)."""
     per_epoch = math.ceil(n / bs)
@@ -238,12 +217,6 @@ def save_atomic(obj: object, path: Path) -> None:
         torch.save(obj, tmp)
 
 
-def save_final(d: Trainer, pair: Pair, run_dir: Path, history: list[dict[str, Any]]) -> None:
-    """The trained weights (the trainer's `save`), then train_log.jsonl."""
-    d.save(run_dir, pair)
-    write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
-
-
 def training_data(task: dict[str, Any], pair_cfg: dict[str, Any]
                   ) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
     """(train, held-out) sequences of the synth folder task.data, checked to come from this pair."""
@@ -273,8 +246,7 @@ def restore(path: Path, d: Trainer, opt: torch.optim.Optimizer, sched: torch.opt
 
 @TASKS.register("distill")
 def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train a `distilled` or `sd2` drafter, or an `eagle3` or `medusa` head (specbench.training.heads), from a synth
-    folder into out_dir; returns distill.json's content."""
+    """Train a `distilled` or `sd2` drafter or an `eagle3` or `medusa` head on a synth folder; returns distill.json."""
     task = plain(cfg.task)
     kind, bs, seed = task["kind"], int(task["batch_size"]), int(task["seed"])
     if kind not in KINDS + HEAD_KINDS:
@@ -295,7 +267,8 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
     d: Trainer = HeadTrainer(pair, kind, task, train) if kind in HEAD_KINDS else Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
-    sched = lr_schedule(opt, steps, min(int(task["warmup_steps"]), steps - 1))
+    warmup = min(int(task["warmup_steps"]), steps - 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))  # every group
     pad = pair.pad_id([pair.target])
     if (run_dir / CHECKPOINT).exists():
         step, history, seconds = restore(run_dir / CHECKPOINT, d, opt, sched, len(train))
@@ -324,7 +297,8 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
                          "log": history, "seconds": seconds + time.perf_counter() - t0, "train_rows": len(train)},
                         run_dir / CHECKPOINT)
     seconds += time.perf_counter() - t0
-    save_final(d, pair, run_dir, history)
+    d.save(run_dir, pair)
+    write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
     vals = [h["val_kl"] for h in history if "val_kl" in h]
     info = {"task": "distill", "kind": kind, "pair": pair.name, "verifier": pair.target.name_or_path,
             "verifier_identity": verifier_identity(pair.target),

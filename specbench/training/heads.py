@@ -3,25 +3,25 @@
     python run.py task=distill task.kind=eagle3        toy pair, data results/synth/toy/toy_train/default
     python run.py task=distill task.kind=medusa
 
-The loop, data, optimiser, schedule, checkpoints and resumption are task=distill's (specbench.training.distill);
-this module gives its trainer for heads: the frozen target's forward on each batch (no_grad: logits and hidden
-states, computed on the fly as for sd2) and the head's loss per position. Loss positions are distill's: the
-target's logits at positions P - 1 .. len - 2 (those that predict a continuation token).
+The loop, data, optimiser, checkpoints and loss positions (P - 1 .. len - 2) are task=distill's; this module gives its
+trainer for heads: the frozen target's forward on each batch (no_grad: logits and hidden states, computed on the fly
+as for sd2) and the head's loss per position.
 
 EAGLE-3 (specbench.models.eagle3) with its training-time test, J = task.ttt_steps steps: step 0 reads the target's
-features f_t and tokens x_{t+1} at every position t; step j reads at index t the head's step-(j-1) output at t as
-its feature and x_{t+j+1} as its token, i.e. it drafts the (j+1)-th token after the committed position t, at
-rotary position t + j, attending to step 0's keys at positions <= t (the committed ones) and to its own index's
-keys of steps 1..j (its earlier drafts), which is the attention of the (j+1)-th draft at inference. Step j's
-loss at t is KL(p || q) with p the target's distribution of x_{t+j+2} (its logits at t + j + 1) restricted to the
-draft vocabulary and renormalised (EAGLE-3 trains on the target's softmax over the draft vocabulary), weighted
-0.8^j, at the positions whose target argmax is in the draft vocabulary (EAGLE-3's mask). The draft vocabulary is the task.draft_vocab most frequent tokens of the training sequences (ties: lower
-id; filled with the lowest unseen ids), as EAGLE-3 chooses its 32k. Initialisation: the final norm and the head's
-rows from the target's final norm and lm_head; fc and the layer as torch initialises them.
-Medusa-1 (specbench.models.medusa), task.medusa_heads heads of task.medusa_layers blocks: head i at position t
-learns KL(p_{t+i} || q_i), p_{t+i} the target's distribution at position t + i (Medusa's self-distillation: the
-target's own samples and distributions), weighted 0.8^(i-1); each head's output layer starts as the target's
-lm_head and its blocks as the identity (Medusa's initialisation).
+features f_t and tokens x_{t+1} at every position t; step j reads at index t the head's step-(j-1) output at t as its
+feature and x_{t+j+1} as its token, i.e. it drafts the (j+1)-th token after the committed position t, at rotary
+position t + j, attending to step 0's keys at positions <= t (the committed ones) and to its own index's keys of
+steps 1..j (its earlier drafts), which is the attention of the (j+1)-th draft at inference. Step j's loss at t is
+KL(p || q) with p the target's distribution of x_{t+j+2} (its logits at t + j + 1) restricted to the draft vocabulary
+and renormalised (EAGLE-3 trains on the target's softmax over the draft vocabulary), weighted 0.8^j, at the positions
+whose target argmax is in the draft vocabulary (EAGLE-3's mask). The draft vocabulary is the task.draft_vocab most
+frequent tokens of the training sequences (ties: lower id; filled with the lowest unseen ids), as EAGLE-3 chooses its
+32k. Initialisation: the final norm and the head's rows from the target's final norm and lm_head; fc and the layer as
+torch initialises them.
+Medusa-1 (specbench.models.medusa), task.medusa_heads heads of task.medusa_layers blocks: head i at position t learns
+KL(p_{t+i} || q_i), p_{t+i} the target's distribution at position t + i (Medusa's self-distillation: the target's own
+samples and distributions), weighted 0.8^(i-1); each head's output layer starts as the target's lm_head and its
+blocks as the identity (Medusa's initialisation).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from specbench.runs.job import example_seed
 DECAY = 0.8  # per-step (EAGLE-3) and per-head (Medusa) loss weight
 
 
-def kl_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+def kl_per_position(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
     """KL(softmax p || softmax q) in nats per row: [N, V], [N, V] -> [N]."""
     logp, logq = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
-    return (logp.exp() * (logp - logq)).sum(-1)
+    return F.kl_div(logq, logp, log_target=True, reduction="none").sum(-1)
 
 
 def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -> torch.Tensor:
@@ -57,12 +57,6 @@ def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -
     seen = set(ranked)
     ranked += [t for t in range(vocab) if t not in seen][: size - len(ranked)]
     return torch.tensor(sorted(ranked))
-
-
-def rope_theta(config: object) -> float:
-    """The target's rotary base (transformers 5 keeps it in rope_parameters), else 10000 as EAGLE-3's default."""
-    params = getattr(config, "rope_parameters", None) or {}
-    return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
 def check_layers(layers: Iterable[int], L: int) -> tuple[int, ...]:
@@ -121,10 +115,11 @@ class HeadTrainer:
             self.steps = int(task.get("ttt_steps") or 1)
             layers = check_layers(task.get("layers") or eagle3_layers(L), L)
             size = min(int(task.get("draft_vocab") or self.vocab), self.vocab)
+            rope = getattr(tc, "rope_parameters", None) or {}  # transformers 5 keeps the target's rotary base here
+            theta = float(rope.get("rope_theta") or getattr(tc, "rope_theta", None) or 10000.0)  # EAGLE-3's default
             c = Eagle3Config(tc.hidden_size, tc.intermediate_size, tc.num_attention_heads,
                              tc.num_key_value_heads or tc.num_attention_heads, V, size, layers,
-                             head_dim=getattr(tc, "head_dim", None), rms_norm_eps=tc.rms_norm_eps,
-                             rope_theta=rope_theta(tc),
+                             head_dim=getattr(tc, "head_dim", None), rms_norm_eps=tc.rms_norm_eps, rope_theta=theta,
                              max_position_embeddings=tc.max_position_embeddings, hidden_act=tc.hidden_act)
             head = Eagle3Head(c).to(dev)
             head.set_vocab(draft_vocabulary(train, size, self.vocab).to(dev))
@@ -164,13 +159,13 @@ class HeadTrainer:
         head, T = self.student, ids.shape[1]
         assert isinstance(head, Eagle3Head), "eagle3_loss trains an EAGLE-3 head"
         in_vocab = head.t2d[p.argmax(-1)]  # [B, T]: EAGLE-3 trains where the target's argmax is a draft token
-        p = p[..., head.target_ids()]  # [B, T, V_d]: renormalised by the softmax in kl_rows
+        p = p[..., head.target_ids()]  # [B, T, V_d]: renormalised by the softmax in kl_per_position
         out = []
         for j, o in enumerate(ttt_outputs(head, feats, ids, mask, self.steps)):
             n = T - j - 1  # indices whose target position t + j + 1 exists
             valid = where[:, j + 1 :] & in_vocab[:, j + 1 :]  # [B, n]: t + j + 1 predicts a continuation token
             if valid.any():
-                out.append(DECAY**j * kl_rows(p[:, j + 1 :][valid], head.logits(o[:, :n])[valid]))
+                out.append(DECAY**j * kl_per_position(p[:, j + 1 :][valid], head.logits(o[:, :n])[valid]))
         return torch.cat(out) if out else feats.new_zeros(0)
 
     def medusa_loss(self, h: torch.Tensor, p: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -180,7 +175,7 @@ class HeadTrainer:
         for i in range(1, self.steps + 1):
             valid = where[:, i:]  # [B, T - i]: position t + i predicts a continuation token
             if valid.any():
-                out.append(DECAY ** (i - 1) * kl_rows(p[:, i:][valid], logits[:, : -i, i - 1][valid]))
+                out.append(DECAY ** (i - 1) * kl_per_position(p[:, i:][valid], logits[:, : -i, i - 1][valid]))
         return torch.cat(out) if out else h.new_zeros(0)
 
     def state(self) -> dict[str, Any]:
