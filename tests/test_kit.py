@@ -1,5 +1,6 @@
 """`python -m specbench.bench kit`: which wheels a node with its own torch is given, from its package list and the
-wheels' own metadata (downloads faked: no network in tests), the size limit, and the lent node's list."""
+wheels' own metadata (downloads faked: no network in tests), the size limit, and a node's list
+(tests/data/node_freeze.txt: `pip list --format=freeze` of a GPU node with torch 2.11)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ def fake_wheel(folder: Path, name: str, version: str, requires: list[str] = (), 
     return path
 
 
-def test_the_lent_nodes_list_is_read():
-    node = kit.read_node()
+NODE = Path(__file__).parent / "data" / "node_freeze.txt"
+
+
+def test_a_nodes_list_is_read():
+    node = kit.read_node(NODE)
     assert node["torch"] == "2.11.0" and node["transformers"] == "5.17.0" and "hydra-core" not in node
 
 
@@ -80,7 +84,7 @@ def test_a_node_torch_outside_the_range_is_refused(tmp_path):
 def test_a_kit_over_the_limit_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(kit, "build_kit", lambda out, *a: [fake_wheel(out, "big", "1.0", size=2 * 2**20)])
     out = tmp_path / "kit"
-    args = argparse.Namespace(out=str(out), python="3.12", platform=None, node=None, limit_mib=1.0)
+    args = argparse.Namespace(out=str(out), python="3.12", platform=None, node=str(NODE), limit_mib=1.0)
     assert kit.cmd_kit(args) == 1
     assert "over --limit-mib 1.0" in capsys.readouterr().err and not list(out.glob("*.whl"))
     args.limit_mib = 48

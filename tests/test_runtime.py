@@ -1,7 +1,10 @@
-"""What a run records about how it ran: the thread count `threads=auto` picks and the `runtime` record."""
+"""What a run records about how it ran: the thread count `threads=auto` picks, the `runtime` record and the code of
+its method's parts."""
 
+import hashlib
 import json
 import os
+import subprocess
 
 import pytest
 import torch
@@ -34,6 +37,37 @@ def test_config_and_summary_record_what_ran(tmp_path):
     assert (saved["device"], saved["dtype"], saved["threads"]) == ("cpu", "float32", 1)
     assert set(saved["models"]) == {"target", "draft"}
     assert saved["models"]["target"] == {"path": None, "revision": None, "quantized": None, "converted": False}
+
+
+def test_a_run_records_its_methods_code(tmp_path):
+    """The files of the parts a run imported, each with its sha256 (of the file as it is) and git state."""
+    s = runner.run(small("method=gammatune", "method.parts.drafter=lookup", "limit=1", "decode.max_new_tokens=4",
+                         "threads=1"), tmp_path)
+    code = s["method_code"]
+    assert {"methods/gammatune.py", "methods/pld.py", "specbench/decoding/policy.py", "specbench/decoding/parts.py",
+            "specbench/decoding/acceptance.py"} <= set(code)
+    root = provenance.ROOT
+    for name, entry in code.items():
+        assert entry["sha256"] == hashlib.sha256((root / name).read_bytes()).hexdigest()
+        assert entry["git"] == provenance.file_state(root / name)
+
+
+def test_a_files_git_state(tmp_path):
+    """clean, modified, untracked, and outside any checkout, in a repository made here."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    for name in ("clean.py", "changed.py"):
+        (repo / name).write_text("x = 1\n")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    (repo / "changed.py").write_text("x = 2\n")
+    (repo / "new.py").write_text("x = 3\n")
+    states = {n: provenance.file_state(repo / n, repo) for n in ("clean.py", "changed.py", "new.py")}
+    assert states == {"clean.py": "clean", "changed.py": "modified", "new.py": "untracked"}
+    (tmp_path / "alone.py").write_text("x = 4\n")
+    assert provenance.file_state(tmp_path / "alone.py", tmp_path) == "outside"
 
 
 def test_a_local_checkpoint_loaded_in_another_dtype_is_converted(tmp_path):

@@ -1,5 +1,5 @@
 """`python -m specbench.bench gpu --out DIR [--budget MINUTES]`: the GPU characterisation in one command, nothing
-downloaded, fitted to the time a GPU visit has (README.md, "GPU figures in one command").
+downloaded, fitted to a job's time limit (`--budget`; README.md, "GPU figures in one command").
 
 Each pair of PAIRS runs its SECTIONS (specbench.bench.gpu_sections), the CUDA test lane once after the first pair's
 engines; with --budget a section starts only when its estimate (specbench.bench.schedule) fits the time left, else it
@@ -159,7 +159,7 @@ def cmd_gpu(args: argparse.Namespace, command: str) -> int:
         except OutOfTime as err:
             note = f"cut short: {err}"
             rep.write(f"{name} {section} cut short: {err}.")
-        except Exception as err:  # one section's failure must not lose the visit's other sections
+        except Exception as err:  # one section's failure must not lose the job's other sections
             note, failed = f"failed: {type(err).__name__}", True
             log.exception("%s %s failed", name, section)
             rep.write(f"**{name} {section} failed:** `{type(err).__name__}: {err}`",
@@ -219,7 +219,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          f"{', '.join(SECTIONS[1:])} (default: all; each chosen pair is built first)")
     ap.add_argument("--budget", type=budget_minutes, default=None,
                     help=f"minutes the run may take: sections whose estimate does not fit the time left are skipped "
-                         f"(default {DEFAULT_BUDGET:g}: one 10-minute command on a lent GPU; quick: none; 0: none)")
+                         f"(default {DEFAULT_BUDGET:g}: fits a 10-minute job with the install; quick: none; 0: none)")
     ap.add_argument("--append", action="store_true",
                     help="add to the report in --out instead of starting it anew")
     ap.add_argument("--prompts", type=positive, default=None, help="prompts per pair (default 3; quick 2)")

@@ -37,7 +37,7 @@ GOAL_PAIR = "llama31_8b_1b_shaped"
 TREE_METHODS = ("spec_tree", "dyn_tree")
 QUICK_LANE = ["tests/test_batched_acceptance.py"]
 GOALS = {"eager overhead": 0.10, "compiled overhead": 0.05, "compiled vanilla / transformers": 1.5}
-DEFAULT_BUDGET = 7.5  # minutes: one 10-minute command on a lent GPU, after the kit's install (under a minute)
+DEFAULT_BUDGET = 7.5  # minutes: fits a 10-minute job's time limit, after the kit's install (under a minute)
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """`python -m specbench.bench kit --out DIR`: the wheels a GPU node with its own torch lacks for `bench gpu` and the
 CUDA test lane, fetched on a connected machine, and the one line that installs them there with no network.
 
-The node's stack is read from `--node FILE` (its `pip list --format=freeze`; default NODE, the lent GPU machines').
+The node's stack is read from `--node FILE`: its `pip list --format=freeze`, run on the node.
 build_kit fetches, for the node's Python and platform, every requirement (and requirement of a fetched wheel) the
 node does not satisfy; never torch, triton or the CUDA libraries: a node torch outside specbench's range is refused.
 pip resolves nothing here itself (`--no-deps` throughout) because the node's packages are not installed on this
-machine: its resolver cannot be told that they exist. The wheels must fit in --limit-mib (48: what travels to a lent
-machine with the checkout, 64 MiB in all).
+machine: its resolver cannot be told that they exist. The wheels must fit in --limit-mib (48 by default: what a
+job's upload beside the checkout may hold).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from packaging.version import Version
 from specbench.common.files import ROOT
 from specbench.common.versions import SUPPORTED
 
-NODE = Path(__file__).with_name("lent_node.txt")  # the lent GPU machines' image, as read there
 # what `bench gpu` and the CUDA lane import (tests/conftest.py CUDA_LANE), by specbench's requirement names
 GPU_PATH = ("torch", "transformers", "accelerate", "hydra-core", "omegaconf", "pandas", "matplotlib", "scipy",
             "tqdm", "psutil", "pyarrow", "tokenizers", "safetensors", "scikit-learn")
@@ -65,7 +64,7 @@ def pins(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
     return {canonicalize_name(name): version.strip() for name, _, version in pairs}
 
 
-def read_node(path: Path = NODE) -> dict[str, str]:
+def read_node(path: Path) -> dict[str, str]:
     """The node's packages {canonical name: version} from `pip list --format=freeze` lines (# comments skipped)."""
     out: dict[str, str] = {}
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
@@ -157,7 +156,7 @@ def cmd_kit(args: argparse.Namespace) -> int:
     """Build the kit into args.out, check its size, print the install line."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    node = read_node(Path(args.node) if args.node else NODE)
+    node = read_node(Path(args.node))
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:  # a kit appears whole or not at all
         wheels = build_kit(Path(tmp), args.python, args.platform or PLATFORMS, node)
         size = sum(w.stat().st_size for w in wheels)
@@ -186,8 +185,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--python", default="3.12", help="the node's Python version (default 3.12)")
     ap.add_argument("--platform", action="append", default=None,
                     help="pip platform tags of the node, repeatable (default manylinux_2_28 .. manylinux1 x86_64)")
-    ap.add_argument("--node", default=None,
-                    help="the node's `pip list --format=freeze` (default: the lent GPU machines', specbench/bench/lent_node.txt)")
+    ap.add_argument("--node", required=True,
+                    help="the node's package list: a file of `python -m pip list --format=freeze` run on the node")
     ap.add_argument("--limit-mib", type=float, default=LIMIT_MIB, help=f"most MiB of wheels (default {LIMIT_MIB})")
 
 

@@ -8,8 +8,6 @@ ignores it (no KV cache: slower, and different calls than the harness counts). S
 
 from __future__ import annotations
 
-import os
-
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -21,7 +19,6 @@ WHY = {"torch": "the floor is the oldest release the engine, acceptance, tree, h
                 "(docs/results.md, 'The supported floor')",
        "transformers": "5.24 renamed the models' cache argument `past_key_values` to `cache`, which older releases "
                        "accept and silently ignore"}
-UNTESTED = "SPECBENCH_UNTESTED_VERSIONS"  # set to 1: a release above the tested range warns instead of failing
 
 
 class VersionError(UserError, ImportError):
@@ -45,16 +42,14 @@ def check(package: str, installed: str) -> tuple[str, str] | None:
 
 
 def require(versions: dict[str, str]) -> list[str]:
-    """Raise VersionError naming each package outside its range (one above it is let through, as a returned
-    warning, when UNTESTED=1). `versions`: package -> __version__."""
-    allow_newer = os.environ.get(UNTESTED, "") == "1"
+    """Raise VersionError naming each package below its range or with no valid version; a newer release than the
+    tested one runs, its one-line warning returned. `versions`: package -> __version__."""
     problems = [p for p in (check(name, v) for name, v in versions.items()) if p]
-    fatal = [why for kind, why in problems if not (allow_newer and kind == "above")]
+    fatal = [why for kind, why in problems if kind != "above"]
     if fatal:
         raise VersionError("; ".join(fatal) + ". Install the supported releases (pip install -e . resolves them; on a "
-                           "node with its own torch, the README's 'Offline GPU nodes' kit), or set "
-                           f"{UNTESTED}=1 to run a newer, untested release")
-    return [why for kind, why in problems if kind == "above"]
+                           "node with its own torch, the README's 'Offline GPU nodes' kit)")
+    return [f"{why}: it runs untested" for kind, why in problems if kind == "above"]
 
 
 def require_installed() -> list[str]:

@@ -4,6 +4,7 @@ the device, dtype and threads that ran and which weights each model role held.""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import platform
 import resource
@@ -17,7 +18,9 @@ import torch
 
 from specbench.common.files import ROOT
 from specbench.common.hub import cached_config
+from specbench.decoding.method import Method
 from specbench.decoding.profiles import shapes
+from specbench.decoding.rule import RULES
 
 PACKAGES = ["specbench", "torch", "transformers", "accelerate", "datasets", "hydra-core", "omegaconf",
             "tokenizers", "numpy", "scipy", "pandas", "scikit-learn", "lm-eval"]
@@ -33,6 +36,40 @@ def git_info() -> dict[str, object]:
         return {"git_hash": head, "git_dirty": dirty}
     except (OSError, subprocess.CalledProcessError):
         return {"git_hash": None, "git_dirty": None}
+
+
+def file_state(path: Path, root: Path = ROOT) -> str:
+    """A file's state in the git checkout `root`: clean, modified, untracked, or outside (no checkout holds it)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--", str(path)], cwd=root, capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "outside"
+    return "untracked" if out.startswith("??") else "modified" if out.strip() else "clean"
+
+
+def method_code(method: Method) -> dict[str, dict[str, str]]:
+    """The source files of the method's parts (its policy, drafter, shape, rule and loop classes and their bases
+    in specbench), by path under the checkout: each file's sha256 and git state, so that the code a run imported is
+    in its record, also where it is untracked or modified."""
+    base_rule = method.plan.rule.removeprefix("js_relaxed(").removesuffix(")")
+    parts = [type(method.policy), type(method.drafter), type(method.shape), RULES.get(base_rule)]
+    parts += [type(method.loop)] if method.loop is not None else []
+    files = {Path(f) for cls in parts for c in cls.__mro__ if c.__module__.startswith("specbench")
+             for f in [inspect.getsourcefile(c)] if f}
+    out = {}
+    for f in sorted(files):
+        name = str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else str(f)
+        out[name] = {"sha256": hashlib.sha256(f.read_bytes()).hexdigest(), "git": file_state(f)}
+    return out
+
+
+def code_record(method: Method) -> dict[str, object]:
+    """The run's code: the checkout's git hash, whether it has local changes (a method file git does not track
+    counts as one) and method_code."""
+    code, git = method_code(method), git_info()
+    untracked = any(f["git"] == "untracked" for f in code.values())
+    return {**git, "git_dirty": git["git_dirty"] or untracked if git["git_hash"] else None, "method_code": code}
 
 
 def package_versions() -> dict[str, str | None]:

@@ -273,7 +273,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
               s.max_new, s.seed, c.get("on_long_prompt", "error"), bool(c.get("trace", False)))
     job.check_prompts(s.examples)
     # everything is validated: only now write to the output folder (folder_lock removes it again if left empty)
-    record = {"config": c, "choices": choices(cfg), "seed": s.seed, **provenance.git_info(),
+    record = {"config": c, "choices": choices(cfg), "seed": s.seed, **provenance.code_record(job.method),
               "versions": provenance.package_versions(), "device_info": provenance.device_info(device),
               "runtime": provenance.runtime(job.method.bound.models, threads, pair, job.method.plan.layers)}
     any_version = bool(c.get("resume_any_version", False))  # a boolean: check_run_settings checked it
