@@ -190,7 +190,8 @@ class Engine:
             # 2. verify: row b's p at the root and at each of its n_b nodes, the last n_b + 1 kept columns
             fed = list(target.fed) if layers else []  # the target's cached tokens of each row before the verify
             logits, hidden = verify.feed(target, buf, [r.L for r in rows], props, layers)  # [B, keep, V_model]
-            logits, props = self.look_back(logits, rows, props)  # look-only nodes off: [B, keep', V_model]
+            if plan.looks:  # look-only nodes off: [1, keep', V_model]
+                logits, props = self.look_back(logits, rows[0], props[0])
             p_all = self.sampler.probs(logits)  # [B, keep, V]
             vals = top2_values(logits, self.sampler.vocab_size)  # [B, keep, 2] on the device; host copy after commit
             keep = p_all.shape[1]
@@ -272,17 +273,14 @@ class Engine:
                                             [r.generator for r in rows], self.sampler, self.stop.eos_ids,
                                             [r.states for r in rows], [r.looked for r in rows]))
 
-    def look_back(self, logits: torch.Tensor, rows: list[Row], props: list[Proposal]
-                  ) -> tuple[torch.Tensor, list[Proposal]]:
-        """Look-only nodes (one row's tree): the target's argmax there goes to the row for the drafter's next request;
-        returns logits [B, keep, V] and proposals without them, the rule's candidates."""
-        for r in rows:
-            r.looked = None
-        look = props[0].look if len(props) == 1 else 0
-        if not look:
-            return logits, props
-        rows[0].looked = logits[0, -look:, : self.sampler.vocab_size].argmax(-1).tolist()
-        return logits[:, :-look], [props[0].candidates()]
+    def look_back(self, logits: torch.Tensor, row: Row, prop: Proposal) -> tuple[torch.Tensor, list[Proposal]]:
+        """The one row's look-only nodes (Plan.looks): the target's argmax there goes to the row for the drafter's
+        next request; returns logits [1, keep, V] and the proposal without them, the rule's candidates."""
+        if not prop.look:
+            row.looked = None
+            return logits, [prop]
+        row.looked = logits[0, -prop.look :, : self.sampler.vocab_size].argmax(-1).tolist()
+        return logits[:, : -prop.look], [prop.candidates()]
 
     @staticmethod
     def committed_states(hidden: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],

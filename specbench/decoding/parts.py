@@ -73,6 +73,7 @@ class Needs:
     greedy_only: str = ""  # why it runs at temperature 0 only ("": any decode settings)
     drafts: bool = True  # False: nothing is drafted, the verifier alone generates (`none`)
     verifier: str = "target"  # the pair role that verifies (or generates alone)
+    looks: bool = False  # proposes look-only nodes (Lookahead's window): the target's argmax there comes back to it
 
 
 class Drafter:

@@ -37,6 +37,7 @@ class Plan:
     greedy_only: str  # why it runs at temperature 0 only ("": any)
     carries: bool  # the policy carries state across examples (persist): one row at a time
     tree_roles: tuple[str, ...]  # the models that must take a tree attention mask
+    looks: bool  # the drafter's proposals carry look-only nodes, whose argmax goes back to it (one row)
     layers: tuple[int, ...] = ()  # the verifier's hidden_states the drafter reads (known after bind)
 
     @property
@@ -92,7 +93,8 @@ def make_plan(names: dict[str, str], policy: Policy, needs: Needs, shape: Shape,
                 fixed_window=fixed_window(policy), cross_tokenizer=needs.cross_tokenizer,
                 one_row=needs.one_row or (tree_one_row if kind == "tree" else ""), eager=eager,
                 greedy_only=needs.greedy_only, carries=policy.carried is not None,
-                tree_roles=tuple(r for r in ("target", needs.tree_role) if r) if kind == "tree" else ())
+                tree_roles=tuple(r for r in ("target", needs.tree_role) if r) if kind == "tree" else (),
+                looks=needs.looks and kind == "tree")
 
 
 def check_tree_models(name: str, binding: Binding, roles: tuple[str, ...]) -> None:
