@@ -198,3 +198,27 @@ def test_an_unknown_option_names_each_part_and_its_options(tmp_path):
         in p.stderr
     p = run_py(*COMPOSED, f"paths.results={tmp_path}", "method=vanilla", "method.rule=block")
     assert p.returncode != 0 and "the rule is a part: method.parts.rule" in p.stderr
+
+
+def test_help_lists_every_config_and_key_without_loading_torch():
+    """`python run.py --help`: every method, pair, dataset, decode setting, experiment and task with its description,
+    the run and decode keys, and a sweep and a SLURM example; torch is not imported for it."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "run.py", "--help"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "torch" not in {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()}  # never imported
+    for group in ("method", "pair", "dataset", "decode", "experiment", "task"):
+        for f in (ROOT / "conf" / group).glob("*.yaml"):
+            assert f"\n  {f.stem} " in p.stdout, (group, f.stem)
+    assert "  ar                     The target model alone" in p.stdout
+    assert "  limit=null  the first N examples" in p.stdout and "  decode.temperature=0.0" in p.stdout
+    assert "python run.py -m method=ar,vanilla" in p.stdout and "hydra/launcher=slurm" in p.stdout
+
+
+def test_help_of_one_method_lists_its_parts_and_options():
+    p = run_py("--help", "method=gammatune_pld")
+    assert p.returncode == 0, p.stderr
+    assert "'policy': 'gammatune', 'drafter': 'lookup'" in p.stdout and "  drafter lookup: max_ngram=2" in p.stdout
+    assert "  policy gammatune: delta=2, eta=0.5, gamma=10" in p.stdout
+    bad = run_py("--help", "method=nope")
+    assert bad.returncode == 1 and bad.stderr.startswith("unknown method 'nope'; methods: adasd,")
