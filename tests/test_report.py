@@ -58,6 +58,8 @@ def test_run_numbers_by_hand(adasd_runs):
     assert bool(runs.loc["vanilla", "finished"]) and not bool(runs.loc["adasd", "lossless"])
     ex = load.load_examples(runs.reset_index())
     assert len(ex) == 6 and set(ex["method"]) == {"vanilla", "adasd", "ar"}
+    by_path = load.load_examples(str(adasd_runs))  # a results folder gives the same examples
+    assert sorted(map(tuple, by_path[["method", "id"]].values)) == sorted(map(tuple, ex[["method", "id"]].values))
 
 
 def hand_rows() -> list[dict]:

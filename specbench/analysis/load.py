@@ -224,8 +224,10 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
     return runs
 
 
-def _per_run(runs: pd.DataFrame, keep: list[str], read: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
-    """What `read` gives of each run's folder (runs giving nothing left out), with the run's columns `keep`."""
+def _per_run(runs: pd.DataFrame | str | Path, keep: list[str], read: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
+    """What `read` gives of each run's folder (runs giving nothing left out), with the run's columns `keep`; `runs`
+    is the runs table or a results folder (load_runs of it)."""
+    runs = runs if isinstance(runs, pd.DataFrame) else load_runs(runs)
     frames = []
     for _, run in runs.iterrows():
         frame = read(Path(run["run_dir"]))
@@ -234,14 +236,14 @@ def _per_run(runs: pd.DataFrame, keep: list[str], read: Callable[[Path], pd.Data
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def load_examples(runs: pd.DataFrame) -> pd.DataFrame:
+def load_examples(runs: pd.DataFrame | str | Path) -> pd.DataFrame:
     """One row per example of every run: the run's run_dir/label/pair/dataset/method/seed/gamma + its row fields."""
     keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma"]
     return _per_run(runs, keep, lambda d: pd.DataFrame(read_measured(d)).drop(columns=["token_ids", "carried_state"],
                                                                                 errors="ignore"))
 
 
-def load_traces(runs: pd.DataFrame) -> pd.DataFrame:
+def load_traces(runs: pd.DataFrame | str | Path) -> pd.DataFrame:
     """One row per iteration of every traced run (specbench.runs.traces columns + run_dir/label/pair/dataset/method)."""
     return _per_run(runs, ["run_dir", "label", "pair", "dataset", "method"], read_traces)
 
