@@ -222,3 +222,14 @@ def test_help_of_one_method_lists_its_parts_and_options():
     assert "  policy gammatune: delta=2, eta=0.5, gamma=10" in p.stdout
     bad = run_py("--help", "method=nope")
     assert bad.returncode == 1 and bad.stderr.startswith("unknown method 'nope'; methods: adasd,")
+
+
+def test_a_submitit_sweep_leaves_no_literal_job_id_folder(tmp_path):
+    """submitit makes its folder pattern's literal `.submitit/%j` when it starts; the sweep removes it when it ends,
+    and keeps each job's own folder (its id)."""
+    p = run_py("-m", "hydra/launcher=local", "pair=tiny_random", "dataset=smoke", "limit=1", "decode.max_new_tokens=4",
+               "warmup=0", "threads=1", "method=ar,vanilla", f"paths.results={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    (submitit,) = tmp_path.glob(".sweeps/*/.submitit")
+    jobs = sorted(d.name for d in submitit.iterdir())
+    assert len(jobs) == 2 and all(j.isdigit() for j in jobs), jobs  # no "%j"

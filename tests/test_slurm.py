@@ -204,7 +204,7 @@ def test_slurm_launcher_config_composes_with_and_without_local_settings():
     assert bare["_target_"].endswith("SlurmLauncher")
     assert re.fullmatch(r"results/\.sweeps/[\d_-]+/\.submitit/%j", bare["submitit_folder"])  # one folder per sweep
     local = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm", "local=example").hydra.launcher, resolve=True)
-    assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", 1, 16)
+    assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", 1, 64)  # one default
     # machine settings are no part of a run's identity: the same folder resumes on another partition
     from specbench.runs.identity import identity
     from specbench.runs.runner import resolved

@@ -132,6 +132,7 @@ class SweepFailures(Callback):
         self.failures: list[tuple[str, str]] = []
         self.total: int | None = None
         self.pattern: str | None = None
+        self.folder: str | None = None  # submitit's folder pattern (.../.submitit/%j)
         self.since = 0.0
         self.pending = False
 
@@ -145,6 +146,8 @@ class SweepFailures(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._reset()
         self.pending, self.since, self.pattern = True, time.time(), submitit_results(config)
+        folder = config.hydra.launcher.get("submitit_folder")
+        self.folder = str(folder) if folder else None
         try:
             self.total = len(sweep_jobs(config))
         except Exception as e:  # noqa: BLE001 - a sweeper other than the basic one: the count is left out
@@ -163,6 +166,9 @@ class SweepFailures(Callback):
         if not self.pending:
             return
         self.pending = False
+        placeholder = Path(self.folder) if self.folder and "%j" in self.folder else None
+        if placeholder is not None and placeholder.is_dir() and not any(placeholder.iterdir()):
+            placeholder.rmdir()  # submitit makes the pattern's literal `%j` folder when it starts; nothing is in it
         failures = self.failures + (submitit_failures(self.pattern, self.since) if self.pattern else [])
         if failures:
             log.error(summary(failures, self.total))
