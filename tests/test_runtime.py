@@ -39,6 +39,27 @@ def test_config_and_summary_record_what_ran(tmp_path):
     assert saved["models"]["target"] == {"path": None, "revision": None, "quantized": None, "converted": False}
 
 
+def test_a_run_records_its_cpu_and_the_load_it_ran_under(tmp_path, monkeypatch):
+    """runtime.cpu: the CPU model and its speed-deciding flags (as /proc/cpuinfo says); each row the 1-minute load
+    average when it was written, the summary their median and maximum."""
+    loads = iter([0.5, 2.25, 1.0])
+    monkeypatch.setattr(runner.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    s = runner.run(small("method=vanilla", "limit=3", "decode.max_new_tokens=4", "threads=1", "warmup=0"), tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [r["load_average"] for r in rows] == [0.5, 2.25, 1.0]
+    assert (s["load_average_median"], s["load_average_max"]) == (1.0, 2.25)
+    cpu = s["runtime"]["cpu"]
+    assert set(cpu["flags"]) <= set(provenance.CPU_FLAGS)
+    if os.path.exists("/proc/cpuinfo"):
+        text = open("/proc/cpuinfo").read()
+        model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+                     None)
+        assert model is None or cpu["model"] == model
+        flags = next((line for line in text.splitlines() if line.startswith("flags")), "flags:")
+        present = set(flags.split(":", 1)[1].split())
+        assert cpu["flags"] == [f for f in provenance.CPU_FLAGS if f in present]
+
+
 def test_a_run_records_its_methods_code(tmp_path):
     """The files of the parts a run imported, each with its sha256 (of the file as it is) and git state."""
     s = runner.run(small("method=gammatune", "method.parts.drafter=lookup", "limit=1", "decode.max_new_tokens=4",

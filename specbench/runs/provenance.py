@@ -154,4 +154,23 @@ def runtime(models: dict[str, Any], threads: int, pair: Any = None, hidden_layer
             "models": {role: model_record(m) for role, m in models.items()},
             **({} if pair is None else {"shapes": {"target": shapes(pair.target),
                                                    "draft": None if pair.draft is None else shapes(pair.draft)}}),
-            "verify_hidden_layers": list(hidden_layers)}
+            "verify_hidden_layers": list(hidden_layers), "cpu": cpu_record()}
+
+
+# the CPU features that decide a forward's speed on the CPU (matrix units, vector widths, their float formats)
+CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+
+
+def cpu_record() -> dict[str, Any]:
+    """The CPU's model name and the speed-deciding features it has (CPU_FLAGS), from /proc/cpuinfo on Linux (else
+    the platform's processor string and no flags): runs timed on different CPUs are not comparable."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"model": platform.processor() or platform.machine(), "flags": []}
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    model = fields.get("model name") or fields.get("Model") or platform.processor() or platform.machine()
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags]}

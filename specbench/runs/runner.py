@@ -6,6 +6,7 @@ append its rows -> summary. Its steps' concerns are modules of their own: the se
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from specbench.common.aggregate import repeat_spread
 from specbench.runs.binding import build_method, decoder_device, make_engine
 from specbench.runs.job import Dialogue, Job, example_seed, finish, next_prompt
 from specbench.runs.results import SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows, read_rows
-from specbench.runs.summary import recorded_processes, rounded, speedup_summary
+from specbench.runs.summary import load_summary, recorded_processes, rounded, speedup_summary
 from specbench.runs.validation import (check_resume, check_version, choices, code_version, new_measurement, resolved,
                                        sampling_params, set_threads)
 from specbench.common.files import write_json_atomic
@@ -163,6 +164,7 @@ def make_row(job: Job, ex: Example, g: Generation, info: dict[str, Any], c: dict
             **info, "output": g.text, "token_ids": g.token_ids, "lossless": job.method.plan.lossless, "seed": job.seed,
             **example_metrics(g), **job.evaluator.score(ex, g.text),
             "truncated": job.evaluator.truncated(ex, g.text, g.stop_reasons),
+            "load_average": round(os.getloadavg()[0], 2),  # the machine's 1-minute load when the row was written
             **({"carried_state": carried} if carried is not None else {})}
 
 
@@ -292,7 +294,7 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                "measure_from": first, "batch_size": s.batch_size,
                **speedup_summary(job, rows, s.examples, run_dir, first, s.batch_size),
                "method": s.method.name, "pair": c["pair"]["name"], "dataset": s.evaluator.name,
-               "lossless": s.method.plan.lossless, **process, **record,
+               "lossless": s.method.plan.lossless, **load_summary(rows), **process, **record,
                **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}}
     write_json_atomic(run_dir / SUMMARY, summary)
     wandb_log.log_run(c.get("logger"), run_dir, summary, rows)  # best effort: never raises

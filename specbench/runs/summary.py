@@ -4,6 +4,8 @@ every resume)."""
 
 from __future__ import annotations
 
+import statistics
+
 import time
 from pathlib import Path
 from typing import Any
@@ -64,3 +66,10 @@ def rounded(x: float | None, digits: int = 3) -> float | None:
     """x rounded for the log line (None stays None)."""
     return None if x is None else round(x, digits)
 
+
+def load_summary(rows: list[dict]) -> dict[str, float | None]:
+    """The machine's 1-minute load average while the rows were written (each row's `load_average`): median and
+    maximum, None for rows older than the field. A speedup between runs at different loads is not a clean one."""
+    loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
+    return {"load_average_median": statistics.median(loads) if loads else None,
+            "load_average_max": max(loads) if loads else None}
