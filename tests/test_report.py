@@ -297,7 +297,8 @@ def test_exit_status_is_0_with_notes_for_what_was_left_out_and_non_zero_for_erro
     assert f"note: left out {unfinished}: unfinished" in err and err.count("2 runs fit") == 3  # each named
     assert err.rstrip().splitlines()[-1] == ("note: 4 table(s), cell(s), speedup(s) or run(s) left out, each named "
                                              "above; every table the data allow was built")
-    assert sorted(p.name for p in out.iterdir()) == ["overview.csv", "overview.md", "overview.tex"]  # still written
+    assert sorted(p.name for p in out.iterdir() if p.name != report.MANIFEST) == ["overview.csv", "overview.md",
+                                                                                  "overview.tex"]  # still written
     assert report.main([str(tmp_path / "res"), "--no-figures", "--strict"]) == 1
     assert "(--strict: exit status 1)" in capsys.readouterr().err
     # nothing left out: 0, also with --strict
@@ -338,9 +339,15 @@ def test_cli_on_real_runs(tmp_path):
             assert r["mean_drafted"] == pytest.approx(sum(x["drafted"] for x in rows) / drafting)
     out = tmp_path / "report"
     assert report.main([str(tmp_path / "res"), "--out", str(out), "--format", "all", "--no-figures"]) == 0
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != report.MANIFEST)
     assert names == sorted(f"{n}.{e}" for n in ("adasd_table1", "adasd_table2", "adasd_appendix_smoke", "overview",
                                                 "per_position", "accepted_length") for e in ("md", "tex", "csv"))
+    # a second report into the same folder replaces the first's files: none of the first's tables survives it
+    (out / "my_notes.txt").write_text("mine")  # a file the report did not write stays
+    assert report.main([str(tmp_path / "res"), "--out", str(out), "--format", "md", "--no-figures"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name != report.MANIFEST) == sorted(
+        [n.replace(".csv", ".md") for n in names if n.endswith(".csv")] + ["my_notes.txt"])
+    assert (out / report.MANIFEST).read_text().split() == sorted(n for n in names if n.endswith(".md"))
     (t1, _) = adasd_tables(runs)
     assert (out / "adasd_table1.md").read_text() == t1.markdown()
     speed = t1.values.loc[("tiny_random", "AdaSD"), ("smoke", "speedup")]

@@ -145,6 +145,20 @@ def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
     return [write_text_atomic(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])()) for t in tables for ext in exts]
 
 
+MANIFEST = ".report_files"  # in an --out folder: the files the last report wrote there, replaced by the next
+
+
+def replace_earlier(out: Path, written: list[Path]) -> None:
+    """Remove the files the last report wrote into `out` (its MANIFEST) that this one did not write again, and list
+    this one's: no stale table or figure of an earlier report survives beside the new ones."""
+    now = {str(p.relative_to(out)) for p in written}
+    listed = out / MANIFEST
+    for name in listed.read_text().split("\n") if listed.is_file() else []:
+        if name and name not in now:
+            (out / name).unlink(missing_ok=True)
+    write_text_atomic(listed, "".join(f"{name}\n" for name in sorted(now)))
+
+
 # The CLI's exit status, as researchers' scripts read it (`--help` shows EXIT_STATUS)
 OK, STRICT_LEFT_OUT, ERROR = 0, 1, 2
 EXIT_STATUS = ("exit status: 0 when the report was built, every table the data allow, also when something was "
@@ -218,11 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     for t in rep.tables:
         print(t.markdown())
     if args.out:
-        for p in write_tables(rep.tables, args.out, args.format):
-            print(f"wrote {p}")
-        if not args.no_figures:
-            for p in figures.make_figures(runs, args.out, built=rep.tables):
-                print(f"wrote {p}")
+        written = write_tables(rep.tables, args.out, args.format)
+        written += [] if args.no_figures else figures.make_figures(runs, args.out, built=rep.tables)
+        print("".join(f"wrote {p}\n" for p in written), end="")
+        replace_earlier(Path(args.out), written)
     if rep.left_out:
         rep.notes.append(f"{rep.left_out} table(s), cell(s), speedup(s) or run(s) left out, each named above; every "
                          "table the data allow was built" + (" (--strict: exit status 1)" if args.strict else ""))
