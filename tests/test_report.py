@@ -647,3 +647,20 @@ def test_a_paper_table_takes_only_its_own_methods(tmp_path):
     speedups = gammatune_speedups(runs)
     gt = speedups[speedups["row"] == "GammaTune"]
     assert sorted(gt["gamma"]) == [1, 2] and list(gt["speedup"]) == pytest.approx([2.0, 2.0])
+
+
+def test_a_pair_without_ar_is_named_with_the_command_that_adds_it():
+    """The note carries the run's decode choice and its folder's overrides; a pair with ar anywhere gets none."""
+    import pandas as pd
+    from specbench.analysis.overview import without_ar
+
+    runs = pd.DataFrame([
+        {"pair": "toy", "dataset": "gsm8k", "method": "vanilla", "decode": "t1",
+         "run_dir": "results/toy/gsm8k/vanilla/t1/batch_size=4,decode.max_new_tokens=48"},
+        {"pair": "toy", "dataset": "smoke", "method": "vanilla", "decode": "greedy",
+         "run_dir": "results/toy/smoke/vanilla/greedy/default"}])
+    every = pd.concat([runs, pd.DataFrame([{"pair": "toy", "dataset": "smoke", "method": "ar", "decode": "greedy",
+                                            "run_dir": "results/toy/smoke/ar/greedy/default"}])])
+    assert without_ar(runs, every) == [
+        "toy · gsm8k has no ar run, so its 'speedup vs ar' is empty; add one with: python run.py method=ar pair=toy "
+        "dataset=gsm8k decode=t1 batch_size=4 decode.max_new_tokens=48"]

@@ -137,7 +137,11 @@ def test_refusals_and_runs_without_a_table(tmp_path):
     spec_run(tmp_path / "sweep", "vanilla", "vanilla", [0.5] * 6, gamma=5)
     spec_run(tmp_path / "sweep", "heuristic", "heuristic", [0.4] * 6, gamma=5)
     assert spec_bench_table(load.load_runs(tmp_path / "sweep")) == []
-    assert not any("spec_bench" in n for n in report.build_report(load.load_runs(tmp_path / "sweep")).notes)
+    notes = report.build_report(load.load_runs(tmp_path / "sweep")).notes
+    assert not any("left out: spec_bench" in n for n in notes)
+    assert [n for n in notes if "no ar run" in n] == [  # said once, with the command that adds the run
+        "p · spec_bench has no ar run, so its 'speedup vs ar' is empty; add one with: python run.py method=ar pair=p "
+        "dataset=spec_bench decode=greedy"]
 
 
 def test_the_cli_prints_the_leaderboard_columns(board):

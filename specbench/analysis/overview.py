@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -122,6 +124,22 @@ def _title(projection: Projection | None, convention: str, accept: list[tuple[st
             "0), the rows of a lossless greedy run that differ from ar's (near-tie or suspect: the divergences table), "
             "rows truncated at max_new_tokens; [95% bootstrap interval over prompts and repeats, paired by "
             f"prompt against ar; seed {intervals.SEED}]; time: {intervals.TIMES[time]}")
+
+
+def without_ar(runs: pd.DataFrame, every: pd.DataFrame) -> list[str]:
+    """A note for each pair and dataset of the group `runs` with no `ar` run among `every` run loaded: its speedups
+    are empty, and the command that adds one (its first run's decode setting and folder overrides)."""
+    notes = []
+    for (pair, dataset), runs_here in runs.groupby(["pair", "dataset"], sort=True):
+        if ((every["pair"] == pair) & (every["dataset"] == dataset) & (every["method"] == "ar")).any():
+            continue
+        r = runs_here.iloc[0]
+        leaf = Path(r["run_dir"]).name
+        extra = [f"decode={r['decode']}"] if r["decode"] else []
+        extra += [o for o in leaf.split(",") if "=" in o]  # the folder's overrides (a run's leaf; `default`: none)
+        notes.append(f"{pair} · {dataset} has no ar run, so its 'speedup vs ar' is empty; add one with: python run.py "
+                     f"{' '.join(['method=ar', f'pair={pair}', f'dataset={dataset}', *extra])}")
+    return notes
 
 
 def overview(group: Group, many: bool = False, projection: Projection | None = None,

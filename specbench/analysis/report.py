@@ -23,7 +23,7 @@ from specbench.analysis import catalog, categories, divergence, figures, interva
 from specbench.analysis.baselines import MethodSpec
 from specbench.analysis.conventions import CONVENTIONS, convention_table
 from specbench.analysis.load import SUMMARY_COLUMNS, load_runs, where
-from specbench.analysis.overview import overview
+from specbench.analysis.overview import overview, without_ar
 from specbench.analysis.per_position import position_tables
 from specbench.analysis.projection_costs import Projection, costs_table
 from specbench.analysis.selection import Group, ReportError, labels, unique_labels, where_args
@@ -127,7 +127,7 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
                 categories.category_table(each, convention), divergence.divergence_table(each),
                 convention_table(each, convention) if convention != "specbench" else None]
         out.tables += [in_group(t, g, many) for t in more if t is not None]
-        out.notes += notes
+        out.notes += notes + without_ar(g.runs, runs)  # no ar run at all: nothing refused, so not counted
         out.left_out += len(notes)
     for name in (n for n in names if n in catalog.SPANS):
         spans = spanning_groups(runs, catalog.SPANS[name])
