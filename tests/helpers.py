@@ -38,6 +38,9 @@ from table_lm import TableLM
 torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves on 2 cores
 
 ROOT = Path(__file__).resolve().parent.parent
+# row fields that measure time or the machine's load: equal runs differ there, so row comparisons leave them out
+TIMING = frozenset({"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds",
+                    "load_average"})
 CONF = ROOT / "conf"
 # The local copies of the real benchmark sets: $SPECBENCH_TEST_DATA, by default ../shared/data beside the clone
 # (never copied into the repository). Only the tests of the real sets' content read them (require_data).

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 import specbench.common.files as files
 import specbench.runs.runner as runner
-from helpers import SYNTHETIC, compose_cfg, full_disk_on_append, small
+from helpers import SYNTHETIC, TIMING, compose_cfg, full_disk_on_append, small
 from specbench.common.options import OptionError
 from specbench.data.dataset import Evaluator, Example
 from specbench.decoding.engine import Engine
@@ -19,7 +19,6 @@ from specbench.runs.runner import Job, build_method, decode_batch, make_engine, 
 from specbench.runs.traces import read_traces
 
 JOB = ("method=vanilla", "limit=7", "decode.max_new_tokens=8", "threads=1")
-TIMING = {"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds"}
 
 
 class Crash(RuntimeError):

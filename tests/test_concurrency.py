@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, compose_cfg, small
+from helpers import ROOT, TIMING, compose_cfg, small
 from specbench.runs import merge
 from specbench.analysis import load
 from specbench.runs.layout import job_dir
@@ -21,7 +21,6 @@ from specbench.runs.results import LOCK, ROWS, SUMMARY, FolderLocked, folder_loc
 from specbench.common.files import write_json_atomic
 from specbench.runs.runner import run
 
-TIMING = {"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds"}
 JOB = ("method=vanilla", "decode=t1", "decode.max_new_tokens=24")
 
 # A process that takes a folder's lock and keeps it until killed.

@@ -18,13 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import ROOT, compose_cfg, small
+from helpers import ROOT, TIMING, compose_cfg, small
 from specbench.runs import merge
 from specbench.runs.layout import job_dir
 from specbench.runs.runner import run
 from specbench.runs.slurm import slurm_unavailable
 
-TIMING = {"decode_s", "first_block_s", "latency_s", "tokens_per_s", "model_s", "call_seconds"}
 BASE = ["pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false", "threads=1"]
 JOB = ["method=vanilla", "decode=t1", "decode.max_new_tokens=48", "limit=12"]
 
