@@ -194,7 +194,6 @@ class HFAssisted:
         self.persist = bool(persist)
         self.suppress_padding = bool(suppress_padding)
         self.left: dict[str, Any] | None = None  # what transformers left in the draft's config
-        self.bound: Binding | None = None  # the pair of the current generate()
         if assistant_confidence_threshold and not is_sklearn_available():
             log.warning("scikit-learn is not installed: transformers will not update the confidence threshold")
 
@@ -209,8 +208,7 @@ class HFAssisted:
     def generate(self, bound: Binding, prompt_ids: list[int], max_new_tokens: int, stop: StopCriteria,
                  generator: torch.Generator | None, trace: bool) -> Generation:
         """One transformers assisted generation on the bound pair, returned as the engine's Generation."""
-        self.bound = bound
-        target, draft = transformers_model(bound.models["target"]), self.assistant()
+        target, draft = transformers_model(bound.models["target"]), self.assistant(bound)
         if not isinstance(target, GenerationMixin):
             raise OptionError(f"method 'hf_assisted': the target {type(target).__name__} has no generate()")
         cross = bound.pair is not None and self.needs.pair_draft and bound.pair.draft_tokenizer is not None
@@ -226,7 +224,7 @@ class HFAssisted:
         rec = Recorder(stop, P, max_new_tokens, ctx - P, int(gamma),
                        "constant" if self.lookup else settings["num_assistant_tokens_schedule"])
         x = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
-        kwargs = self.generate_kwargs(target, max_new) | self.source_kwargs(draft, cross)
+        kwargs = self.generate_kwargs(bound, target, max_new) | self.source_kwargs(bound, draft, cross)
         gc = (draft or target).generation_config  # the assistant's settings (early exit: the target's own)
         saved = {k: getattr(gc, k) for k in ASSISTANT_KEYS}
         hooks = rec.attach(target, None if draft is target else draft)
@@ -251,15 +249,14 @@ class HFAssisted:
                 h.remove()
         return self.finish(out[0, P:].tolist(), rec, decode_s)
 
-    def assistant(self) -> PreTrainedModel | None:
-        """The model that drafts: the pair's draft, the target (early exit) or none (prompt lookup)."""
+    def assistant(self, bound: Binding) -> PreTrainedModel | None:
+        """The bound model that drafts: the pair's draft, the target (early exit) or none (prompt lookup)."""
         if self.lookup:
             return None
-        models = self.binding.models
-        model = models["target"] if self.early_exit is not None else models.get("draft")
+        model = bound.models["target"] if self.early_exit is not None else bound.models.get("draft")
         return transformers_model(model) if model is not None else None
 
-    def source_kwargs(self, draft: PreTrainedModel | None, cross: bool) -> dict[str, Any]:
+    def source_kwargs(self, bound: Binding, draft: PreTrainedModel | None, cross: bool) -> dict[str, Any]:
         """generate()'s arguments that choose the draft source (both tokenizers for universal assisted generation)."""
         if self.lookup:
             return dict(self.lookup)
@@ -267,15 +264,15 @@ class HFAssisted:
             return {"assistant_early_exit": self.early_exit}
         kw: dict[str, Any] = {"assistant_model": draft}
         if cross:
-            pair = self.binding.pair
+            pair = bound.pair
             assert pair is not None  # cross: the bound pair's draft has its own tokenizer
-            kw |= {"tokenizer": self.binding.tokenizer, "assistant_tokenizer": pair.draft_tokenizer}
+            kw |= {"tokenizer": bound.tokenizer, "assistant_tokenizer": pair.draft_tokenizer}
         return kw
 
-    def generate_kwargs(self, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
+    def generate_kwargs(self, bound: Binding, target: PreTrainedModel, max_new: int) -> dict[str, Any]:
         """generate() keyword arguments for the bound decode settings, EOS ids and vocabulary range."""
-        sp, vocab = self.binding.params, self.binding.vocab_size
-        eos = sorted(self.binding.eos_ids)
+        sp, vocab = bound.params, bound.vocab_size
+        eos = sorted(bound.eos_ids)
         # pad = an EOS id: the drafter's inner generate() infers a mask from the pad id (utils.py,
         # _prepare_attention_mask_for_generation), masking any token equal to it, unless the pad id is an EOS id
         kw: dict[str, Any] = {"max_new_tokens": max_new, "eos_token_id": eos or None,
@@ -302,11 +299,6 @@ class HFAssisted:
                           draft_calls=rec.calls["draft"], text=stop.text(out, reason),
                           extra={"assistant_settings_after": dict(self.left or {})})
 
-    @property
-    def binding(self) -> Binding:
-        """The pair of the current generate()."""
-        assert self.bound is not None  # set by generate()
-        return self.bound
 
 
 def transformers_model(model: torch.nn.Module) -> PreTrainedModel:

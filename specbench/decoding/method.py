@@ -96,19 +96,24 @@ class Method:
         drafter's."""
         return {**(self.shape.state() or policy.state()), **self.drafter.state()}
 
-    def carried_state(self) -> dict[str, Any] | None:
-        """The state carried from one example to the next: the loop's, the policy's or the drafter's (see
-        Policy.carried); the runner saves it with each row and restores it on resume and after the warm-up."""
+    @property
+    def carrier(self) -> Loop | Policy | Drafter:
+        """The part whose state is carried from one example to the next: the loop, else the policy when it carries
+        one (persist), else the drafter (suffix's run-wide tree)."""
         if self.loop is not None:
-            return self.loop.carried
-        return self.policy.carried if self.policy.carried is not None else self.drafter.carried
+            return self.loop
+        return self.policy if self.policy.carried is not None else self.drafter
+
+    def carried_state(self) -> dict[str, Any] | None:
+        """The carrier's state (Policy.carried); the runner saves it with each row and restores it on resume and
+        after the warm-up."""
+        return self.carrier.carried
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """Continue from a state carried_state() returned."""
         if self.carried_state() is None:
             raise ValueError(f"method {self.name!r} carries no state across examples; got {state!r} to restore")
-        owner: Any = self.loop or (self.policy if self.policy.carried is not None else self.drafter)
-        owner.carried = state
+        self.carrier.carried = state
 
     def observe_output(self, token_ids: list[int]) -> None:
         """After each recorded example (Drafter.observe_output)."""
