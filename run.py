@@ -84,4 +84,8 @@ if __name__ == "__main__":
         sys.argv[1:] = check_option_overrides(sys.argv[1:])  # method.<key> overrides as ++method.<key>
     except UserError as err:  # also a plugin file that does not import, named with its line
         sys.exit(str(err))
+    if "--dry-run" in sys.argv[1:]:  # every job, its folder and what it lacks; nothing loaded or written
+        from specbench.runs.dryrun import main as dry_run
+
+        sys.exit(dry_run(sys.argv[1:]))
     main()

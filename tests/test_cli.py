@@ -48,7 +48,7 @@ def test_sweep_writes_one_folder_per_job(tmp_path):
 
 
 def test_a_run_and_a_sweeps_job_at_the_default_batch_size_resume_one_folder(tmp_path):
-    """`python run.py`, then the README's batch-size sweep `-m ... batch_size=1,2`: the sweep's batch_size=1 job
+    """`python run.py`, then docs/usage.md's batch-size sweep `-m ... batch_size=1,2`: the sweep's batch_size=1 job
     resumes the folder of the run without the key (batch_size=1 is its default), batch_size=2 writes its own."""
     base = ["pair=tiny_random", "dataset=smoke", "method=ar", "limit=2", "warmup=0", "threads=1", "progress=false",
             f"paths.results={tmp_path}"]

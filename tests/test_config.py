@@ -105,7 +105,7 @@ def test_different_vocabularies_are_refused():
 def test_missing_local_model_names_it_and_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     missing = str(tmp_path / "no-model-here")
-    with pytest.raises(RuntimeError, match="no-model-here.*prepare-offline-models"):
+    with pytest.raises(RuntimeError, match="no-model-here.*copy its Hugging Face cache"):
         load_model({"path": missing}, __import__("torch").device("cpu"))
 
 

@@ -143,7 +143,7 @@ def test_offline_pair_fails_without_asking_the_hub_and_says_what_it_needs(online
     assert "HF_HUB_OFFLINE is set" in text
     assert "  hf download meta-llama/Llama-3.1-70B\n  hf download meta-llama/Llama-3.1-8B\n" in text
     assert "licence accepted on the model page (https://huggingface.co/meta-llama/Llama-3.1-70B" in text
-    assert "`hf auth login` or HF_TOKEN=<token>" in text and "prepare-offline-models" in text
+    assert "`hf auth login` or HF_TOKEN=<token>" in text and "copy its Hugging Face cache" in text
     assert ("target meta-llama/Llama-3.1-70B: 70.6 B parameters x 2 bytes (bfloat16) = 141.2 GB: more than one "
             "80 GB GPU holds, so device_map: auto over several GPUs (set)") in text
     assert "draft meta-llama/Llama-3.1-8B: 8.03 B parameters x 2 bytes (bfloat16) = 16.1 GB (fits one GPU)" in text

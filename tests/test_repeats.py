@@ -99,3 +99,19 @@ def test_a_remeasure_refused_for_another_code_version_leaves_the_folder_as_it_wa
         runner.run(small(*JOB, "remeasure=true"), tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == {
         k: v for k, v in before.items() if k != ".lock"}  # config.json gained no measure_from
+
+
+def test_a_smaller_selection_of_a_fuller_folder_summarizes_its_own_rows(tmp_path, caplog):
+    """limit=2 (then repeats=1) after limit=3 repeats=2: the folder keeps every row, the summary covers the 2 selected
+    examples of repeat 0 only, names them in `selected_ids`, says so in the log, and equals the summary of a folder
+    holding just those rows."""
+    runner.run(small(*JOB, "repeats=2"), tmp_path / "full")
+    with caplog.at_level(logging.WARNING, logger="specbench.runs.runner"):
+        s = runner.run(small("method=vanilla", "limit=2", "decode.max_new_tokens=12"), tmp_path / "full")
+    assert len(read_rows(tmp_path / "full" / ROWS)) == 6  # nothing deleted
+    assert s["selected_ids"] == ["smoke-00", "smoke-01"] and s["n_examples"] == 2 and (s["decoded"], s["resumed"]) == (0, 2)
+    assert "the folder holds 6 rows; this run's settings (limit=, shard=, repeats=) select 2 of them" in caplog.text
+    alone = runner.run(small("method=vanilla", "limit=2", "decode.max_new_tokens=12"), tmp_path / "alone")
+    assert "selected_ids" not in alone
+    for key in ("n_examples", "mean_accepted", "acceptance_rate", "block_efficiency", "total_new_tokens"):
+        assert s[key] == alone[key], key  # greedy: the same rows, hence the same pooled numbers

@@ -203,13 +203,31 @@ def test_slurm_launcher_config_composes_with_and_without_local_settings():
     assert bare["_target_"].endswith("SlurmLauncher")
     assert re.fullmatch(r"results/\.sweeps/[\d_-]+/\.submitit/%j", bare["submitit_folder"])  # one folder per sweep
     local = OmegaConf.to_container(compose_cfg("hydra/launcher=slurm", "local=example").hydra.launcher, resolve=True)
-    assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", 1, 64)  # one default
+    assert (local["partition"], local["gpus_per_node"], local["array_parallelism"]) == ("gpu", None, 64)  # defaults
     # machine settings are no part of a run's identity: the same folder resumes on another partition
     from specbench.runs.identity import identity
     from specbench.runs.runner import resolved
 
     a, b = (resolved(compose_cfg(*o)) for o in ([], ["local=example"]))
     assert "slurm" in b and "slurm" not in a and identity(a) == identity(b)
+
+
+def test_a_sweeps_jobs_ask_for_the_gpus_their_pairs_need():
+    """gpus_per_node defaults to the most any job's pair needs, ceil(weights GB x 1.2 / 80) by the pair files'
+    params_b at 2 bytes (bfloat16): llama70b_8b (70.6 + 8.03) x 2 x 1.2 / 80 = 2.36 -> 3, the Qwen2.5-Coder pair 1,
+    none for the toy pair; a slurm.gpus_per_node setting wins."""
+    from omegaconf import OmegaConf
+
+    def gpus(*overrides: str, task: list[str] | None = None) -> int | None:
+        cfg = compose_cfg("hydra/launcher=slurm", *overrides)
+        if task is not None:  # a multirun's sweep overrides, which a single composition cannot take
+            cfg.hydra.overrides.task = task
+        return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)["gpus_per_node"]
+
+    assert gpus() is None and gpus("pair=qwen25coder_1p5b_0p5b") == 1 and gpus("pair=llama70b_8b") == 3
+    assert gpus(task=["pair=toy,qwen25coder_1p5b_0p5b,llama70b_8b", "method=ar,vanilla"]) == 3
+    assert gpus(task=["pair=toy,qwen25coder_1p5b_0p5b"]) == 1
+    assert gpus("pair=llama70b_8b", "+slurm.gpus_per_node=4") == 4
 
 
 @pytest.fixture

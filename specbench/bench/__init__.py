@@ -1,7 +1,7 @@
 """Benchmarks of the engine and the methods (a CLI, so it prints): `python -m specbench.bench SUBCOMMAND --help`.
 
 One module per subcommand (engine and verify in `engine`; methods, batch, overhead, gpu, kit, rules), their shared
-pieces in `common`, the command line in `cli`. What each measures: README.md, "Engine benchmark" and "GPU and the
+pieces in `common`, the command line in `cli`. What each measures: docs/gpu.md, "Engine benchmark" and "GPU and the
 compiled path".
 """
 

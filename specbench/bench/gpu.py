@@ -1,5 +1,5 @@
 """`python -m specbench.bench gpu --out DIR [--budget MINUTES]`: the GPU characterisation in one command, nothing
-downloaded, fitted to a job's time limit (`--budget`; README.md, "GPU figures in one command").
+downloaded, fitted to a job's time limit (`--budget`; docs/gpu.md, "GPU figures in one command").
 
 Each pair of PAIRS runs its SECTIONS (specbench.bench.gpu_sections), the CUDA test lane once after the first pair's
 engines; with --budget a section starts only when its estimate (specbench.bench.schedule) fits the time left, else it

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 HUB_TIMEOUT_S = 10.0  # the one request that asks the hub about a model or dataset before it is loaded
-OFFLINE_HINT = "For the offline Qwen2.5-Coder / SmolLM2 models run ../shared/tools/prepare-offline-models."
+OFFLINE_HINT = ("A node without network: download on a connected machine and copy its Hugging Face cache (HF_HOME) "
+                "to the node (docs/gpu.md, offline nodes).")
 _HUB_DOWN: dict[str, str] = {}  # endpoint -> why it could not be reached: asked once per process
 
 

@@ -16,7 +16,7 @@ from specbench.common.errors import UserError
 # package -> the releases tested (pyproject.toml's requirement, the same string)
 SUPPORTED = {"torch": ">=2.11,<=2.13", "transformers": ">=5.24,<=5.24.0"}
 WHY = {"torch": "the floor is the oldest release the engine, acceptance, tree, head and method tests ran on "
-                "(docs/results.md, 'The supported floor')",
+                "(docs/results/install-and-ci.md, 'The supported floor')",
        "transformers": "5.24 renamed the models' cache argument `past_key_values` to `cache`, which older releases "
                        "accept and silently ignore"}
 
@@ -48,7 +48,7 @@ def require(versions: dict[str, str]) -> list[str]:
     fatal = [why for kind, why in problems if kind != "above"]
     if fatal:
         raise VersionError("; ".join(fatal) + ". Install the supported releases (pip install -e . resolves them; on a "
-                           "node with its own torch, the README's 'Offline GPU nodes' kit)")
+                           "node with its own torch, docs/gpu.md's 'Offline GPU nodes' kit)")
     return [f"{why}: it runs untested" for kind, why in problems if kind == "above"]
 
 

@@ -1,6 +1,6 @@
 """SPEED-Bench-format throughput files from local text, for machines that cannot fetch SPEED-Bench's sources.
 
-    python -m specbench.data.speed_local --data-dir ../shared/data --tokenizer Qwen/Qwen2.5-Coder-1.5B-Instruct \
+    python -m specbench.data.speed_local --data-dir DATA --tokenizer Qwen/Qwen2.5-Coder-1.5B-Instruct \
         --tokens 1000,2000,8000 --per-tier 2 --out local_speed
 
 writes <out>/speed/throughput_<k>k/test.parquet (k = tokens / 1000) in SPEED-Bench's schema, read by

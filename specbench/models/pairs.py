@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, cast
 
@@ -163,6 +164,24 @@ def pair_needs(cfg: dict) -> str:
     lines = [f"Pair {cfg['name']!r} needs on GPUs (weights alone; the KV cache and activations come on top):"]
     lines += [line for line, _ in needs] + [f"  together: {sum(gb for _, gb in needs):.1f} GB"]
     return "\n".join(lines)
+
+
+HEADROOM = 1.2  # the KV cache and activations on top of the weights, as a fraction of them (a rule of thumb)
+
+
+def weights_gb(cfg: dict) -> float | None:
+    """The pair's weights in GB at their dtypes (model_needs), None when no model records params_b (toy pairs)."""
+    specs = [cfg[role] for role in ("target", "draft") if cfg.get(role)]
+    if not any(spec.get("params_b") for spec in specs):
+        return None
+    return sum(model_needs(role, spec)[1] for role, spec in zip(("target", "draft"), specs))
+
+
+def gpus_needed(cfg: dict) -> int | None:
+    """GPUs of ONE_GPU_GB a job of the pair asks for: ceil(weights_gb x HEADROOM / ONE_GPU_GB), at least 1; None for
+    a pair of unrecorded size (the toy and random pairs, which run on a CPU)."""
+    gb = weights_gb(cfg)
+    return None if gb is None else max(1, math.ceil(gb * HEADROOM / ONE_GPU_GB))
 
 
 def pair_files(cfg: dict) -> dict[str, tuple[str, str | None]]:

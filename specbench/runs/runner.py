@@ -32,7 +32,8 @@ from specbench.common.aggregate import repeat_spread
 from specbench.runs.binding import build_method, decoder_device, make_engine
 from specbench.runs.job import Dialogue, Job, example_seed, finish, next_prompt
 from specbench.runs.results import SUMMARY, RowWriter, folder_lock, lock_timeout, measured_rows, read_rows
-from specbench.runs.summary import load_summary, recorded_processes, rounded, speedup_summary
+from specbench.runs.summary import (load_summary, predicted_words, recorded_processes, rounded,
+                                    speedup_summary)
 from specbench.runs.validation import (check_resume, check_version, choices, code_version, new_measurement, resolved,
                                        sampling_params, set_threads)
 from specbench.common.files import write_json_atomic
@@ -219,6 +220,7 @@ class Plan:
     retrace: dict[tuple[int, int], dict[str, dict]]
     wanted: int  # rows the run's examples and repeats make
     to_decode: int  # rows not in the folder yet
+    repeats: range
 
 
 def plan(job: Job, writer: RowWriter, examples: list[Example], repeats: range, batch_size: int, run_dir: Path) -> Plan:
@@ -226,7 +228,7 @@ def plan(job: Job, writer: RowWriter, examples: list[Example], repeats: range, b
     all_batches = batches(examples, repeats, batch_size)
     retrace = {(b.repeat, b.index): untraced(writer, b, run_dir) for b in all_batches} if job.trace else {}
     todo = [b for b in all_batches if missing(writer, b) or retrace.get((b.repeat, b.index))]
-    p = Plan(todo, retrace, len(examples) * len(repeats), sum(len(missing(writer, b)) for b in todo))
+    p = Plan(todo, retrace, len(examples) * len(repeats), sum(len(missing(writer, b)) for b in todo), repeats)
     retraced = sum(len(r) for r in retrace.values())
     if retraced:
         log.warning("%s: trace=true: %d rows in the folder have no trace (a run without trace=true wrote them); "
@@ -238,6 +240,20 @@ def plan(job: Job, writer: RowWriter, examples: list[Example], repeats: range, b
         log.warning("%s: reusing %d rows already in the folder (resume); to measure again, rerun with "
                     "remeasure=true (a new set of repeats; nothing is deleted)", run_dir, p.wanted - p.to_decode)
     return p
+
+
+def selected_rows(rows: list[dict], examples: list[Example], repeats: range, run_dir: Path
+                  ) -> tuple[list[dict], dict[str, list[str]]]:
+    """The rows of the run's selection (its examples' ids, its repeats; as recorded: a resume reads the same rows
+    back) and, when the folder holds more (an earlier run without limit=, say), `selected_ids` for the summary."""
+    ids = {ex.id for ex in examples}
+    kept = [r for r in rows if r["id"] in ids and r.get("repeat", 0) in repeats]
+    if len(kept) == len(rows):
+        return rows, {}
+    log.warning("%s: the folder holds %d rows; this run's settings (limit=, shard=, repeats=) select %d of them: the "
+                "summary covers those (the report compares runs on the example ids they share)", run_dir, len(rows),
+                len(kept))
+    return kept, {"selected_ids": [ex.id for ex in examples]}
 
 
 def decode(job: Job, p: Plan, writer: RowWriter, s: Settings, c: dict[str, Any], run_dir: Path) -> None:
@@ -288,17 +304,17 @@ def bench(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if p.todo:
         saved = check_version(run_dir, saved, record, any_version)
     decode(job, p, writer, s, c, run_dir)
-    rows = measured_rows(read_rows(writer.path), saved)  # as recorded: a resume reads the same rows back
+    rows, selection = selected_rows(measured_rows(read_rows(writer.path), saved), s.examples, p.repeats, run_dir)
     process = recorded_processes(run_dir, first, p.to_decode, device)  # before a calibration adds to the peak
     summary = {**summarize(rows), **repeat_spread(rows), "decoded": p.to_decode, "resumed": len(rows) - p.to_decode,
                "measure_from": first, "batch_size": s.batch_size,
                **speedup_summary(job, rows, s.examples, run_dir, first, s.batch_size),
                "method": s.method.name, "pair": c["pair"]["name"], "dataset": s.evaluator.name,
                "lossless": s.method.plan.lossless, **load_summary(rows), **process, **record,
-               **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}}
+               **code_version(saved), **{k: saved[k] for k in ("resumed_versions",) if k in saved}, **selection}
     write_json_atomic(run_dir / SUMMARY, summary)
     wandb_log.log_run(c.get("logger"), run_dir, summary, rows)  # best effort: never raises
     log.info("%s: %d rows (%d decoded, %d resumed), %.1f tok/s, acceptance %s, score %s, predicted speedup %s",
              run_dir, summary["n_examples"], summary["decoded"], summary["resumed"], summary["tokens_per_s"] or 0,
-             rounded(summary["acceptance_rate"]), rounded(summary["score"]), rounded(summary["predicted_speedup"], 2))
+             rounded(summary["acceptance_rate"]), rounded(summary["score"]), predicted_words(summary))
     return summary

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from specbench.common.configs import plain
 from specbench.common.progress import progress_bar
@@ -40,6 +41,26 @@ def sweep_jobs(cfg: DictConfig) -> list[list[str]]:
     lines = [f"{k}={v}" for k, v in params.items()] + list(cfg.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(lines)
     return BasicSweeper.split_arguments(overrides, None)[0]
+
+
+def job_pairs(cfg: DictConfig) -> list[str]:
+    """The pair each job of a sweep runs: its `pair=` override, else the composed config's pair."""
+    default = str(cfg.pair.name) if "pair" in cfg else "toy"
+    return [next((o.split("=", 1)[1] for o in job if o.startswith("pair=")), default) for job in sweep_jobs(cfg)]
+
+
+def sweep_gpus(*, _root_: DictConfig) -> int | None:
+    """The launcher's default gpus_per_node: the most GPUs a job of the sweep needs (pairs.gpus_needed of each job's
+    pair in conf/pair/), None (none asked) when every pair runs on a CPU. submitit asks the same of every job."""
+    from specbench.common.files import CONF_DIR
+    from specbench.models.pairs import gpus_needed
+
+    files = [CONF_DIR / "pair" / f"{name}.yaml" for name in dict.fromkeys(job_pairs(_root_))]
+    needs = [gpus_needed(yaml.safe_load(f.read_text())) for f in files if f.is_file()]
+    return max((n for n in needs if n is not None), default=None)
+
+
+OmegaConf.register_new_resolver("specbench.sweep_gpus", sweep_gpus, replace=True)
 
 
 def slurm_unavailable(timeout_s: float = 15.0) -> str | None:

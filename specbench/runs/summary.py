@@ -28,14 +28,20 @@ def speedup_summary(job: Job, rows: list[dict], examples: list[Example], run_dir
     a batch of that size (speedup.call_costs)."""
     stats = speedup.merge_stats(speedup.from_row(r) for r in rows)
     if job.method.plan.kind == "none" or not stats["iterations"]:
-        return {"call_costs": None, "predicted_speedup": None, "acceptance_by_depth": None, "reach_by_depth": None,
+        return {"call_costs": None, "predicted_speedup": None, "predicted_speedup_spread": None,
+                "acceptance_by_depth": None, "reach_by_depth": None,
                 "accepted_length_hist": None, "positions_by_category": None}
-    costs = speedup.call_costs(stats, None, batch_size)
+    costs, spread = speedup.call_costs(stats, None, batch_size), None
     if costs["target_1"] is None:
-        costs = speedup.call_costs(stats, recorded_target_1(job, examples, run_dir, measure_from, batch_size),
-                                   batch_size)
+        record = recorded_target_1(job, examples, run_dir, measure_from, batch_size)
+        costs = speedup.call_costs(stats, None if record is None else record["seconds"], batch_size)
+        spread = None if record is None else record.get("spread")  # None: a record of an older version
+    predicted = speedup.predicted_speedup(stats, costs)
     at = positions(stats, speedup.alphas(stats))
-    return {"call_costs": costs, "predicted_speedup": speedup.predicted_speedup(stats, costs),
+    return {"call_costs": costs, "predicted_speedup": predicted,
+            # the prediction at the calibration passes' fastest and slowest target_1 (it is linear in target_1)
+            "predicted_speedup_spread": None if predicted is None or not spread else
+            [speedup.predicted_speedup(stats, {**costs, "target_1": t}) for t in spread],
             "acceptance_by_depth": at.get("alpha"),  # alpha_i: P(depth i accepted | depth i - 1 accepted)
             "reach_by_depth": at.get("at_least"), "accepted_length_hist": at.get("hist"),  # P(>= i), h(n)
             "positions_by_category": category_positions(rows)}
@@ -65,6 +71,18 @@ def recorded_processes(run_dir: Path, measure_from: int, decoded: int, device: t
 def rounded(x: float | None, digits: int = 3) -> float | None:
     """x rounded for the log line (None stays None)."""
     return None if x is None else round(x, digits)
+
+
+def predicted_words(summary: dict[str, Any]) -> str:
+    """The predicted speedup for the log: with the range its target_1 calibration passes give, and whose call costs
+    it comes from (a model of the run's costs, not a measurement: on a shared CPU the two differ by the load)."""
+    value, spread = summary.get("predicted_speedup"), summary.get("predicted_speedup_spread")
+    if value is None:
+        return "none (no drafts, or no call costs)"
+    costs = summary.get("call_costs") or {}
+    where = "the calibration" if costs.get("target_1_from") == "calibration" else "the rows' own one-token verifies"
+    band = f", {spread[0]:.2f}-{spread[1]:.2f} over the calibration passes" if spread else ""
+    return f"{value:.2f} (from call costs, target_1 from {where}{band}; not a measurement)"
 
 
 def load_summary(rows: list[dict]) -> dict[str, float | None]:

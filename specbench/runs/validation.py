@@ -37,7 +37,7 @@ def sampling_params(decode: dict) -> SamplingParams:
 def free_cpus() -> int:
     """The CPUs not already busy: round(CPUs this process may run on - 1-minute load average), at least 1.
     Intra-op threads beyond the idle cores spin against other processes: on a 2-core machine with one busy core,
-    vanilla on the toy pair ran 7x slower with 2 threads than with 1 (docs/results.md)."""
+    vanilla on the toy pair ran 7x slower with 2 threads than with 1 (docs/results/harness.md)."""
     return max(1, round(len(os.sched_getaffinity(0)) - os.getloadavg()[0]))
 
 
