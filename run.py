@@ -41,6 +41,7 @@ def brief_help(args: list[str]) -> str:
     usage = ["usage: python run.py [group=name ...] [key=value ...]      one run, resumable, into results/",
              "       python run.py -m method=ar,vanilla limit=20 ...        a sweep: one job per combination",
              "       python run.py -m hydra/launcher=slurm ...              the sweep on SLURM (README, SLURM)",
+             "       python run.py -m ... --dry-run                         every job, its folder, what it lacks",
              "       python run.py --help method=NAME                       a method's parts and options"]
     groups = [(g, f"{g}=NAME") for g in ("method", "pair", "dataset", "decode", "experiment", "task")]
     body = [line for g, head in groups for line in [f"\n{head}:", *described(g)]]
