@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +88,12 @@ def test_documented_run_commands_compose_and_pass_their_checks(name, args, tmp_p
         assert not [x for x in check.lacks if x.startswith("config:")], (name, job, check.lacks)
 
 
+def shrunk(args: list[str]) -> list[str]:
+    """The command's overrides with SHRINK's keys set to SHRINK's values (in its place, not beside it)."""
+    keys = {o.split("=", 1)[0] for o in SHRINK}
+    return [a for a in args if a.split("=", 1)[0].lstrip("+") not in keys] + SHRINK
+
+
 def runnable(job: list[str]) -> bool:
     """A job this CPU runs in a test: a pair built here (not from the hub), the bench task, no logger."""
     cfg = compose_cfg(*job)
@@ -107,7 +114,7 @@ def ran(tmp_path_factory) -> tuple:
     for _, args in RUN_PY:
         if "--help" in args or "--dry-run" in args:
             continue
-        for job in dryrun.jobs(check_option_overrides([*args, *SHRINK, f"paths.results={root}"])):
+        for job in dryrun.jobs(check_option_overrides([*shrunk(args), f"paths.results={root}"])):
             if runnable(job) and not dryrun.check_job(job, seen).lacks:
                 cfg = compose_cfg(*job)
                 folder = job_dir(cfg)
@@ -166,3 +173,26 @@ print(json.dumps([m["method"], rows[0]["token_ids"], rows[1]["token_ids"]]))
 
     method, ar_tokens, tokens = json.loads(p.stdout.strip().splitlines()[-1])
     assert method == "margin_stop" and tokens == ar_tokens and len(tokens) == 4
+
+
+def test_documented_report_commands_run_on_the_documented_runs(ran, tmp_path):
+    """Each `python -m specbench.report` line on the runs above (`results/` read as their folder): every table it can
+    build, or for a `--table` its runs lack, exit 1 with why and the runs to add; a pair folder nobody ran: exit 2."""
+    root, _ = ran
+    lines = [argv(c)[3:] for _, c in COMMANDS if argv(c)[:3] == ["python", "-m", "specbench.report"]]
+    assert len(lines) >= 4
+    for args in lines:
+        args = [str(root) + a[len("results"):] if a.startswith("results") and a != "results/_report" else
+                str(tmp_path / "_report") if a == "results/_report" else a for a in args]
+        p = subprocess.run([sys.executable, "-m", "specbench.report", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)
+        if args == ["--help"]:
+            assert p.returncode == 0 and "--table" in p.stdout
+        elif not Path(args[0]).exists():  # e.g. results/llama70b_8b: no such run here
+            assert p.returncode == 2 and "does not exist" in p.stderr, (args, p.stderr[-2000:])
+        elif "--table" in args and p.returncode == 1:
+            assert "not built" in p.stderr and "python run.py" in p.stderr, (args, p.stderr[-2000:])
+        elif "--table" in args:  # what it names, no overview
+            assert p.returncode == 0 and p.stdout.startswith("== ") and "== overview" not in p.stdout, args
+        else:
+            assert p.returncode == 0 and p.stdout.startswith("== overview"), (args, p.stderr[-2000:])

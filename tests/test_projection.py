@@ -363,8 +363,8 @@ def test_host_work_is_kept_as_measured_on_both_sides(tmp_path):
 def test_a_run_with_some_rows_older_than_the_split_is_projected_on_forwards_only(tmp_path):
     """One row with the host split and one without: none of the split is used (a partial sum would charge the
     older row's iterations no host work)."""
-    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
-    add_fields(tmp_path / "res" / "ar", {}, [AR_SPLIT])
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}] * 2)
+    add_fields(tmp_path / "res" / "ar", {}, [AR_SPLIT, AR_SPLIT])
     run = write_run(tmp_path / "res", "vanilla", "vanilla", [{"new": 12, "s": 0.5, "calls": 5, "drafted": 7,
                                                              "accepted": 4, "k": 4}] * 2)
     split = {**CHAIN, "call_seconds": {**CHAIN["call_seconds"], **SPLIT}, "draft_calls": 7}

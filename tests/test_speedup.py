@@ -173,7 +173,8 @@ def test_a_calibration_a_run_at_batch_size_1_needs_is_measured_once(tmp_path, mo
 
 def test_the_calibration_prefills_each_whole_prompt_once(tmp_path, monkeypatch):
     """The target_1 calibration's warm-up decodes the prompts cut to their first `tokens` tokens (8 here, below the
-    smoke prompts' lengths); its measured decode the whole prompts, once: a long prompt's prefill is paid once."""
+    smoke prompts' lengths); each of its measured passes decodes the whole prompts: a long prompt's prefill is paid
+    once per pass, not by the warm-up."""
     import functools
 
     from specbench.decoding.engine import Engine
@@ -192,5 +193,5 @@ def test_the_calibration_prefills_each_whole_prompt_once(tmp_path, monkeypatch):
     rows = without_one_token_verifies(tmp_path)  # a summary that had none calibrated, this one must
     runner.run(job, tmp_path)
     whole = [r["prompt_tokens"] for r in rows[:1]]  # batch_size 1: the calibration decodes the first example
-    assert whole[0] > 8 and seen == [[8], whole]
+    assert whole[0] > 8 and seen == [[8], *[whole] * calibration.PASSES]
     assert summary_of(tmp_path)["call_costs"]["target_1_from"] == "calibration"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specbench.analysis import intervals
+from specbench.analysis import intervals, shared
 from specbench.analysis.baselines import MethodSpec, find_baseline, speedup_over
 from specbench.analysis.tables import (BASELINES, Table, ambiguous, dataset_label, fmt_cells, has_data, method_specs,
                                        ordered, pair_labels, runs_on, skeleton)
@@ -60,12 +60,15 @@ def _runs_of(runs: pd.DataFrame, rows: list[tuple[str, MethodSpec]]) -> pd.DataF
 
 
 def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSpec]], columns: list[str],
-                  datasets: list[str], base: MethodSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run;
-    and the printed cells: values with their 95% bootstrap interval ' [lo–hi]' on tk/sec, acc, AccRate, speedup."""
+                  datasets: list[str], base: MethodSpec) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """values[(pair label, row), (dataset label, column)] from the one run per cell; speedup vs its baseline run, the
+    cell's run and its baseline on the example ids both hold (shared.compared: every column of the cell over them);
+    the printed cells: values with their 95% bootstrap interval ' [lo–hi]' on tk/sec, acc, AccRate, speedup; and the
+    notes (examples compared where a run holds more, loads or CPUs apart)."""
     pairs = pair_labels(_runs_of(runs, rows))
     v = skeleton(list(pairs.values()), [r for r, _ in rows], [dataset_label(d) for d in datasets], columns)
-    spread = {}
+    spread: dict = {}
+    notes: list[str] = []
     for pair, plabel in pairs.items():
         for label, spec in rows:
             for d in datasets:
@@ -73,6 +76,9 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
                 if run is None:
                     continue
                 b = find_baseline(run, runs, base) if any(ADASD_COLUMNS[c] == "speedup" for c in columns) else None
+                if b is not None:
+                    pairing = shared.compared([run, b], f"{plabel} · {dataset_label(d)}")
+                    (run, b), notes = pairing.runs, notes + list(pairing.notes)
                 for col in columns:
                     key, at = ADASD_COLUMNS[col], ((plabel, label), (dataset_label(d), col))
                     v.loc[at] = speedup_over(run, b) if key == "speedup" else run[key]
@@ -81,7 +87,7 @@ def _adasd_values(runs: pd.DataFrame, table: str, rows: list[tuple[str, MethodSp
     for (row, column), (lo, hi) in spread.items():
         if pd.notna(lo) and pd.notna(hi):
             cells.loc[row, column] += f" [{lo:.3f}–{hi:.3f}]"
-    return v, cells
+    return v, cells, list(dict.fromkeys(notes))
 
 
 def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]:
@@ -91,10 +97,10 @@ def adasd_tables(runs: pd.DataFrame, baseline: str | None = None) -> list[Table]
     datasets = ordered(set(_runs_of(runs, rows)["dataset"]), list(ADASD_TABLE_OF))
     out = []
     for name, first, columns, what in TABLES_1_2:
-        v, cells = _adasd_values(runs, name, rows[first:], columns, datasets, base)
+        v, cells, notes = _adasd_values(runs, name, rows[first:], columns, datasets, base)
         if has_data(v, "Vanilla"):
             out.append(Table(name, f"AdaSD Table {name[-1]}: {what} and speedup vs Vanilla ({base})"
-                             f"{_repeats_note(runs)}", v, cells))
+                             f"{_repeats_note(runs)}", v, cells, notes=tuple(notes)))
     return out
 
 
@@ -104,12 +110,12 @@ def adasd_tables_3_5(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     rows = method_specs(ADASD_ROWS + VARIANT_ROWS, base)
     out = []
     for d in ordered(set(_runs_of(runs, rows)["dataset"]), list(ADASD_TABLE_OF)):
-        v, cells = _adasd_values(runs, f"adasd tables 3-5 ({d})", rows, list(ADASD_COLUMNS), [d], base)
+        name = ADASD_TABLE_OF.get(d, f"adasd_appendix_{d}")
+        v, cells, notes = _adasd_values(runs, f"adasd tables 3-5 ({d})", rows, list(ADASD_COLUMNS), [d], base)
         v.columns = pd.MultiIndex.from_tuples([("", c) for _, c in v.columns])
         cells.columns = v.columns
         if has_data(v, "Vanilla"):
-            name = ADASD_TABLE_OF.get(d, f"adasd_appendix_{d}")
             which = f"Table {name[-1]}" if d in ADASD_TABLE_OF else "Tables 3-5 layout"
             out.append(Table(name, f"AdaSD {which}: inference results on {dataset_label(d)} "
-                                   f"(speedup vs {base}){_repeats_note(runs)}", v, cells))
+                                   f"(speedup vs {base}){_repeats_note(runs)}", v, cells, notes=tuple(notes)))
     return out

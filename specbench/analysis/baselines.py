@@ -1,8 +1,9 @@
 """Speedups: a method's runs by name and options (`MethodSpec`), and each run's baseline run among a runs table.
 
 A speedup divides a run's tokens_per_s by that of one baseline run with the same *setting* (specbench.analysis.load
-.setting_of: pair, dataset, decode settings, seed, batch_size and device) and the same example ids. Git hash and
-package versions are recorded per run but not compared: a sweep may span commits.
+.setting_of: pair, dataset, decode settings, seed, batch_size and device), on the example ids both hold (the tables
+restrict the runs they compare to those: specbench.analysis.shared). Git hash and package versions are recorded per
+run but not compared: a sweep may span commits.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from specbench.analysis import shared
 from specbench.analysis.selection import ReportError, select
 from specbench.common.configs import differences
 
@@ -59,8 +61,9 @@ def full_setting(run: pd.Series) -> dict:
 
 
 def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> pd.Series | None:
-    """The baseline run with run's pair, dataset and setting; None if the pair and dataset have no baseline run.
-    ReportError, naming the differing keys, if baseline runs exist but none has the same setting and example ids."""
+    """The baseline run with run's pair, dataset and setting (of several, the one over the run's examples); None if
+    the pair and dataset have no baseline run. ReportError, naming the differing keys, if baseline runs exist but none
+    has the same setting, or, with the command that runs the missing examples, if it shares no example id with run."""
     spec = MethodSpec.parse(baseline)
     cands = spec.runs_in(runs[(runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])])
     if cands.empty:
@@ -74,9 +77,10 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
                           "have the same setting; give its options (e.g. --baseline vanilla:gamma=5)")
     if len(same) == 1:
         base = same.iloc[0]
-        if base["example_ids"] != run["example_ids"]:
-            raise ReportError(f"refusing to compare {run['run_dir']} ({run['n_examples']} examples) with baseline "
-                              f"{base['run_dir']} ({base['n_examples']} examples): they hold different example ids")
+        if not shared.held(base) & shared.held(run):
+            raise ReportError(f"refusing to compare {run['run_dir']} with baseline {base['run_dir']}: they share no "
+                              f"example id ({len(shared.held(run))} and {len(shared.held(base))} examples); run the "
+                              f"baseline over the run's examples: {shared.command(base, like=run)}")
         return base
     mine = full_setting(run)
     diffs, other = min(((differences(mine, full_setting(c)), c["run_dir"]) for _, c in cands.iterrows()),
@@ -95,5 +99,10 @@ def baseline_or_refusal(run: pd.Series, runs: pd.DataFrame, baseline: str | Meth
 
 
 def speedup_over(run: pd.Series, base: pd.Series | None) -> float:
-    """median tokens_per_s of run / that of the baseline run `base` (NaN without one)."""
-    return float("nan") if base is None else run["tokens_per_s_median"] / base["tokens_per_s_median"]
+    """median tokens_per_s of run / that of the baseline run `base` (NaN without one), on the examples both hold
+    (each `shared.restricted` to them where it holds others)."""
+    if base is None:
+        return float("nan")
+    ids = shared.held(run) & shared.held(base)
+    run, base = shared.restricted(run, ids), shared.restricted(base, ids)
+    return run["tokens_per_s_median"] / base["tokens_per_s_median"]

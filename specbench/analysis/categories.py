@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import intervals
+from specbench.analysis import intervals, shared
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.conventions import OVERVIEW_COLUMNS
 from specbench.analysis.per_position import pad
@@ -25,10 +25,14 @@ def category_table(group: Group, convention: str = "specbench") -> Table | None:
     recs, cells, index = [], [], []
     length, stat, _ = OVERVIEW_COLUMNS[convention][-1]
     columns = [length if c == "τ" else c for c in COLUMNS]
+    notes: list[str] = []
     for _, run in group.runs.iterrows():
         if not run["categories"]:
             continue
         base, _ = baseline_or_refusal(run, group.runs, "ar")
+        if base is not None:  # the run and ar over the example ids both hold (its categories' prompts among them)
+            them = shared.compared([run, base], f"{run['pair']} · {run['dataset']}")
+            (run, base), notes = them.runs, notes + list(them.notes)
         for cat, c in sorted(run["categories"].items()):
             mine = intervals.subset(run["prompts"], set(c["ids"]))
             tps, tau = intervals.value(mine, "tok/s", run["time"]), intervals.value(mine, stat, run["time"])
@@ -45,4 +49,5 @@ def category_table(group: Group, convention: str = "specbench") -> Table | None:
     return Table("categories", f"Per category: prompts, tok/s, speedup over ar on the same prompts, {length} and the "
                  f"conditional acceptance α_1..α_{ALPHAS}; [95% bootstrap interval over the category's prompts, the "
                  f"speedup paired by prompt; seed {intervals.SEED}]", pd.DataFrame(recs, index=idx, columns=cols),
-                 pd.DataFrame(cells, index=idx, columns=cols), index_names=("pair · dataset", "run · category"))
+                 pd.DataFrame(cells, index=idx, columns=cols), index_names=("pair · dataset", "run · category"),
+                 notes=tuple(dict.fromkeys(notes)))

@@ -23,6 +23,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from specbench.analysis import load
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
@@ -80,8 +81,9 @@ def divergences(run: pd.Series, runs: pd.DataFrame) -> list[Divergence] | None:
     if base is None:
         return None
     limit = threshold(run["dtype"])
-    found = (first_divergence(k, base["outputs"][k], out, limit) for k, out in sorted(run["outputs"].items())
-             if k in base["outputs"])
+    theirs = load.outputs_of(base)  # token ids: read from the folders where the runs table lacks them
+    found = (first_divergence(k, theirs[k], out, limit) for k, out in sorted(load.outputs_of(run).items())
+             if k in theirs)
     return [d for d in found if d is not None]
 
 

@@ -308,13 +308,16 @@ def _group_figures(runs: pd.DataFrame, out: Path, title: str, tag: tuple[str, ..
 
 
 def make_figures(runs: pd.DataFrame, out: str | Path, baseline: str | None = None,
-                 built: Iterable[tables.Table] = ()) -> list[Path]:
-    """Every figure the runs have data for, per comparable group, as <out>/fig_<kind>__<pair>__<dataset>[__<group>]
-    [__<run>].png (the group only where a pair and dataset have runs in several groups); and SD² Figure 5 from each
-    sd2_fig5 table in `built` (the report's tables), as <out>/fig_<table name>.png."""
+                 built: Iterable[tables.Table] = (), per_group: bool = True) -> list[Path]:
+    """Every figure the runs have data for, per comparable group (per_group=False: none), as
+    <out>/fig_<kind>__<pair>__<dataset>[__<group>][__<run>].png (the group only where a pair and dataset have runs in
+    several groups); and SD² Figure 5 from each sd2_fig5 table in `built` (the report's tables), as
+    <out>/fig_<table name>.png."""
     out = Path(out)
     paths = [plot_sd2_fig5(t.values, out / f"fig_{t.name}.png", t.title) for t in built
              if t.name.split("__")[0] == "sd2_fig5" and t.values.notna().any().any()]
+    if not per_group:
+        return paths
     groups = selection.groups(runs)
     spread = pd.Series([(r["pair"], r["dataset"]) for g in groups for _, r in g.runs.drop_duplicates(
         ["pair", "dataset"]).iterrows()]).value_counts()

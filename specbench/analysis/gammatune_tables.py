@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from specbench.analysis import shared
 from specbench.analysis.baselines import MethodSpec
 from specbench.analysis.selection import ReportError
 from specbench.analysis.tables import (BASELINES, Table, ambiguous, dataset_label, method_specs, runs_on, same_setting,
@@ -40,26 +41,32 @@ def _grid(runs: pd.DataFrame, table: str, pair: str, dataset: str, label: str, s
 def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normalize: str = "grid") -> pd.DataFrame:
     """One row per (pair, dataset, method row, gamma): tokens_per_s and speedup over fixed-γ `vanilla`: normalize=
     "grid": T(method, γ0) / mean over the grid of T(vanilla, γ) (the paper's table); "paired": T(method, γ0) /
-    T(vanilla, γ0) (SpecDecode 1.00 ± 0.00). Every method must cover the baseline's γ grid."""
+    T(vanilla, γ0) (SpecDecode 1.00 ± 0.00). Every method must cover the baseline's γ grid. A run and the baseline
+    runs it is divided by are compared on the example ids all of them hold (shared.compared; attrs["notes"] says
+    where a run holds more)."""
     if normalize not in ("grid", "paired"):
         raise ReportError(f"normalize {normalize!r}: valid values are grid, paired")
     base = MethodSpec.parse(baseline or BASELINES["gammatune"])
     table, rows = "gammatune_table2", method_specs(GAMMATUNE_ROWS, base)
-    recs = []
+    recs: list[dict] = []
+    notes: list[str] = []
     for (pair, d), _ in base.runs_in(runs).groupby(["pair", "dataset"]):
         grid = _grid(runs, table, pair, d, "SpecDecode", base)
         mine = {label: _grid(runs, table, pair, d, label, s) for label, s in rows}
         same_setting(pd.DataFrame([r for g in mine.values() for r in g.values()]), table, f"the runs on {pair}/{d}")
-        norm = np.mean([r["tokens_per_s_median"] for r in grid.values()])
         for label, runs_by_g in mine.items():
             if runs_by_g and set(runs_by_g) != set(grid):
                 raise ReportError(f"{table}: {label} on {pair}/{d} ran initial γ {sorted(runs_by_g)}, the baseline "
                                   f"{base} γ {sorted(grid)}: the mean over γ needs the same grid")
             for g, r in sorted(runs_by_g.items()):
-                den = norm if normalize == "grid" else grid[g]["tokens_per_s_median"]
+                # the run and the baseline's grid (normalize="paired": the baseline at g) on the ids all hold
+                them = shared.compared([r, *(grid.values() if normalize == "grid" else [grid[g]])], f"{pair} · {d}")
+                r, notes = them.runs[0], notes + list(them.notes)
+                den = np.mean([b["tokens_per_s_median"] for b in them.runs[1:]])
                 recs.append({"pair": pair, "pair_label": r["pair_label"], "dataset": d, "row": label, "gamma": g,
                              "tokens_per_s": r["tokens_per_s_median"], "speedup": r["tokens_per_s_median"] / den})
     out = pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "gamma", "tokens_per_s", "speedup"])
+    out.attrs["notes"] = list(dict.fromkeys(notes))  # the table's notes: examples compared, loads and CPUs apart
     for label, spec in rows[1:]:
         for (pair, d), _ in spec.runs_in(runs).groupby(["pair", "dataset"]):
             if not ((out["pair"] == pair) & (out["dataset"] == d)).any():
@@ -70,6 +77,7 @@ def gammatune_speedups(runs: pd.DataFrame, baseline: str | None = None, normaliz
 def gammatune_table2(runs: pd.DataFrame, baseline: str | None = None, normalize: str = "grid") -> list[Table]:
     """GammaTune Table 2: speedup over fixed-γ speculative decoding, mean ± std over the initial γ grid."""
     long = gammatune_speedups(runs, baseline, normalize)
+    notes = tuple(long.attrs.get("notes", ()))
     if long.empty or (long["row"] == "SpecDecode").all():
         return []
     multi = long["dataset"].nunique() > 1
@@ -87,7 +95,7 @@ def gammatune_table2(runs: pd.DataFrame, baseline: str | None = None, normalize:
         cells[(c, "")] = [f"{m:.2f} ± {s:.2f}×" if pd.notna(m) else "" for m, s in zip(v[(c, "mean")], v[(c, "std")])]
     how = "mean vanilla throughput over the grid" if normalize == "grid" else "vanilla at the same γ"
     return [Table("gammatune_table2", f"GammaTune Table 2: speedup over fixed-γ speculative decoding ({how}); "
-                  "± = std over initial γ", v, cells, index_names=("", "method"))]
+                  "± = std over initial γ", v, cells, index_names=("", "method"), notes=notes)]
 
 
 def task_throughput(runs: pd.DataFrame, examples: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:

@@ -4,14 +4,23 @@ traces, and select runs by config value (`where`) or time (`timed`).
 Run numbers are summary.json's (`specbench.common.aggregate.run_metrics`, pooled over tokens and iterations), so
 rows measured at different times (repeats, re-measurements) are not pooled here behind the run's back; a key an older
 summary lacks is recomputed from rows.jsonl with the same function, and a field newer than a run is NaN and listed in
-its `missing`. Throughput and speedups use `tokens_per_s_median` (the median over the run's repeats).
+its `missing`. Throughput and speedups use `tokens_per_s_median` (the median over the run's repeats). A folder holding
+more rows than its run's settings select (a run with limit=20 resumed in a folder of 100 rows) is the run of the
+selected rows: those of summary.json's `selected_ids`.
+
+The runs table's columns: SUMMARY_COLUMNS first (`runs[load.SUMMARY_COLUMNS]` is the readable summary), then what
+the report's tables read (setting, flat config, per-prompt arrays, call stats, ...); `load_runs(..., full=True)`
+adds FULL_COLUMNS, each prompt's generated token ids (the divergence table reads them from the folder otherwise), the
+whole config and the package versions.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import statistics
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -20,11 +29,11 @@ import yaml
 
 from specbench.analysis.intervals import TIMES, prompt_arrays
 from specbench.analysis.selection import ReportError, labels, select
-from specbench.common.aggregate import counts, run_metrics
+from specbench.common.aggregate import counts, ratio, repeat_spread, run_metrics, total
 from specbench.common.configs import flatten
 from specbench.common.options import OptionError, max_new_tokens
 from specbench.runs.identity import identity
-from specbench.runs.projection import run_stats
+from specbench.runs.projection import predicted_speedup, run_stats
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, measured_rows, read_measured, read_rows
 from specbench.runs.traces import read_traces
 
@@ -37,6 +46,9 @@ SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", 
 # summary.json fields newer than some runs: NaN (and named in the run's `missing`) where a summary lacks them
 NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptance_relaxed", "n_truncated",
                 "truncated_frac", "predicted_speedup", "decoded", "resumed", "nodes_per_call"]
+# only with load_runs(..., full=True): per prompt its token ids, top-2 margins and off-top-1 positions; the config
+# record; the package versions
+FULL_COLUMNS = ["outputs", "config", "versions"]
 
 
 def setting_of(record: dict) -> dict:
@@ -148,6 +160,11 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         **summary_numbers(summary, rows, str(run_dir / ROWS)),
         "missing": tuple(k for k in [*NEWER_FIELDS, "tokens_per_s_spread"] if k not in summary),
         "git_hash": record.get("git_hash"), "git_dirty": record.get("git_dirty"), "versions": record.get("versions"),
+        # what the report's flags compare (specbench.analysis.shared; None / NaN in runs older than the fields): the
+        # machine's load while the rows were written, the CPU model, the one-token target call the prediction used
+        "load_average_median": _num(summary.get("load_average_median")),
+        "cpu": ((record.get("runtime") or {}).get("cpu") or {}).get("model"),
+        "target_1": _num((summary.get("call_costs") or {}).get("target_1")),
         "config": cfg, "flat": {"batch_size": batch, **flatten(cfg), "engine.compile": compiled,
                                 **flatten({"decode": setting.get("decode", {})}),
                                 **flatten({"device_info": setting["device_info"]})},
@@ -196,18 +213,35 @@ def _time(stamp: str) -> float:
         return 0.0
 
 
-def load_runs(*paths: str | Path) -> pd.DataFrame:
-    """One row per run folder found under `paths` (columns: see SUMMARY_COLUMNS, plus config, setting, ...);
-    attrs["same_run_as"] maps each folder left out as another folder's run to that folder."""
+def selected(rows: list[dict], summary: dict | None) -> list[dict]:
+    """The rows of the run's selection: those of summary.json's `selected_ids` where the folder holds more rows than
+    the run's settings select (a limit=20 run in a folder of 100 rows), else all."""
+    ids = (summary or {}).get("selected_ids")
+    if ids is None:
+        return rows
+    keep = set(map(str, ids))
+    return [r for r in rows if str(r["id"]) in keep]
+
+
+def read_folder(run_dir: Path) -> tuple[dict, dict | None, list[dict], int]:
+    """A run folder's config.json record, summary.json (None: none yet), the rows of its run (its newest set of
+    repeats, `selected`) and how many rows.jsonl holds in all."""
+    record, every = json.loads((run_dir / CONFIG).read_text()), read_rows(run_dir / ROWS)
+    summary = json.loads((run_dir / SUMMARY).read_text()) if (run_dir / SUMMARY).exists() else None
+    return record, summary, selected(measured_rows(every, record), summary), len(every)
+
+
+def load_runs(*paths: str | Path, full: bool = False) -> pd.DataFrame:
+    """One row per run folder found under `paths`: SUMMARY_COLUMNS first, then what the report's tables read (config
+    values, setting, per-prompt arrays, ...); with full=True also FULL_COLUMNS (each prompt's token ids, the config
+    record, the versions). attrs["same_run_as"] maps each folder left out as another folder's run to that folder."""
     dirs = find_run_dirs(paths)
     if not dirs:
         raise ReportError(f"no run folders ({CONFIG} + {ROWS}) under {', '.join(map(str, paths))}")
     why, loaded, finished = {}, [], []
     for d in dirs:  # each file read once
-        record, every = json.loads((d / CONFIG).read_text()), read_rows(d / ROWS)
-        summary = json.loads((d / SUMMARY).read_text()) if (d / SUMMARY).exists() else None
-        rows = measured_rows(every, record)  # the newest set of repeats
-        why[d] = "no rows yet (a job that has just started?)" if not every else unfinished(summary, len(rows))
+        record, summary, rows, held = read_folder(d)
+        why[d] = "no rows yet (a job that has just started?)" if not held else unfinished(summary, len(rows))
         if why[d]:
             log.warning("left out %s: unfinished: %s", d, why[d])
         else:
@@ -216,12 +250,47 @@ def load_runs(*paths: str | Path) -> pd.DataFrame:
             finished.append(str(summary.get("finished") or ""))
     kept, twins = one_folder_per_run(loaded, finished)
     runs = pd.DataFrame(kept)
-    runs.attrs["same_run_as"] = twins
     if runs.empty:
         raise ReportError(f"no finished run folder under {', '.join(map(str, paths))}: {len(dirs)} unfinished "
                           f"({'; '.join(f'{d}: {r}' for d, r in why.items())})")
     runs["label"] = labels(runs)
+    columns = [*SUMMARY_COLUMNS, *(c for c in runs if c not in SUMMARY_COLUMNS and (full or c not in FULL_COLUMNS))]
+    runs = runs[columns]
+    runs.attrs["same_run_as"] = twins
     return runs
+
+
+def subset_summary(summary: dict, rows: list[dict]) -> dict:
+    """summary.json as it would read for `rows` only (a run compared on the examples it shares with others): the
+    pooled numbers, the median over repeats, the acceptance split, truncation and median load of those rows, and
+    the predicted speedup of their iterations at the run's call costs (summary.json's call_costs: what a call cost
+    on the machine, measured over all the run's rows)."""
+    drafted, truncated = total(rows, "drafted"), sum(bool(r.get("truncated")) for r in rows)
+    stats, costs = run_stats(rows)["call_stats"], summary.get("call_costs")
+    loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
+    return {**{k: summary[k] for k in ("method", "finished", "call_costs") if k in summary},
+            **run_metrics(rows), **repeat_spread(rows), "n_examples": len(rows),
+            "load_average_median": statistics.median(loads) if loads else summary.get("load_average_median"),
+            "acceptance_exact": ratio(total(rows, "accepted_exact"), drafted),
+            "acceptance_relaxed": ratio(total(rows, "accepted_relaxed"), drafted),
+            "n_truncated": truncated, "truncated_frac": ratio(truncated, len(rows)),
+            "predicted_speedup": predicted_speedup(stats, costs) if stats and costs else None}
+
+
+@lru_cache(maxsize=64)
+def _outputs(run_dir: str, ids: frozenset[str], stamp: tuple[int, int]) -> dict[str, dict[str, list | None]]:
+    """`outputs` of the folder's rows of `ids` (stamp: rows.jsonl's mtime and size, so a changed folder is read
+    again)."""
+    return outputs([r for r in read_measured(Path(run_dir)) if str(r["id"]) in ids])
+
+
+def outputs_of(run: pd.Series) -> dict[str, dict[str, list | None]]:
+    """The run's `outputs` (per prompt: token ids, top-2 margins, off-top-1 positions): its column where the runs
+    table has it (load_runs(..., full=True)), else read from its folder, for the prompts it holds."""
+    if "outputs" in run.index:
+        return run["outputs"]
+    stat = (Path(run["run_dir"]) / ROWS).stat()
+    return _outputs(str(run["run_dir"]), frozenset(map(str, run["example_ids"])), (stat.st_mtime_ns, stat.st_size))
 
 
 def _per_run(runs: pd.DataFrame | str | Path, keep: list[str], read: Callable[[Path], pd.DataFrame]) -> pd.DataFrame:
@@ -231,13 +300,17 @@ def _per_run(runs: pd.DataFrame | str | Path, keep: list[str], read: Callable[[P
     frames = []
     for _, run in runs.iterrows():
         frame = read(Path(run["run_dir"]))
+        if len(frame) and "id" in frame and "example_ids" in run.index:  # the run's examples (selected, shared)
+            frame = frame[frame["id"].astype(str).isin(set(map(str, run["example_ids"])))]
         if len(frame):
             frames.append(frame.drop(columns=[c for c in keep if c in frame]).assign(**{c: run[c] for c in keep}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def load_examples(runs: pd.DataFrame | str | Path) -> pd.DataFrame:
-    """One row per example of every run: the run's run_dir/label/pair/dataset/method/seed/gamma + its row fields."""
+    """One row per example of every run (a runs table or a results folder): the run's run_dir, label, pair, dataset,
+    method, seed and gamma with its row's fields; a run's examples are those it holds (its selected ids, or the ids it
+    shares with the runs it was compared with)."""
     keep = ["run_dir", "label", "pair", "dataset", "method", "temperature", "seed", "gamma"]
     return _per_run(runs, keep, lambda d: pd.DataFrame(read_measured(d)).drop(columns=["token_ids", "carried_state"],
                                                                                 errors="ignore"))
@@ -268,9 +341,10 @@ def where(runs: pd.DataFrame, conditions: Iterable[str]) -> pd.DataFrame:
         if not eq:
             raise ReportError(f"--where {cond!r}: expected KEY=VALUE, e.g. decode.temperature=1.0")
         want = yaml.safe_load(value)
-        got = [run["flat"].get(key, run.get(key, KeyError)) for _, run in runs.iterrows()]
+        flats = runs["flat"] if "flat" in runs else pd.Series([{}] * len(runs), index=runs.index)
+        got = [flat.get(key, run.get(key, KeyError)) for flat, (_, run) in zip(flats, runs.iterrows())]
         if all(g is KeyError for g in got):
-            valid = sorted({k for f in runs["flat"] for k in f} | set(SUMMARY_COLUMNS))
+            valid = sorted({k for f in flats for k in f} | set(SUMMARY_COLUMNS))
             raise ReportError(f"--where {cond!r}: no run has {key!r}; valid keys: {', '.join(valid)}")
         runs = select(runs, (g is KeyError or g == want for g in got))
     return runs

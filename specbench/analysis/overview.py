@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import divergence, intervals
+from specbench.analysis import divergence, intervals, shared
 from specbench.analysis.baselines import baseline_or_refusal, speedup_over
 from specbench.analysis.conventions import CONVENTIONS, OVERVIEW_COLUMNS
 from specbench.analysis.projection_costs import Projection
@@ -62,7 +60,7 @@ def _run_cells(r: pd.Series, base: pd.Series | None, found: list[divergence.Dive
     nums = {"tok/s": r["tokens_per_s_median"], "speedup vs ar": speedup_over(r, base), "mean ratio": ratio,
             "AccRate": r["acceptance_rate"], "τ": r["block_efficiency"], "score": r["score"], "Δscore vs ar": dscore,
             "truncated": r["truncated_frac"], **{c: r[field] for c, field, _ in NEWER}}
-    nums["diverged from ar"], diverged = divergence.summary_cell(found, len(r["outputs"]))  # prompts
+    nums["diverged from ar"], diverged = divergence.summary_cell(found, len(shared.held(r)))  # prompts
     text = {c: intervals.text(nums[c], *intervals.of_run(r, c), spec) for c, spec in OF_RUN}
     text |= {c: _cell(nums[c], spec, field in r["missing"]) for c, field, spec in NEWER}
     text |= {"speedup vs ar": intervals.text(nums["speedup vs ar"], sp_lo, sp_hi, ".2f"),
@@ -133,12 +131,8 @@ def without_ar(runs: pd.DataFrame, every: pd.DataFrame) -> list[str]:
     for (pair, dataset), runs_here in runs.groupby(["pair", "dataset"], sort=True):
         if ((every["pair"] == pair) & (every["dataset"] == dataset) & (every["method"] == "ar")).any():
             continue
-        r = runs_here.iloc[0]
-        leaf = Path(r["run_dir"]).name
-        extra = [f"decode={r['decode']}"] if r["decode"] else []
-        extra += [o for o in leaf.split(",") if "=" in o]  # the folder's overrides (a run's leaf; `default`: none)
-        notes.append(f"{pair} · {dataset} has no ar run, so its 'speedup vs ar' is empty; add one with: python run.py "
-                     f"{' '.join(['method=ar', f'pair={pair}', f'dataset={dataset}', *extra])}")
+        notes.append(f"{pair} · {dataset} has no ar run, so its 'speedup vs ar' is empty; add one with: "
+                     f"{shared.command(runs_here.iloc[0], 'ar')}")
     return notes
 
 
@@ -147,9 +141,11 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
     """One row per run of the group (a block per batch size where there are several): median tok/s, measured
     speedup over the same setting's `ar` run beside predicted_speedup and, with a `projection`, the speedup of the
     run's own iterations at the profile's costs (specbench.runs.projection); acceptance, τ, score, truncated rows;
-    and the notes on speedups and projections left empty. ProfileError when the profile has no entry for a drafting
-    run's pair."""
+    and the notes on speedups and projections left empty. The runs of one pair, dataset and batch size are compared
+    on the examples they all hold (shared.on_shared: the table's notes say so, and flag loads, CPUs and calibrations
+    apart). ProfileError when the profile has no entry for a drafting run's pair."""
     runs, notes = group.runs.copy(), []
+    flags: list[str] = []  # the table's notes: examples compared, loads and CPUs apart
     found = {r["run_dir"]: divergence.divergences(r, group.runs) for _, r in group.runs.iterrows()}
     by_batch = runs["batch_size"].nunique() > 1  # then each batch size is a block of rows, named in its heading
     if by_batch:
@@ -165,6 +161,9 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
     cells = pd.DataFrame("", index=index, columns=v.columns)
     for at, (_, r) in zip(index, runs.iterrows()):
         base, why = baseline_or_refusal(r, runs, "ar")
+        if base is not None:  # the run's row and its speedups over the example ids it and ar both hold
+            them = shared.compared([r, base], at[0])
+            (r, base), flags = them.runs, flags + list(them.notes)
         nums, text = _run_cells(r, base, found[r["run_dir"]], accept)
         notes += [f"speedup vs ar of {r['run_dir']} left out: {why}"] if why else []
         if projection is not None:
@@ -173,5 +172,7 @@ def overview(group: Group, many: bool = False, projection: Projection | None = N
         for c in cols:
             v.loc[at, ("", c)], cells.loc[at, ("", c)] = nums[c], text[c]
     t = Table("overview", _title(projection, convention, accept, runs["time"].iloc[0]), v, cells,
-              index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"))
+              index_names=("pair · dataset · batch_size" if by_batch else "pair · dataset", "run"),
+              notes=tuple(dict.fromkeys(flags + [f for w, block in runs.groupby(where.values, sort=False)
+                                                 for f in shared.calibration_flags(block, w)])))
     return in_group(t, group, many), notes

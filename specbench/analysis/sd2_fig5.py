@@ -23,7 +23,8 @@ TEMPERATURES = [("T = 0", 0.0), ("T = 1", 1.0)]  # column name, decode.temperatu
 
 
 def sd2_fig5_numbers(runs: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
-    """One row per (pair, dataset, method row, temperature, seed) at T = 0 and T = 1: τ (block efficiency)."""
+    """One row per (pair, dataset, method row, temperature, seed) at T = 0 and T = 1: τ (block efficiency), a run's
+    own (the figure divides by no baseline run)."""
     base = MethodSpec.parse(baseline or tables.BASELINES["sd2"])
     rows = tables.method_specs(FIG5_ROWS, base)
     recs = [{"pair": r["pair"], "pair_label": r["pair_label"], "dataset": r["dataset"], "row": label,

@@ -12,6 +12,7 @@ from typing import Iterator
 import pandas as pd
 from scipy import stats
 
+from specbench.analysis import shared
 from specbench.analysis.baselines import MethodSpec, find_baseline, speedup_over
 from specbench.analysis.tables import (BASELINES, Table, ambiguous, dataset_label, fmt_cells, method_specs, ordered,
                                        pair_labels, same_setting, skeleton)
@@ -32,13 +33,22 @@ def sd2_seed_runs(runs: pd.DataFrame, rows: list[tuple[str, MethodSpec]],
 
 
 def sd2_numbers(runs: pd.DataFrame, temperature: float, baseline: str | None = None) -> pd.DataFrame:
-    """One row per (pair, dataset, method row, seed): τ (block efficiency) and α over the same-seed baseline run."""
+    """One row per (pair, dataset, method row, seed): τ (block efficiency) and α over the same-seed baseline run, both
+    over the example ids the run and its baseline hold (shared.compared; attrs["notes"] says where a run holds more)."""
     base = MethodSpec.parse(baseline or BASELINES["sd2"])
     runs = runs[runs["temperature"] == temperature]
-    recs = [{"pair": r["pair"], "pair_label": r["pair_label"], "dataset": r["dataset"], "row": label, "seed": r["seed"],
-             "tau": r["block_efficiency"], "alpha": speedup_over(r, find_baseline(r, runs, base))}
-            for label, r in sd2_seed_runs(runs, method_specs(SD2_ROWS, base))]
-    return pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
+    recs: list[dict] = []
+    notes: list[str] = []
+    for label, r in sd2_seed_runs(runs, method_specs(SD2_ROWS, base)):
+        b = find_baseline(r, runs, base)
+        if b is not None:  # the run and its same-seed baseline on the ids both hold: its τ and α over those
+            them = shared.compared([r, b], f"{r['pair']} · {r['dataset']} · seed {r['seed']}")
+            (r, b), notes = them.runs, notes + list(them.notes)
+        recs.append({"pair": r["pair"], "pair_label": r["pair_label"], "dataset": r["dataset"], "row": label,
+                     "seed": r["seed"], "tau": r["block_efficiency"], "alpha": speedup_over(r, b)})
+    out = pd.DataFrame(recs, columns=["pair", "pair_label", "dataset", "row", "seed", "tau", "alpha"])
+    out.attrs["notes"] = list(dict.fromkeys(notes))  # the table's notes: examples compared, loads and CPUs apart
+    return out
 
 
 def _sd2_frame(long: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -52,6 +62,7 @@ def _sd2_frame(long: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 def sd2_table(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None = None) -> list[Table]:
     """SD² Table 1 (temperature 1) or Table 5 (temperature 0): τ ± std over seeds and α per dataset, plus Mean."""
     long = sd2_numbers(runs, temperature, baseline)
+    notes = tuple(long.attrs.get("notes", ()))
     if long.empty or (long["row"] == "Pretrained").all():
         return []
     v = _sd2_frame(long, ["τ", "τ std", "α"])
@@ -71,12 +82,13 @@ def sd2_table(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
         cells[(t, "α")] = fmt_cells(v[[(t, "α")]], ".2f")[(t, "α")]
     num, kind = ("1", "sampling") if temperature == 1 else ("5", "greedy") if temperature == 0 else (f"_T{temperature:g}", "")
     return [Table(f"sd2_table{num}", f"SD² Table {num.lstrip('_')}: block efficiency τ (± std over seeds) and speedup α "
-                  f"over the pretrained drafter, T={temperature:g} {kind}".rstrip(), v, cells)]
+                  f"over the pretrained drafter, T={temperature:g} {kind}".rstrip(), v, cells, notes=notes)]
 
 
 def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None = None) -> list[Table]:
     """SD² Table 3: Welch's t-test (scipy, unequal variances) of each method's τ over seeds against Pretrained's."""
     long = sd2_numbers(runs, temperature, baseline)
+    notes = tuple(long.attrs.get("notes", ()))
     if long.empty or (long["row"] == "Pretrained").all():
         return []
     v = _sd2_frame(long, ["t", "p"]).drop(index="Pretrained", level=1)
@@ -92,4 +104,4 @@ def sd2_welch(runs: pd.DataFrame, temperature: float = 1.0, baseline: str | None
     bold = pd.DataFrame(False, index=v.index, columns=v.columns)
     bold.loc[:, [c for c in v.columns if c[1] == "p"]] = v[[c for c in v.columns if c[1] == "p"]] <= 0.05
     return [Table("sd2_table3", f"SD² Table 3: Welch's t-test of τ against Pretrained over seeds, T={temperature:g} "
-                  "(t > 0: higher τ; bold: p <= 0.05)", v, cells, bold)]
+                  "(t > 0: higher τ; bold: p <= 0.05)", v, cells, bold, notes=notes)]

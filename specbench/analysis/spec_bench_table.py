@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specbench.analysis import intervals
+from specbench.analysis import intervals, shared
 from specbench.analysis.baselines import MethodSpec, find_baseline, speedup_over
 from specbench.analysis.conventions import nan
 from specbench.analysis.load import load_examples
@@ -67,12 +67,17 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     mine["row"] = [SPEC_BENCH_LABELS.get(m, m) + row[len(m):] for m, row in zip(mine["method"], labels(mine))]
     examples, pairs = load_examples(mine), pair_labels(mine)
     recs, spans, first = {}, {}, set()
+    notes: list[str] = []
     for (pair, row), c in mine.groupby(["pair", "row"], sort=False):
         if len(c) > 1:
             raise ambiguous("spec_bench", f"{row} on {pair}/spec_bench", c)
         run, at = c.iloc[0], (pairs[pair], row)
         b = find_baseline(run, runs, base)
-        recs[at], spans[at] = _spec_bench_row(run, b, examples)
+        assert b is not None, "every pair left has a baseline run (lacking ones are refused above)"
+        them = shared.compared([run, b], f"{pairs[pair]} · {row}")  # the run and its baseline on the ids both hold
+        (run, b), notes = them.runs, notes + list(them.notes)
+        ours = examples[examples["id"].astype(str).isin(them.ids)] if len(examples) else examples
+        recs[at], spans[at] = _spec_bench_row(run, b, ours)
         first |= {at} if base.matches(run) else set()
     if len(recs) == len(first):  # the baseline alone
         return []
@@ -91,4 +96,4 @@ def spec_bench_table(runs: pd.DataFrame, baseline: str | None = None) -> list[Ta
     return [Table("spec_bench", f"Spec-Bench: speedup over {base} per task (Σ new tokens / Σ decode s of its rows), "
                   "#Mean Accepted Tokens = (accepted + steps) / steps (Spec-Bench's), Overall = the run's speedup; "
                   f"[95% bootstrap interval over prompts, paired by prompt with {base}; seed {intervals.SEED}]",
-                  v, cells)]
+                  v, cells, notes=tuple(dict.fromkeys(notes)))]

@@ -8,6 +8,7 @@ that more than one run fits (e.g. greedy and sampled runs of one method) is refu
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -21,6 +22,7 @@ DATASET_LABELS = {"gsm8k": "GSM8K", "humaneval": "HumanEval", "mmlu": "MMLU", "u
                   "xsum": "XSum", "alpaca": "Alpaca", "alpaca_eval": "AlpacaEval", "spec_bench": "Spec-Bench",
                   "mt_bench": "MT-Bench"}
 BASELINES = {"adasd": "vanilla:gamma=5", "gammatune": "vanilla", "sd2": "vanilla:gamma=8", "spec_bench": "ar"}
+WIDTH = 100  # a caption's or note's lines are wrapped at this width (Markdown, stdout)
 TEX = {"τ": r"$\tau$", "α": r"$\alpha$", "γ": r"$\gamma$", "±": r"$\pm$", "×": r"$\times$", "–": "--", "²": r"$^2$"}
 
 
@@ -35,15 +37,22 @@ class Table:
     cells: pd.DataFrame
     bold: pd.DataFrame | None = None  # True where a cell is printed bold (SD² Table 3: p <= 0.05)
     index_names: tuple[str, str] = ("pair", "method")
+    # printed under the table: how many examples it compared where runs held others, and its flags
+    # (specbench.analysis.shared); in LaTeX appended to the caption
+    notes: tuple[str, ...] = ()
 
     @staticmethod
     def _flat(columns: pd.Index) -> list[str]:
         return [" ".join(str(c) for c in col if c) for col in columns]
 
+    def heading(self) -> str:
+        """The line that labels the table on stdout: '== overview__greedy ==' (its file name's stem)."""
+        return f"== {self.name} =="
+
     def markdown(self) -> str:
-        """GitHub Markdown: a bold group line (the pair) above each block of rows (by hand: DataFrame.to_markdown
-        needs the optional tabulate package)."""
-        out = [f"**{self.title}**", ""]
+        """GitHub Markdown: the title (bold, wrapped at WIDTH), a bold group line (the pair) above each block of
+        rows and the notes under the table (by hand: DataFrame.to_markdown needs the optional tabulate package)."""
+        out = [textwrap.fill(f"**{self.title}**", WIDTH, break_long_words=False, break_on_hyphens=False), ""]
         head = [self.index_names[1], *self._flat(self.cells.columns)]
         for group, block in self.cells.groupby(level=0, sort=False):
             if group:
@@ -53,7 +62,9 @@ class Table:
                 marks = self.bold.loc[(g, row)] if self.bold is not None else [False] * len(cells)
                 out.append("| " + " | ".join([row, *(f"**{c}**" if b and c else c for c, b in zip(cells, marks))]) + " |")
             out.append("")
-        return "\n".join(out)
+        out += [textwrap.fill(f"note: {n}", WIDTH, subsequent_indent="  ", break_long_words=False,
+                              break_on_hyphens=False) for n in self.notes]
+        return "\n".join(out + ([""] if self.notes else []))
 
     def latex(self) -> str:
         """A LaTeX tabular (booktabs rules, multicolumn dataset headers, multirow pair groups)."""
@@ -75,7 +86,8 @@ class Table:
         if not any(cells.columns.get_level_values(1)):  # one header row
             cells = cells.droplevel(1, axis=1)
         return cells.to_latex(escape=False, multicolumn=True, multicolumn_format="c", multirow=True,
-                              caption=tex(self.title), label=f"tab:{self.name}", na_rep="")
+                              caption=tex(" ".join([self.title, *(f"Note: {n}" for n in self.notes)])),
+                              label=f"tab:{self.name}", na_rep="")
 
     def csv(self) -> str:
         """The numbers (full precision, empty = no data), one column per flattened header."""
