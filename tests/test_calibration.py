@@ -38,3 +38,26 @@ def test_the_calibration_is_the_median_of_its_passes_and_the_prediction_carries_
 def test_a_run_without_drafts_predicts_nothing(tmp_path):
     s = runner.run(small("method=ar", "limit=1", "decode.max_new_tokens=4"), tmp_path)
     assert s["predicted_speedup"] is None and s["predicted_speedup_spread"] is None
+
+
+def test_the_overview_prints_the_prediction_with_its_calibration_range_also_on_fewer_examples(tmp_path):
+    """The overview's predicted cell: 'p (lo–hi)' from summary.json's predicted_speedup_spread; compared on fewer
+    examples than the run holds (ar ran 2 of its 3), the prediction is recomputed and its range keeps the ratios
+    lo / p and hi / p (the prediction is linear in target_1)."""
+    import json
+
+    from specbench.analysis import load, report
+
+    common = ("limit=3", "batch_size=3", "decode.max_new_tokens=8", f"paths.results={tmp_path}")
+    runner.run(small("method=vanilla", *common), tmp_path / "res" / "vanilla")
+    runner.run(small("method=ar", *common[1:], "limit=2"), tmp_path / "res" / "ar")
+    summary = json.loads((tmp_path / "res" / "vanilla" / "summary.json").read_text())
+    table = next(t for t in report.build_report(load.load_runs(tmp_path / "res")).tables if t.name == "overview")
+    cell = table.cells.loc[table.cells.index[[i[1] == "vanilla" for i in table.cells.index]][0]]
+    cell = cell[[c for c in cell.index if c[1] == "predicted"][0]]
+    value, band = cell.split(" (")
+    lo, hi = (float(x) for x in band.rstrip(")").split("–"))
+    p, (s_lo, s_hi) = summary["predicted_speedup"], summary["predicted_speedup_spread"]
+    assert float(value) != pytest.approx(p, abs=1e-9)  # recomputed on the 2 examples ar holds
+    assert lo == pytest.approx(float(value) * s_lo / p, abs=0.02)
+    assert hi == pytest.approx(float(value) * s_hi / p, abs=0.02)

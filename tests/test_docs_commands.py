@@ -55,7 +55,7 @@ RUN_PY = [(f, argv(c)[2:]) for f, c in COMMANDS if argv(c)[:2] == ["python", "ru
 
 
 def test_every_documented_command_is_run_or_named_as_not_run():
-    kinds = ("python run.py", "python -m specbench.report", "python -m specbench.bench", "python -m specbench.runs.merge")
+    kinds = ("python run.py", *(f"python -m specbench.{m}" for m in ("report", "bench", "runs.merge")))
     for name, command in COMMANDS:
         assert " ".join(argv(command)).startswith(kinds), f"{name}: {command}"
     assert len(RUN_PY) >= 30 and any(f == "README.md" for f, _ in RUN_PY)

@@ -116,8 +116,9 @@ def summary_numbers(summary: dict, rows: list[dict], source: str) -> dict[str, f
     out.update({k: _num(summary.get(k)) for k in NEWER_FIELDS})
     if pd.isna(out["tokens_per_s_median"]):  # one measurement: the median is the run's throughput
         out["tokens_per_s_median"] = out["tokens_per_s"]
-    spread = summary.get("tokens_per_s_spread") or {}
-    return {**out, "tokens_per_s_min": _num(spread.get("min")), "tokens_per_s_max": _num(spread.get("max"))}
+    spread, band = summary.get("tokens_per_s_spread") or {}, summary.get("predicted_speedup_spread") or [None, None]
+    return {**out, "tokens_per_s_min": _num(spread.get("min")), "tokens_per_s_max": _num(spread.get("max")),
+            "predicted_low": _num(band[0]), "predicted_high": _num(band[1])}  # over the calibration's passes
 
 
 def outputs(rows: list[dict]) -> dict[str, dict[str, list | None]]:
@@ -268,13 +269,17 @@ def subset_summary(summary: dict, rows: list[dict]) -> dict:
     drafted, truncated = total(rows, "drafted"), sum(bool(r.get("truncated")) for r in rows)
     stats, costs = run_stats(rows)["call_stats"], summary.get("call_costs")
     loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
+    predicted = predicted_speedup(stats, costs) if stats and costs else None
+    band = summary.get("predicted_speedup_spread")
+    if predicted is not None and band and summary.get("predicted_speedup"):  # linear in target_1: the same ratios
+        band = [predicted * b / summary["predicted_speedup"] for b in band]
     return {**{k: summary[k] for k in ("method", "finished", "call_costs") if k in summary},
             **run_metrics(rows), **repeat_spread(rows), "n_examples": len(rows),
             "load_average_median": statistics.median(loads) if loads else summary.get("load_average_median"),
             "acceptance_exact": ratio(total(rows, "accepted_exact"), drafted),
             "acceptance_relaxed": ratio(total(rows, "accepted_relaxed"), drafted),
             "n_truncated": truncated, "truncated_frac": ratio(truncated, len(rows)),
-            "predicted_speedup": predicted_speedup(stats, costs) if stats and costs else None}
+            "predicted_speedup": predicted, "predicted_speedup_spread": band if predicted is not None else None}
 
 
 @lru_cache(maxsize=64)

@@ -63,6 +63,8 @@ def _run_cells(r: pd.Series, base: pd.Series | None, found: list[divergence.Dive
     nums["diverged from ar"], diverged = divergence.summary_cell(found, len(shared.held(r)))  # prompts
     text = {c: intervals.text(nums[c], *intervals.of_run(r, c), spec) for c, spec in OF_RUN}
     text |= {c: _cell(nums[c], spec, field in r["missing"]) for c, field, spec in NEWER}
+    if text["predicted"] and not pd.isna(r.get("predicted_low", np.nan)):  # the calibration passes' range
+        text["predicted"] += f" ({r['predicted_low']:.2f}–{r['predicted_high']:.2f})"
     text |= {"speedup vs ar": intervals.text(nums["speedup vs ar"], sp_lo, sp_hi, ".2f"),
              "mean ratio": intervals.text(ratio, ratio_lo, ratio_hi, ".2f"),
              "Δscore vs ar": intervals.text(dscore, dscore_lo, dscore_hi, "+.3f")
@@ -107,7 +109,8 @@ def _projection_cells(r: pd.Series, base: pd.Series | None, sp: float, projectio
 def _title(projection: Projection | None, convention: str, accept: list[tuple[str, str, str]], time: str) -> str:
     """The overview's title: what each column is, the intervals and the time the throughputs divide by."""
     return ("Runs: median tok/s, measured speedup over ar (Σ tokens / Σ time of the run over the same of ar's) and "
-            "the mean of the per-prompt speedups beside the predicted one, "
+            "the mean of the per-prompt speedups beside the predicted one (from call costs; in parentheses its "
+            "range over the target_1 calibration's passes), "
             + (f"the projection of its iterations onto the cost profile {projection.profile['name']!r}"
                + (f" (pair {projection.pair})" if projection.pair else "")
                + " and its difference from the measured speedup and from the measured speedup after each "

@@ -197,7 +197,8 @@ def write_tables(tables: list, out: str | Path, fmt: str = "all") -> list[Path]:
         raise ReportError(f"format {fmt!r}: valid formats are {', '.join(FORMATS)}, all")
     exts = list(FORMATS) if fmt == "all" else [fmt]
     Path(out).mkdir(parents=True, exist_ok=True)
-    return [write_text_atomic(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])()) for t in tables for ext in exts]
+    return [write_text_atomic(Path(out) / f"{t.name}.{ext}", getattr(t, FORMATS[ext])())
+            for t in tables for ext in exts]
 
 
 MANIFEST = ".report_files"  # in an --out folder: the files the last report wrote there, replaced by the next
@@ -240,7 +241,8 @@ def parser() -> argparse.ArgumentParser:
                     "Spec-Bench ar)")
     ap.add_argument("--table", action="append", help="build only this table (repeatable; default: every table the "
                     f"runs allow, each group's overview and the tables beside it): {', '.join(TABLE_NAMES)}")
-    ap.add_argument("--where", action="append", default=[], help="keep runs with KEY=VALUE (e.g. decode.temperature=1.0)")
+    ap.add_argument("--where", action="append", default=[],
+                    help="keep runs with KEY=VALUE (e.g. decode.temperature=1.0)")
     ap.add_argument("--no-figures", action="store_true", help="skip the figures")
     ap.add_argument("--strict", action="store_true", help="exit 1 when anything was left out (by default the "
                     "report exits 0 and names what it left out in its notes)")
