@@ -87,7 +87,8 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec
                        key=lambda d: len(d[0]))  # the closest baseline run
     raise ReportError(f"refusing to compare {run['run_dir']} ({run['method']}) with baseline {spec} at {other}: "
                       f"they differ in {'; '.join(diffs)}. A speedup needs the same pair, dataset, decode "
-                      "settings, seed, batch_size and device; run the baseline with those settings or select runs with --where.")
+                      "settings, seed, batch_size and device; run the baseline with those settings or select runs "
+                      "with --where.")
 
 
 def baseline_or_refusal(run: pd.Series, runs: pd.DataFrame, baseline: str | MethodSpec) -> tuple[pd.Series | None, str]:

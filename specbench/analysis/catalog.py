@@ -92,12 +92,10 @@ def why_not(name: str, runs: pd.DataFrame, baseline: str | None = None) -> str:
     where = (f" at temperature {need.temperature:g}" if need.temperature is not None else "") + (
         f" on {need.dataset}" if need.dataset else "")
     have = set(at["method"]) & set(need.methods) if need.methods else set(at["method"]) - {base.name}
-    add = []
-    if not have:
-        add.append(_run_command(list(need.methods) or ["METHOD"], (), runs, need))
-    if base.runs_in(at).empty:
-        add.append(_run_command([base.name], base.options, runs, need))
-    if not have and base.runs_in(at).empty:
+    no_base = base.runs_in(at).empty
+    add = [_run_command(list(need.methods) or ["METHOD"], (), runs, need)] if not have else []
+    add += [_run_command([base.name], base.options, runs, need)] if no_base else []
+    if not have and no_base:
         why = f"no run of its methods ({', '.join(need.methods) or 'any'}) nor of its baseline {base}{where}"
     elif not have:
         why = f"no run of its methods ({', '.join(need.methods) or f'any but {base}'}){where}"

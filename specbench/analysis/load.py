@@ -7,11 +7,6 @@ summary lacks is recomputed from rows.jsonl with the same function, and a field 
 its `missing`. Throughput and speedups use `tokens_per_s_median` (the median over the run's repeats). A folder holding
 more rows than its run's settings select (a run with limit=20 resumed in a folder of 100 rows) is the run of the
 selected rows: those of summary.json's `selected_ids`.
-
-The runs table's columns: SUMMARY_COLUMNS first (`runs[load.SUMMARY_COLUMNS]` is the readable summary), then what
-the report's tables read (setting, flat config, per-prompt arrays, call stats, ...); `load_runs(..., full=True)`
-adds FULL_COLUMNS, each prompt's generated token ids (the divergence table reads them from the folder otherwise), the
-whole config and the package versions.
 """
 
 from __future__ import annotations
@@ -46,8 +41,8 @@ SUMMARY_COLUMNS = ["label", "pair", "dataset", "method", "temperature", "seed", 
 # summary.json fields newer than some runs: NaN (and named in the run's `missing`) where a summary lacks them
 NEWER_FIELDS = ["repeats", "tokens_per_s_median", "acceptance_exact", "acceptance_relaxed", "n_truncated",
                 "truncated_frac", "predicted_speedup", "decoded", "resumed", "nodes_per_call"]
-# only with load_runs(..., full=True): per prompt its token ids, top-2 margins and off-top-1 positions; the config
-# record; the package versions
+# only with load_runs(..., full=True): per prompt its token ids, top-2 margins and off-top-1 positions (the
+# divergence table reads them from the folder otherwise); the config record; the package versions
 FULL_COLUMNS = ["outputs", "config", "versions"]
 
 
@@ -233,9 +228,10 @@ def read_folder(run_dir: Path) -> tuple[dict, dict | None, list[dict], int]:
 
 
 def load_runs(*paths: str | Path, full: bool = False) -> pd.DataFrame:
-    """One row per run folder found under `paths`: SUMMARY_COLUMNS first, then what the report's tables read (config
-    values, setting, per-prompt arrays, ...); with full=True also FULL_COLUMNS (each prompt's token ids, the config
-    record, the versions). attrs["same_run_as"] maps each folder left out as another folder's run to that folder."""
+    """One row per run folder found under `paths`: SUMMARY_COLUMNS first (`runs[load.SUMMARY_COLUMNS]` is the
+    readable summary), then what the report's tables read (config values, setting, per-prompt arrays, ...); with
+    full=True also FULL_COLUMNS. attrs["same_run_as"] maps each folder left out as another folder's run to that
+    folder."""
     dirs = find_run_dirs(paths)
     if not dirs:
         raise ReportError(f"no run folders ({CONFIG} + {ROWS}) under {', '.join(map(str, paths))}")
@@ -346,10 +342,9 @@ def where(runs: pd.DataFrame, conditions: Iterable[str]) -> pd.DataFrame:
         if not eq:
             raise ReportError(f"--where {cond!r}: expected KEY=VALUE, e.g. decode.temperature=1.0")
         want = yaml.safe_load(value)
-        flats = runs["flat"] if "flat" in runs else pd.Series([{}] * len(runs), index=runs.index)
-        got = [flat.get(key, run.get(key, KeyError)) for flat, (_, run) in zip(flats, runs.iterrows())]
+        got = [run["flat"].get(key, run.get(key, KeyError)) for _, run in runs.iterrows()]
         if all(g is KeyError for g in got):
-            valid = sorted({k for f in flats for k in f} | set(SUMMARY_COLUMNS))
+            valid = sorted({k for f in runs["flat"] for k in f} | set(SUMMARY_COLUMNS))
             raise ReportError(f"--where {cond!r}: no run has {key!r}; valid keys: {', '.join(valid)}")
         runs = select(runs, (g is KeyError or g == want for g in got))
     return runs

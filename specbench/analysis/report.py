@@ -60,6 +60,12 @@ class Report:
     built: set[str] = field(default_factory=set)  # the names (catalog.TABLES, OVERVIEW) of the tables built
     refused: set[str] = field(default_factory=set)  # the names of the tables refused in a group (each a note)
 
+    def leave_out(self, notes: Iterable[str]) -> None:
+        """Add notes on what was left out, each counted in `left_out`."""
+        new = list(notes)
+        self.notes += new
+        self.left_out += len(new)
+
 
 OVERVIEW = "overview"  # `--table overview`: each group's overview alone
 
@@ -89,7 +95,7 @@ def _baseline_elsewhere(group: Group, groups: list[Group], spec: str) -> list[st
 
 def _build(g: Group, names: Iterable[str], baseline: str | None, out: Report) -> list[tuple[str, Table]]:
     """(name, table) of the tables `names` the group's runs have data for, per batch size (named and titled for it
-    where the group has several); refusals become notes."""
+    where the group has several), each name added to out.built; refusals become notes."""
     built = []
     one = g.runs["batch_size"].nunique() <= 1  # else a paper's table compares runs of one batch size
     for b, runs in [(None, g.runs)] if one else [(int(b), r) for b, r in g.runs.groupby("batch_size", sort=True)]:
@@ -99,9 +105,9 @@ def _build(g: Group, names: Iterable[str], baseline: str | None, out: Report) ->
                                                              title=f"{t.title} · batch_size={b}"))
                           for t in catalog.build(name, runs, baseline)]
             except ReportError as e:
-                out.notes.append(f"{name} [{g.title}{'' if b is None else f', batch_size={b}'}]: left out: {e}")
-                out.left_out += 1
+                out.leave_out([f"{name} [{g.title}{'' if b is None else f', batch_size={b}'}]: left out: {e}"])
                 out.refused.add(name)
+    out.built |= {n for n, _ in built}
     return built
 
 
@@ -121,16 +127,6 @@ def _beside(g: Group, many: bool, projection: Projection | None, convention: str
             categories.category_table(each, convention), divergence.divergence_table(each),
             convention_table(each, convention) if convention != "specbench" else None]
     return [in_group(t, g, many) for t in more if t is not None]
-
-
-def _not_built(runs: pd.DataFrame, names: list[str], baseline: str | None, out: Report) -> None:
-    """A note, counted as left out, for each requested table neither built nor refused in a group: why, and the
-    commands that run what it lacks (catalog.why_not)."""
-    for name in names:
-        if name not in out.built and name not in out.refused:
-            why = "no run loaded" if name == OVERVIEW else catalog.why_not(name, runs, baseline)
-            out.notes.append(f"{name}: not built: {why}")
-            out.left_out += 1
 
 
 def _table_notes(tables: list[Table]) -> list[str]:
@@ -166,27 +162,21 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
             out.notes.append(f"group [{g.title}]: {len(g.runs)} runs ({', '.join(labels(g.runs))}); they differ "
                              f"from the other groups in {', '.join(g.keys)}; alone: {where_args(g.where)}")
         built = _build(g, [n for n in papers if n not in catalog.SPANS], baseline, out)
-        out.built |= {n for n, _ in built}
         specs = {baseline or catalog.baseline_of(n) for n, _ in built} | ({"ar"} if OVERVIEW in wanted else set())
-        for spec in sorted(specs):
-            missing = _baseline_elsewhere(g, groups, spec)
-            out.notes += missing
-            out.left_out += len(missing)
+        out.leave_out(note for spec in sorted(specs) for note in _baseline_elsewhere(g, groups, spec))
         if OVERVIEW in wanted:  # first: the group's overview, then the tables beside it and the papers'
             table, notes = overview(g, many, projection, convention)
-            out.tables.append(table)
-            out.tables += _beside(g, many, projection, convention) if group_tables == "all" else []
-            out.notes += notes + without_ar(g.runs, runs)  # no ar run at all: nothing refused, so not counted
-            out.left_out += len(notes)
+            out.tables += [table, *(_beside(g, many, projection, convention) if group_tables == "all" else [])]
+            out.leave_out(notes)
+            out.notes += without_ar(g.runs, runs)  # no ar run at all: nothing refused, so not counted
             out.built.add(OVERVIEW)
         out.tables += [in_group(t, g, many) for _, t in built]
     for name in (n for n in papers if n in catalog.SPANS):
         spans = spanning_groups(runs, catalog.SPANS[name])
-        spanned = [(g, t) for g in spans for _, t in _build(g, [name], baseline, out)]
-        out.tables += [in_group(t, g, len(spans) > 1) for g, t in spanned]
-        out.built |= {name} if spanned else set()
-    if names is not None:
-        _not_built(runs, wanted, baseline, out)
+        out.tables += [in_group(t, g, len(spans) > 1) for g in spans for _, t in _build(g, [name], baseline, out)]
+    if names is not None:  # each table asked for but neither built nor refused in a group: why, and the runs to add
+        out.leave_out(f"{n}: not built: {'no run loaded' if n == OVERVIEW else catalog.why_not(n, runs, baseline)}"
+                      for n in wanted if n not in out.built | out.refused)
     out.notes += _table_notes(out.tables) + _truncation_notes(runs)
     return out
 
@@ -313,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ReportError, ProfileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ERROR
-    rep.left_out += len(unfinished)
-    rep.notes += [f"left out {d}: unfinished (no summary.json, or other rows than it counts)" for d in unfinished]
+    rep.leave_out(f"left out {d}: unfinished (no summary.json, or other rows than it counts)" for d in unfinished)
     rep.notes += [f"{d}: the same run as {kept}, which is reported (not counted as left out)"
                   for d, kept in sorted(same_run.items())]
     for t in rep.tables:

@@ -57,7 +57,8 @@ def labels(runs: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
     config does not tell apart (other examples, another device) share a label (`unique_labels` tells them apart)."""
     out = []
     for _, run in runs.iterrows():
-        same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"]) & (runs["dataset"] == run["dataset"])]
+        same = runs[(runs["method"] == run["method"]) & (runs["pair"] == run["pair"])
+                    & (runs["dataset"] == run["dataset"])]
         keys = differing_keys(same["flat"], RUNTIME + ("device_info.", "pair.", "dataset.", "method.parts.") + skip)
         out.append(" ".join([run["method"], *(f"{k.split('.')[-1]}={run['flat'].get(k)}" for k in keys)]))
     return out

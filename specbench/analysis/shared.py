@@ -1,12 +1,12 @@
 """Comparing runs on the examples they share: the one rule by which every table pairs examples (the overview, the
 tables beside it and the papers' tables).
 
-A run holds the examples of its rows: those its summary.json's `selected_ids` names where its folder holds more rows
-than the run's settings (limit=, shard=) select (specbench.analysis.load). A number that compares runs (a speedup
-over a baseline run; GammaTune's speedup over its baseline's γ grid) is over the example ids all of them hold
-(`compared`): where one holds more (one ran limit=20, another all 100) it is `restricted` to those, and every number
-a table shows for it in that comparison (its row's tok/s, acceptance, τ, score, predicted speedup and bootstrap
-intervals beside the speedup) is recomputed from its rows of those ids; the table's notes say on how many examples.
+A run holds the examples of its rows (its summary.json's `selected_ids`: specbench.analysis.load). A number that
+compares runs (a speedup over a baseline run; GammaTune's speedup over its baseline's γ grid) is over the example ids
+all of them hold (`compared`): where one holds more (one ran limit=20, another all 100) it is `restricted` to those,
+and every number a table shows for it in that comparison (its row's tok/s, acceptance, τ, score, predicted speedup
+and bootstrap intervals beside the speedup) is recomputed from its rows of those ids; the table's notes say on how
+many examples.
 Runs that share no example id are refused, with the commands that run the missing examples.
 
 The notes also flag runs a number compares that were measured (`measurement_flags`)
@@ -82,10 +82,9 @@ def command(run: pd.Series, method: str | None = None, like: pd.Series | None = 
     extra = [f"decode={run['decode']}"] if isinstance(run.get("decode"), str) else []
     extra += [o for o in Path(run["run_dir"]).name.split(",") if "=" in o  # a run's leaf; `default`: none
               and not o.startswith(("limit=", "shard=")) and (name == own or not o.startswith("method."))]
-    for key in ("limit", "shard"):
-        want = (like.get("flat") or {}).get(key) if like is not None else flat.get(key)
-        if want != flat.get(key):
-            extra.append(f"{key}={'null' if want is None else want}")
+    want = flat if like is None else like.get("flat") or {}
+    extra += [f"{k}={'null' if want.get(k) is None else want[k]}" for k in ("limit", "shard")
+              if want.get(k) != flat.get(k)]
     return " ".join(["python run.py", f"method={name}", f"pair={run['pair']}", f"dataset={run['dataset']}", *extra])
 
 
@@ -121,10 +120,9 @@ def _known(runs: Sequence[pd.Series], names: list[str], column: str) -> dict[str
     return {n: v for n, v in values.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
 
 
-def measurement_flags(runs: Sequence[pd.Series], where: str, names: list[str] | None = None) -> list[str]:
-    """The runs measured at machine loads more than LOAD_APART apart, or on CPUs of other models (a run older than
-    the field: no flag); see the module's docstring."""
-    names = names or _names(runs)
+def measurement_flags(runs: Sequence[pd.Series], where: str, names: list[str]) -> list[str]:
+    """The runs (named `names`) measured at machine loads more than LOAD_APART apart, or on CPUs of other models (a
+    run older than the field: no flag); see the module's docstring."""
     out = []
     loads = _known(runs, names, "load_average_median")
     if loads and max(loads.values()) - min(loads.values()) > LOAD_APART:

@@ -60,7 +60,8 @@ class Table:
             out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for (g, row), cells in block.iterrows():
                 marks = self.bold.loc[(g, row)] if self.bold is not None else [False] * len(cells)
-                out.append("| " + " | ".join([row, *(f"**{c}**" if b and c else c for c, b in zip(cells, marks))]) + " |")
+                shown = (f"**{c}**" if b and c else c for c, b in zip(cells, marks))
+                out.append("| " + " | ".join([row, *shown]) + " |")
             out.append("")
         out += [textwrap.fill(f"note: {n}", WIDTH, subsequent_indent="  ", break_long_words=False,
                               break_on_hyphens=False) for n in self.notes]

@@ -25,7 +25,7 @@ def pair_binding(pair: Pair, method: Method, params: SamplingParams) -> Binding:
     and context over those models, and the decode settings."""
     models: dict[str, torch.nn.Module] = {role: pair.model(role) for role in method.plan.roles}
     used = [pair.model(role) for role in models]  # the same models, as the pair's (PreTrainedModel)
-    same = [m for role, m in zip(models, used) if pair.same_tokenizer(role)]  # EOS ids are ids of the target's tokenizer
+    same = [m for role, m in zip(models, used) if pair.same_tokenizer(role)]  # EOS ids: the target tokenizer's
     return Binding(models, pair.tokenizer, pair.vocab_size, frozenset(pair.eos_ids(same)), params,
                    pair.context_length(used), pair)
 

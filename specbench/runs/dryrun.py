@@ -118,13 +118,14 @@ def memory_gb() -> float:
 def hardware_lacks(c: dict[str, Any], launcher: dict[str, Any], check: JobCheck) -> None:
     """GPUs and memory for the pair's weights x HEADROOM: the SLURM job's gpus_per_node, else this machine's."""
     pair, gpus, device = c["pair"], torch.cuda.device_count(), str(c.get("device", "auto"))
-    if device.startswith("cuda") and not gpus and "slurm" not in str(launcher.get("_target_", "")).lower():
+    slurm = "slurm" in str(launcher.get("_target_", "")).lower()
+    if device.startswith("cuda") and not gpus and not slurm:
         check.lacks.append(f"GPUs: device={device}, but this machine has no CUDA GPU")
     need, gb = gpus_needed(pair), weights_gb(pair)
     if need is None or gb is None:
         return  # a pair of unrecorded size (toy, random): it runs anywhere
     weights = f"pair {pair['name']} has {gb:.0f} GB of weights (x {HEADROOM}: {need} GPUs of 80 GB)"
-    if "slurm" in str(launcher.get("_target_", "")).lower():
+    if slurm:
         asked = launcher.get("gpus_per_node") or 0
         if asked < need:
             check.lacks.append(f"GPUs: {weights}; the job asks for {asked} (hydra.launcher.gpus_per_node)")
@@ -175,9 +176,8 @@ def report(checks: list[JobCheck]) -> str:
         lines.append(f"#{i} {' '.join(ch.overrides) or '(defaults)'}\n    -> {folder} ({state})")
         for lack in ch.lacks:  # a lack shown for an earlier job in full is named by its first line
             first = lack.splitlines()[0]
-            lines.append(f"    lacks {first[:100]}... (as #{shown[lack]})" if lack in shown and len(first) > 100 else
-                         f"    lacks {first} (as #{shown[lack]})" if lack in shown else
-                         "    lacks " + lack.replace("\n", "\n      "))
+            lines.append(f"    lacks {first[:100]}{'...' * (len(first) > 100)} (as #{shown[lack]})" if lack in shown
+                         else "    lacks " + lack.replace("\n", "\n      "))
             shown.setdefault(lack, i)
         lines += [f"    note: {x}" for x in ch.notes]
     fetch = list(dict.fromkeys(f for ch in checks for f in ch.fetch))

@@ -17,7 +17,7 @@ import copy
 import functools
 import json
 import logging
-from collections.abc import Set as AbstractSet
+from collections.abc import Sequence, Set as AbstractSet
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -52,11 +52,21 @@ def same_value(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
+ABSENT = object()  # at_path's value for a key that is not there
+
+
+def at_path(node: Any, path: Sequence[str]) -> Any:
+    """The value at the keys `path` below a nested dict, ABSENT where a key on the way is missing."""
+    for k in path:
+        if not isinstance(node, dict) or k not in node:
+            return ABSENT
+        node = node[k]
+    return node
+
+
 def _parent(config: dict, path: tuple[str, ...]) -> Any:
     """The node holding the key at `path` (None where a node on the way is missing or not a mapping)."""
-    node: Any = config
-    for k in path[:-1]:
-        node = node.get(k) if isinstance(node, dict) else None
+    node = at_path(config, path[:-1])
     return node if isinstance(node, dict) else None
 
 
@@ -139,11 +149,9 @@ def folder_overrides(cfg: DictConfig) -> list[str]:
 
 def key_at_default(cfg: DictConfig, key: str, base: dict) -> bool:
     """Whether `key` holds the value `base` (the config files' config, unresolved) gives it, resolved in `cfg`."""
-    node: Any = base
-    for k in key.split("."):
-        if not isinstance(node, dict) or k not in node:
-            return False  # a key the config files lack (+key=...)
-        node = node[k]
+    node = at_path(base, key.split("."))
+    if node is ABSENT:
+        return False  # a key the config files lack (+key=...)
     if "${" in json.dumps(node, default=str):  # an interpolation: resolve it as this config would
         alt = copy.deepcopy(cfg)
         with read_write(alt), open_dict(alt):

@@ -65,8 +65,12 @@ def processes(run_dir: Path, measure_from: int) -> list[dict[str, Any]]:
     return [r for r in read(run_dir) if r.get("kind") == "process" and r.get("measure_from") == measure_from]
 
 
+def peaks(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The largest peak memory of the records (processes' or shards' summaries), each key the records give."""
+    return {k: max(r[k] for r in records if r.get(k) is not None)
+            for k in ("peak_rss_mb", "peak_cuda_mb") if any(r.get(k) is not None for r in records)}
+
+
 def peak_and_finished(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The largest peak memory of the records (each key the records give) and the latest `finished`."""
-    out: dict[str, Any] = {k: max(r[k] for r in records if r.get(k) is not None)
-                           for k in ("peak_rss_mb", "peak_cuda_mb") if any(r.get(k) is not None for r in records)}
-    return {**out, "finished": max(r["finished"] for r in records)}
+    """The records' peaks and the latest `finished`."""
+    return {**peaks(records), "finished": max(r["finished"] for r in records)}

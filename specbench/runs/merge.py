@@ -28,6 +28,7 @@ from specbench.decoding.metrics import summarize
 from specbench.runs.results import CONFIG, ROWS, SUMMARY, FolderLocked, folder_lock, read_rows
 from specbench.common.configs import differing
 from specbench.runs.layout import unsharded
+from specbench.runs.measurements import peaks
 from specbench.runs.identity import identity as run_identity
 from specbench.common.files import write_json_atomic, write_text_atomic
 from specbench.common.progress import progress_bar
@@ -112,9 +113,10 @@ def check_group(group: list[Shard]) -> None:
             owner[r["id"]] = s.dir
     total = len(owner)
     for s in group:  # shard i of a round-robin split of N examples holds ceil((N - i) / n)
-        if len(s.rows) != -(-(total - s.index) // n):
+        expected = -(-(total - s.index) // n)
+        if len(s.rows) != expected:
             raise MergeError(f"{s.dir}: shard {s.index}/{n} has {len(s.rows)} rows, but a split of {total} "
-                             f"examples gives it {-(-(total - s.index) // n)}")
+                             f"examples gives it {expected}")
 
 
 def merged_rows(group: list[Shard]) -> list[dict]:
@@ -143,15 +145,13 @@ def default_out(group: list[Shard]) -> Path:
 
 def merged_summary(group: list[Shard], rows: list[dict], record: dict) -> dict:
     """summarize() over all rows, the runner's run fields, peak memory over shards, and each shard's provenance."""
-    first = group[0].summary
-    peaks = {k: max(s.summary[k] for s in group if s.summary.get(k) is not None)
-             for k in ("peak_rss_mb", "peak_cuda_mb") if any(s.summary.get(k) is not None for s in group)}
+    first, summaries = group[0].summary, [s.summary for s in group]
     shards = [{"dir": str(s.dir), "shard": f"{s.index}/{s.count}", "n_examples": len(s.rows),
                "finished": s.summary.get("finished"), "git_hash": s.record.get("git_hash"),
                "device_info": s.record.get("device_info"), "versions": s.record.get("versions")}
               for s in sorted(group, key=lambda s: s.index)]
     return {**summarize(rows), **{k: first.get(k) for k in ("method", "pair", "dataset", "lossless")},
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **peaks, **record, "merged_from": shards}
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **peaks(summaries), **record, "merged_from": shards}
 
 
 def write_merged(group: list[Shard], out: Path) -> dict:
@@ -176,8 +176,9 @@ def _write_merged(group: list[Shard], out: Path) -> dict:
     if (out / CONFIG).exists():
         old = json.loads((out / CONFIG).read_text())["config"]
         if identity(old) != identity(record["config"]):
-            raise MergeError(f"{out} holds a different configuration ({'; '.join(config_diff(old, record['config']))}); "
-                             "refusing to merge into it: pass another --out")
+            diff = "; ".join(config_diff(old, record["config"]))
+            raise MergeError(f"{out} holds a different configuration ({diff}); refusing to merge into it: pass another "
+                             "--out")
     if (out / ROWS).exists():
         old_rows = read_rows(out / ROWS)
         if old_rows != rows:
@@ -216,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: merge every complete shard group given or found; non-zero exit if any was refused."""
     ap = argparse.ArgumentParser(prog="python -m specbench.runs.merge", description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="+", type=Path, help="shard run folders, or folders to search for them")
-    ap.add_argument("--out", type=Path, help="merged run folder (only for one group; default: the path without the shard)")
+    ap.add_argument("--out", type=Path,
+                    help="merged run folder (only for one group; default: the path without the shard)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:

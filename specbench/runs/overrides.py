@@ -27,6 +27,7 @@ from specbench.common.files import CONF_DIR
 from specbench.common.options import OptionError, init_options, unknown_options
 from specbench.common.registry import UnknownNameError
 from specbench.data.dataset import NAME_KEYS, SELECTION_KEYS, evaluator_class
+from specbench.runs.identity import ABSENT, at_path
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +53,6 @@ def with_parts(node: dict[str, Any], lines: dict[str, list[str]]) -> dict[str, A
         if key[:2] == ["method", "parts"] and len(key) == 3:
             parts[key[2]] = line.split("=", 1)[1]
     return {**node, "parts": parts}
-
-
-def has_key(node: dict[str, Any], path: list[str]) -> bool:
-    """Does the config node hold the dotted key `path` (below the group)?"""
-    for k in path:
-        if not isinstance(node, dict) or k not in node:
-            return False
-        node = node[k]
-    return True
 
 
 def replacing(line: str, everywhere: bool) -> str:
@@ -114,7 +106,7 @@ def check_option_overrides(args: list[str], config_dir: Path = CONF_DIR) -> list
                 plain_node = plain(node, resolve=False)
                 check_node(group, with_parts(plain_node, keyed) if group == "method" else plain_node, given)
                 for line, _ in given:
-                    everywhere[line] = everywhere[line] and has_key(plain_node, keyed[line][1:])
+                    everywhere[line] = everywhere[line] and at_path(plain_node, keyed[line][1:]) is not ABSENT
     except (HydraException, OmegaConfBaseException, UnknownNameError) as err:  # Hydra or the run reports these
         log.debug("option keys not checked: %s", err)
         return args
@@ -133,8 +125,8 @@ def check_node(group: str, node: dict[str, Any], given: list[tuple[str, str]]) -
             from specbench.decoding.compose import unknown_option
 
             raise unknown_option(node, sorted({k for _, k in bad}), shown)
-        raise unknown_options(f"{group} {node['name']!r}", sorted({k for _, k in bad}), valid - set(NAME_KEYS) - {"parts"},
-                              shown)
+        raise unknown_options(f"{group} {node['name']!r}", sorted({k for _, k in bad}),
+                              valid - set(NAME_KEYS) - {"parts"}, shown)
 
 
 def is_group(loader: Any, key: str) -> bool:

@@ -27,8 +27,8 @@ __all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration"
 
 def run_stats(rows: list[dict]) -> dict[str, Any]:
     """What a projection needs from a run's rows: their merged call_stats (None where no row has them: rows of an
-    older version) and its alpha_i (speedup.alphas), Σ draft_calls and Σ drafted, and `after_first_block_tps`, the measured counterpart of what a
-    prediction models (after_first_block)."""
+    older version) and its alpha_i (speedup.alphas), Σ draft_calls and Σ drafted, and `after_first_block_tps`, the
+    measured counterpart of what a prediction models (after_first_block)."""
     stats = [from_row(r) for r in rows]
     merged = merge_stats(stats) if any(stats) else None
     if merged and not all(s and s.get("host_s") for s in stats):  # some rows older than the split: none of it
@@ -156,7 +156,8 @@ def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tre
                  ) if not trees else ", tree forwards"
         return seconds / nodes, f"{per_forward:.3g} draft forwards per drafted node of {width:.3g} tokens{exact}"
     ratio = forwards / drafted  # rows older than draft_steps: every draft forward a one-token one
-    return ratio * entry["draft_token_s"], f"{ratio:.3g} draft forwards per drafted node, of one token each (older rows)"
+    said = f"{ratio:.3g} draft forwards per drafted node, of one token each (older rows)"
+    return ratio * entry["draft_token_s"], said
 
 
 def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
@@ -213,7 +214,8 @@ def project_whole(run: Mapping[str, Any], base: Mapping[str, Any], profile: dict
     ar_s = ar_first + (base["new_tokens_total"] - len(base["first_blocks"])) * (c1 + h1)
     if run_s <= 0 or ar_s <= 0 or not base["new_tokens_total"]:
         return None, "no time to compare"
-    return (run["new_tokens_total"] / run_s) / (base["new_tokens_total"] / ar_s), priced["said"] + ", first blocks priced"
+    speedup = (run["new_tokens_total"] / run_s) / (base["new_tokens_total"] / ar_s)
+    return speedup, priced["said"] + ", first blocks priced"
 
 
 class Priced(TypedDict):
@@ -262,7 +264,8 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
         costs["host_1"] = baseline_host
         host_said = f"host work as measured ({1e3 * host:.3g} ms an iteration, ar's {1e3 * baseline_host:.3g} ms)"
     else:
-        host_said = "forwards only (" + ("rows older than the host split" if host is None else "no ar run's host work") + ")"
+        why = "rows older than the host split" if host is None else "no ar run's host work"
+        host_said = f"forwards only ({why})"
     split = host is not None
     return {"costs": {**costs, "draft_per_token": per_node}, "draft_per_node": per_node, "draft_said": said,
             "said": f"{which}, {'tree' if tree else 'chain'} verifies"

@@ -86,7 +86,8 @@ def package_versions() -> dict[str, str | None]:
 def device_info(device: torch.device) -> dict[str, object]:
     """Device type and name, CPU model and thread count."""
     info: dict[str, object] = {"device": str(device), "platform": platform.platform(),
-                               "cpu": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads()}
+                               "cpu": platform.processor() or platform.machine(),
+                               "torch_threads": torch.get_num_threads()}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["gpu_count"] = torch.cuda.device_count()

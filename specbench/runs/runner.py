@@ -134,23 +134,21 @@ def untraced(writer: RowWriter, batch: Batch, run_dir: Path) -> dict[str, dict]:
     return {r["id"]: r for r in writer.rows if ids and r["id"] in ids and r.get("repeat", 0) == batch.repeat}
 
 
-def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path,
-               retrace: dict[str, dict] | None = None) -> list[dict[str, Any]]:
+def batch_rows(job: Job, batch: Batch, wanted: set[str], c: dict, run_dir: Path, retrace: dict[str, dict]
+               ) -> list[dict[str, Any]]:
     """Decode `batch` whole; the rows of its examples whose id is `wanted` (their traces written first with
     trace=true), and the traces of the rows in `retrace` (in the folder without one; the rows are kept)."""
     rows = []
-    traced = retrace or {}
     for ex, (g, info) in zip(batch.examples, decode_batch(job, batch.examples, job.trace)):
-        if ex.id in traced:
+        if ex.id in retrace or (job.trace and ex.id in wanted):
             write_trace(run_dir, ex.id, g.records, batch.repeat)
-            if list(traced[ex.id].get("token_ids") or []) != list(g.token_ids):
-                log.warning("%s: example %r (repeat %d) decoded again for its trace gave other tokens than its row "
-                            "(%d new tokens, the row %d): the trace is not of the row's decode", run_dir, ex.id,
-                            batch.repeat, len(g.token_ids), len(traced[ex.id].get("token_ids") or []))
+        kept = list(retrace.get(ex.id, {}).get("token_ids") or [])
+        if ex.id in retrace and kept != list(g.token_ids):
+            log.warning("%s: example %r (repeat %d) decoded again for its trace gave other tokens than its row "
+                        "(%d new tokens, the row %d): the trace is not of the row's decode", run_dir, ex.id,
+                        batch.repeat, len(g.token_ids), len(kept))
         if ex.id not in wanted:
             continue
-        if job.trace:
-            write_trace(run_dir, ex.id, g.records, batch.repeat)
         job.method.observe_output(g.token_ids)  # before make_row takes the carried state after this example
         rows.append({**make_row(job, ex, g, info, c), "repeat": batch.repeat, "batch": batch.index,
                      "batch_size": len(batch.examples)})
@@ -269,7 +267,7 @@ def decode(job: Job, p: Plan, writer: RowWriter, s: Settings, c: dict[str, Any],
                 start_repeat(s.method, initial, [r for r in writer.rows if r["id"] in before], b.repeat, run_dir)
             previous = (b.repeat, b.index)
             new = batch_rows(job, b, {ex.id for ex in missing(writer, b)}, c, run_dir,
-                             p.retrace.get((b.repeat, b.index)))
+                             p.retrace.get((b.repeat, b.index), {}))
             writer.append_many(new)
             bar.update(len(new))
 

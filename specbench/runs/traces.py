@@ -19,7 +19,8 @@ def trace_frame(example_id: str, records: list[IterationRecord], repeat: int = 0
         rows.append({"id": example_id, "repeat": repeat, "iteration": i, "drafted": r.drafted, "accepted": r.accepted,
                      "accepted_relaxed": r.accepted_relaxed, "stop": r.stop, "draft_steps": r.draft_steps,
                      "draft_s": r.draft_s, "verify_s": r.verify_s, "verify_forward_s": r.verify_forward_s,
-                     "draft_forward_s": r.draft_forward_s, "host_s": r.host_s, "entropy": r.entropy, "js": r.js, **tree, **r.state})
+                     "draft_forward_s": r.draft_forward_s, "host_s": r.host_s, "entropy": r.entropy, "js": r.js,
+                     **tree, **r.state})
     return pd.DataFrame(rows)
 
 
