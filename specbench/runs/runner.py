@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,8 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     task = cfg.task.name if "task" in cfg else "bench"
     fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
     run_dir = output_dir(out_dir)
-    with folder_lock(run_dir, timeout):
+    main = int(os.environ.get("RANK", "0")) == 0  # the other processes of a torchrun share the main one's folder
+    with folder_lock(run_dir, timeout) if main else nullcontext():
         return fn(cfg, run_dir)
 
 

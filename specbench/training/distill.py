@@ -19,7 +19,8 @@ Optimiser (A.3): AdamW (β = 0.9, 0.999; weight decay `task.weight_decay`, which
 rate warmed up linearly from lr/10 to lr over `task.warmup_steps`, then cosine to lr/10 at the last step (the paper's
 "starting and ending at 1/10th the learning rate"; torch's LambdaLR), gradient-norm clipping at 0.5. Steps:
 `task.epochs` x ceil(train rows / batch_size), or `task.max_steps`. `task.autocast: bfloat16` runs the forwards under
-torch.autocast with float32 drafter weights (the paper's setting on GPU); default off.
+accelerate's mixed precision with float32 drafter weights (the paper's setting on GPU); default off. The loop, on
+one process or many: specbench.training.loop.
 
 sd2's steering weights may have their own learning rate `task.steering_lr` (default: lr, the paper's single rate). An
 Adam step moves each W_s entry by up to about lr, so each bias entry by up to lr * sum_i |g_i|, and the verifier's
@@ -29,10 +30,10 @@ held-out KL first rose (0.136 at step 0, 0.165 at step 50), then ended below the
 0.0926); with steering_lr = 2e-5 it did not rise, but removing the steering afterwards barely changed the drafter's
 greedy predictions, i.e. the steering had learnt little.
 
-Checkpoints: every `task.save_every` steps checkpoint.pt (the trainer's state, optimiser, scheduler, step, log) is
-written atomically and a rerun resumes from it; data order and δ are functions of (seed, step), so a resumed run ends
-in the state of an uninterrupted one. The end writes the trainer's weights (Distiller.save), train_log.jsonl and last
-distill.json, whose presence marks a finished run.
+Checkpoints: every `task.save_every` steps the main process writes checkpoint.pt (the trainer's state, optimiser,
+scheduler, step, log) atomically and a rerun, on as many processes, resumes from it; data order and δ are functions
+of (seed, step), so a resumed run ends in the state of an uninterrupted one. The end writes the trainer's weights
+(Distiller.save), train_log.jsonl and last distill.json, whose presence marks a finished run.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import json
 import logging
 import math
 import time
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,6 +63,7 @@ from specbench.runs.runner import TASKS, output_dir
 from specbench.runs.validation import set_threads
 from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS
+from specbench.training import loop
 from specbench.training.heads import HeadTrainer, kl_per_position
 from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
 from specbench.training.synth import check_task_resume, read_synth, task_record
@@ -70,7 +71,6 @@ from specbench.training.synth import check_task_resume, read_synth, task_record
 log = logging.getLogger(__name__)
 
 CHECKPOINT, LOG = "checkpoint.pt", "train_log.jsonl"
-_AMP = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def sequences(rows: list[dict], max_length: int) -> list[tuple[list[int], int]]:
@@ -99,6 +99,7 @@ class Trainer(Protocol):
     k: int  # δ ~ U[1, k] per sequence (sd2; 1 otherwise)
     groups: list[dict[str, Any]]  # the optimiser's parameter groups
     params: list[torch.nn.Parameter]  # every trained parameter (gradient clipping)
+    modules: list[torch.nn.Module]  # the modules that hold them (what DDP synchronises)
 
     @property
     def student(self) -> torch.nn.Module: ...
@@ -114,7 +115,7 @@ class Distiller:
 
     def __init__(self, pair: Pair, kind: str, task: dict[str, Any]) -> None:
         self.kind, self.verifier, self.vocab = kind, pair.target, pair.vocab_size
-        self.k, self.amp = int(task["k"]), _AMP[task.get("autocast")]
+        self.k = int(task["k"])
         self.student: PreTrainedModel = copy.deepcopy(pair.model("draft")).float().train()
         self.steered: SteeredDrafter | None = None
         self.groups: list[dict[str, Any]] = [{"params": list(self.student.parameters()), "lr": float(task["lr"])}]
@@ -128,17 +129,13 @@ class Distiller:
             lr = float(task.get("steering_lr") or task["lr"])
             self.groups.append({"params": list(steering.parameters()), "lr": lr})
         self.params: list[torch.nn.Parameter] = [p for g in self.groups for p in g["params"]]
-
-    def autocast(self) -> AbstractContextManager[object]:
-        """torch.autocast in the configured dtype, or nothing."""
-        dev = self.verifier.device.type
-        return torch.autocast(dev, dtype=self.amp) if self.amp else nullcontext()
+        self.modules: list[torch.nn.Module] = [self.student, *([self.steered.steering] if self.steered else [])]
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
              delta: torch.Tensor) -> torch.Tensor:
         """KL(π_V || π_D) per loss position [N] for one batch (δ [B] is used by sd2 only)."""
         dev, sdev = self.verifier.device, self.student.device
-        with torch.no_grad(), self.autocast():
+        with torch.no_grad():
             out = self.verifier(input_ids=ids.to(dev), attention_mask=mask.to(dev),
                                 output_hidden_states=self.steered is not None)
         where = where.to(sdev)
@@ -147,8 +144,7 @@ class Distiller:
             states = torch.stack([out.hidden_states[k] for k in self.steered.steering.layers], dim=-2).float()
             g = training_steering(self.steered.steering, states.to(sdev), delta.to(sdev), P.to(sdev))
             self.steered.set_positions(g)
-        with self.autocast():
-            q_logits = self.student(input_ids=ids.to(sdev), attention_mask=mask.to(sdev)).logits[..., : self.vocab]
+        q_logits = self.student(input_ids=ids.to(sdev), attention_mask=mask.to(sdev)).logits[..., : self.vocab]
         q_logits = q_logits[where]
         if self.steered is not None:
             self.steered.clear()
@@ -246,14 +242,14 @@ def restore(path: Path, d: Trainer, opt: torch.optim.Optimizer, sched: torch.opt
 
 @TASKS.register("distill")
 def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train a `distilled` or `sd2` drafter or an `eagle3` or `medusa` head on a synth folder; returns distill.json."""
+    """Train a `distilled` or `sd2` drafter or an `eagle3` or `medusa` head on a synth folder, on one process or the
+    processes of a torchrun / accelerate launch (specbench.training.loop); returns distill.json."""
     task = plain(cfg.task)
     kind, bs, seed = task["kind"], int(task["batch_size"]), int(task["seed"])
     if kind not in KINDS + HEAD_KINDS:
         raise InputError(f"unknown task.kind {kind!r}; valid: {', '.join(KINDS + HEAD_KINDS)}")
-    if task.get("autocast") not in _AMP:
-        raise InputError(f"task.autocast must be one of {list(_AMP)}, got {task.get('autocast')!r}")
     run_dir, device = output_dir(out_dir), resolve_device(cfg.get("device", "auto"))
+    acc = loop.accelerator(task.get("autocast"), device)
     record = task_record(cfg, device)
     if (run_dir / INFO).exists():
         check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
@@ -261,51 +257,61 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
         return json.loads((run_dir / INFO).read_text())
     pair_cfg = plain(cfg.pair)
     train, val = training_data(task, pair_cfg)
+    loop.check_split(bs, len(train), acc.num_processes)
     steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
     set_threads(cfg.get("threads", "auto"))
-    pair = load_pair(pair_cfg, device)
-    check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
+    pair = load_pair(pair_cfg, acc.device)
+    if acc.is_main_process:
+        check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
     d: Trainer = HeadTrainer(pair, kind, task, train) if kind in HEAD_KINDS else Distiller(pair, kind, task)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     warmup = min(int(task["warmup_steps"]), steps - 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))  # every group
+    model, opt = acc.prepare(loop.Objective(d.modules, d.loss), opt)  # the scheduler stays ours: one step a step
     pad = pair.pad_id([pair.target])
+
+    def held_out() -> float:
+        with acc.autocast():
+            return validation_kl(d, val, bs, pad, seed)
+
+    def batch_of(step: int) -> tuple[torch.Tensor, ...]:
+        seqs = [train[i] for i in batch_indices(len(train), bs, step, seed)]
+        mine = loop.mine(acc, list(range(len(seqs))))
+        return (*make_batch([seqs[i] for i in mine], pad), deltas(len(seqs), d.k, seed, f"step-{step}")[mine])
+
+    def save(at: loop.Progress) -> None:
+        save_atomic({"step": at.step, "weights": d.state(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                     "log": at.history, "seconds": at.seconds, "train_rows": len(train),
+                     "processes": acc.num_processes}, run_dir / CHECKPOINT)
+
     if (run_dir / CHECKPOINT).exists():
-        step, history, seconds = restore(run_dir / CHECKPOINT, d, opt, sched, len(train))
-        log.info("%s: resuming at step %d of %d", run_dir, step, steps)
+        at = loop.Progress(*restore(run_dir / CHECKPOINT, d, opt, sched, len(train)))
+        log.info("%s: resuming at step %d of %d", run_dir, at.step, steps)
     else:
-        step, history, seconds = 0, [{"step": 0, "val_kl": validation_kl(d, val, bs, pad, seed)}], 0.0
-    every, save_every = int(task["eval_every"]), int(task["save_every"])
+        at = loop.Progress(0, [{"step": 0, "val_kl": held_out()}], 0.0)
     switch_progress(cfg.get("progress", "auto"))
-    bar = progress_bar(range(step, steps), cfg.get("progress", "auto"), desc=f"distill {kind}", unit="step")
-    t0 = time.perf_counter()
-    for step in bar:
-        ids, mask, where, P = make_batch([train[i] for i in batch_indices(len(train), bs, step, seed)], pad)
-        loss = d.loss(ids, mask, where, P, deltas(len(P), d.k, seed, f"step-{step}")).mean()
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(d.params, 0.5)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        entry = {"step": step + 1, "loss": loss.item(), "lr": opt.param_groups[0]["lr"], "grad_norm": norm.item()}
-        sched.step()
-        if (step + 1) % every == 0 or step + 1 == steps:
-            entry["val_kl"] = validation_kl(d, val, bs, pad, seed)
-            bar.set_postfix(val_kl=f"{entry['val_kl']:.4f}")
-        history.append(entry)
-        if (step + 1) % save_every == 0 and step + 1 < steps:
-            save_atomic({"step": step + 1, "weights": d.state(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                         "log": history, "seconds": seconds + time.perf_counter() - t0, "train_rows": len(train)},
-                        run_dir / CHECKPOINT)
-    seconds += time.perf_counter() - t0
+    when = loop.Schedule(steps, int(task["eval_every"]), int(task["save_every"]))
+    at = loop.fit(acc, model, opt, sched, d.params, batch_of, held_out, save, at, when, cfg.get("progress", "auto"),
+                  f"distill {kind}")
+    info = finish(run_dir, d, pair, task, at, record, device, len(train), len(val), acc.num_processes, steps) \
+        if acc.is_main_process else {}
+    acc.wait_for_everyone()  # the others return once the main process has written the results
+    return info
+
+
+def finish(run_dir: Path, d: Trainer, pair: Pair, task: dict[str, Any], at: loop.Progress, record: dict[str, Any],
+           device: torch.device, n_train: int, n_val: int, processes: int, steps: int) -> dict[str, Any]:
+    """Write the trained weights, train_log.jsonl and last distill.json (whose presence marks a finished run)."""
     d.save(run_dir, pair)
-    write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in history))
-    vals = [h["val_kl"] for h in history if "val_kl" in h]
-    info = {"task": "distill", "kind": kind, "pair": pair.name, "verifier": pair.target.name_or_path,
-            "verifier_identity": verifier_identity(pair.target),
-            "data": str(task["data"]), "train_rows": len(train), "val_rows": len(val), "steps": steps,
-            "val_kl_initial": vals[0], "val_kl_final": vals[-1], "train_seconds": seconds,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **provenance.peak_memory(device), **record}
+    write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in at.history))
+    vals = [h["val_kl"] for h in at.history if "val_kl" in h]
+    info = {"task": "distill", "kind": task["kind"], "pair": pair.name, "verifier": pair.target.name_or_path,
+            "verifier_identity": verifier_identity(pair.target), "data": str(task["data"]), "train_rows": n_train,
+            "val_rows": n_val, "steps": steps, "processes": processes, "val_kl_initial": vals[0],
+            "val_kl_final": vals[-1], "train_seconds": at.seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **provenance.peak_memory(device), **record}
     write_json_atomic(run_dir / INFO, info)  # last: marks the run finished
     (run_dir / CHECKPOINT).unlink(missing_ok=True)
-    log.info("distill %s: %d steps in %.0f s; held-out KL %.4f -> %.4f", kind, steps, seconds, vals[0], vals[-1])
+    log.info("distill %s: %d steps on %d process(es) in %.0f s; held-out KL %.4f -> %.4f", task["kind"], steps,
+             processes, at.seconds, vals[0], vals[-1])
     return info

@@ -104,6 +104,7 @@ class HeadTrainer:
         self.groups: list[dict[str, Any]] = [{"params": list(head.parameters()),
                                               "lr": float(task.get("head_lr") or task["lr"])}]
         self.params: list[torch.nn.Parameter] = self.groups[0]["params"]
+        self.modules: list[torch.nn.Module] = [head]
 
     def build(self, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]], lm_head: torch.Tensor
               ) -> Head:

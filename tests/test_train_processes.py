@@ -1,0 +1,118 @@
+"""task=distill on accelerate: a 2-process CPU run (torchrun, gloo) with a global batch of 2 x b equals a 1-process run
+with batch 2 x b at the same seed and data order: the same loss at every step and the same final weights, within
+float tolerance (each process pads its rows to its own longest sequence); the run records its processes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import ROOT, small
+from specbench.runs.runner import run
+
+SYNTH = ("task=synth", "task.n=14", "task.max_new_tokens=12", "task.batch_size=7")
+SMALL = ("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false")  # helpers.small's
+
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    run(small(*SYNTH), out)
+    return out
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    """Every trained tensor of a finished run: the drafter's (and sd2's steering) or the head's."""
+    files = [*folder.glob("drafter/*.safetensors"), *folder.glob("steering.safetensors"),
+             *folder.glob("head/*.safetensors")]
+    return {f"{f.name}:{k}": v for f in files for k, v in load_file(f).items()}
+
+
+@pytest.mark.parametrize("kind", ["sd2", "eagle3"])
+def test_two_processes_train_what_one_process_trains(tmp_path, synth_dir, kind):
+    args = ["task=distill", f"task.kind={kind}", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=4",
+            "task.max_steps=4", "task.warmup_steps=1", "task.eval_every=2", "task.save_every=100", "threads=1",
+            "task.ttt_steps=2", "task.draft_vocab=64"]
+    one = run(small(*args), tmp_path / "one")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "run.py", *SMALL,
+                        *args, f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    two = json.loads((tmp_path / "two" / "distill.json").read_text())
+    assert (one["processes"], two["processes"]) == (1, 2) and one["steps"] == two["steps"] == 4
+    logs = [[json.loads(x) for x in (tmp_path / d / "train_log.jsonl").read_text().splitlines()]
+            for d in ("one", "two")]
+    assert [h["step"] for h in logs[0]] == [h["step"] for h in logs[1]]
+    for a, b in zip(*logs):
+        assert a.keys() == b.keys()
+        for key in a.keys() - {"step"}:  # loss, lr, grad_norm; val_kl where measured
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a, b)
+    # Adam moves a weight by about lr per step whatever its gradient's size, so a gradient near 0 whose rounding
+    # differs between the two runs may move its weight by up to lr x steps: all but a few in 10^4 agree to 1e-5
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert w1.keys() == w2.keys() and w1
+    diff = torch.cat([(w1[k].float() - w2[k].float()).abs().flatten() for k in w1])
+    assert float(diff.max()) <= 4 * 3e-3 and float((diff > 1e-5).float().mean()) < 1e-4, float(diff.max())
+
+
+def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, synth_dir):
+    args = ["task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=3", "task.max_steps=2"]
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "run.py", *SMALL,
+                        *args, f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode != 0 and "task.batch_size 3 does not split over 2 processes" in p.stderr
+    assert not (tmp_path / "two" / "distill.json").exists()
+
+
+KILLER = """import os, signal, sys
+sys.path.insert(0, {root!r})
+from specbench.training import distill
+real = distill.save_atomic
+
+def save_then_die(obj, path):  # the main process dies by SIGKILL right after writing the step-{step} checkpoint
+    real(obj, path)
+    if obj["step"] == {step}:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+distill.save_atomic = save_then_die
+sys.argv[0] = {run_py!r}
+import runpy
+runpy.run_path({run_py!r}, run_name="__main__")
+"""
+
+
+def test_a_two_process_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, synth_dir):
+    """kill -9 of the main process right after its step-2 checkpoint (torchrun then ends the other): the same command
+    again resumes from it and ends with the weights and log of an uninterrupted 2-process run, bit for bit."""
+    args = [*SMALL, "task=distill", "task.kind=sd2", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=4",
+            "task.max_steps=5", "task.warmup_steps=1", "task.eval_every=2", "task.save_every=2", "threads=1"]
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILLER.format(root=str(ROOT), step=2, run_py=str(ROOT / "run.py")))
+
+    def torchrun(script: str, folder: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script, *args,
+                               f"hydra.run.dir={tmp_path / folder}"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+
+    assert torchrun("run.py", "straight").returncode == 0
+    killed = torchrun(str(killer), "resumed")
+    assert killed.returncode != 0 and not (tmp_path / "resumed" / "distill.json").exists()
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["step"] == 2
+    again = torchrun("run.py", "resumed")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming at step 2 of 5" in again.stderr + again.stdout + (tmp_path / "resumed" / "run.log").read_text()
+    w1, w2 = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+    logs = [(tmp_path / d / "train_log.jsonl").read_text() for d in ("straight", "resumed")]
+    assert logs[0] == logs[1] and not (tmp_path / "resumed" / "checkpoint.pt").exists()
+
+
+def test_data_smaller_than_one_batch_is_refused_before_training(tmp_path, synth_dir):
+    from specbench.common.errors import InputError
+
+    with pytest.raises(InputError, match=r"the training data has 12 rows, fewer than one batch \(task.batch_size 16\)"):
+        run(small("task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=16"), tmp_path / "d")
+    assert not (tmp_path / "d" / "distill.json").exists() and not (tmp_path / "d" / "checkpoint.pt").exists()
