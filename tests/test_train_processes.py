@@ -14,6 +14,8 @@ from helpers import ROOT, small
 from specbench.runs.runner import run
 
 SYNTH = ("task=synth", "task.n=14", "task.max_new_tokens=12", "task.batch_size=7")
+# a free port of its own (--standalone): test processes may run several at once
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 SMALL = ("pair=tiny_random", "dataset=smoke", "device=cpu", "warmup=0", "progress=false")  # helpers.small's
 
 
@@ -37,7 +39,7 @@ def test_two_processes_train_what_one_process_trains(tmp_path, synth_dir, kind):
             "task.max_steps=4", "task.warmup_steps=1", "task.eval_every=2", "task.save_every=100", "threads=1",
             "task.ttt_steps=2", "task.draft_vocab=64"]
     one = run(small(*args), tmp_path / "one")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "run.py", *SMALL,
+    p = subprocess.run([*TORCHRUN, "run.py", *SMALL,
                         *args, f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -60,7 +62,7 @@ def test_two_processes_train_what_one_process_trains(tmp_path, synth_dir, kind):
 
 def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, synth_dir):
     args = ["task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=3", "task.max_steps=2"]
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "run.py", *SMALL,
+    p = subprocess.run([*TORCHRUN, "run.py", *SMALL,
                         *args, f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode != 0 and "task.batch_size 3 does not split over 2 processes" in p.stderr
@@ -93,7 +95,7 @@ def test_a_two_process_run_killed_after_a_checkpoint_resumes_to_the_uninterrupte
     killer.write_text(KILLER.format(root=str(ROOT), step=2, run_py=str(ROOT / "run.py")))
 
     def torchrun(script: str, folder: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script, *args,
+        return subprocess.run([*TORCHRUN, script, *args,
                                f"hydra.run.dir={tmp_path / folder}"], cwd=ROOT, capture_output=True, text=True,
                               timeout=600)
 
