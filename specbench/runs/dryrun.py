@@ -171,9 +171,9 @@ def report(checks: list[JobCheck]) -> str:
     lines = [f"{len(checks)} job{'s' * (len(checks) != 1)} (nothing loaded, written or downloaded):"]
     shown: dict[str, int] = {}
     for i, ch in enumerate(checks):
-        folder = "(no folder: the config does not compose)" if ch.folder is None else where(ch.folder)
         state = f"resumes {ch.rows} rows" if ch.rows else "new"
-        lines.append(f"#{i} {' '.join(ch.overrides) or '(defaults)'}\n    -> {folder} ({state})")
+        folder = "(no folder: the config does not compose)" if ch.folder is None else f"{where(ch.folder)} ({state})"
+        lines.append(f"#{i} {' '.join(ch.overrides) or '(defaults)'}\n    -> {folder}")
         for lack in ch.lacks:  # a lack shown for an earlier job in full is named by its first line
             first = lack.splitlines()[0]
             lines.append(f"    lacks {first[:100]}{'...' * (len(first) > 100)} (as #{shown[lack]})" if lack in shown
