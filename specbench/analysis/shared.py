@@ -61,7 +61,8 @@ def restricted(run: pd.Series, ids: frozenset[str]) -> pd.Series:
     if held(run) <= ids:
         return run
     folder = Path(run["run_dir"])
-    stamp = tuple(x for f in (ROWS, SUMMARY) for x in ((folder / f).stat().st_mtime_ns, (folder / f).stat().st_size))
+    stats = [(folder / f).stat() for f in (ROWS, SUMMARY)]
+    stamp = tuple(x for st in stats for x in (st.st_mtime_ns, st.st_size))
     fresh = _numbers(str(folder), ids, stamp)
     out = {**run.to_dict(), **{k: v for k, v in fresh.items() if k in run.index and k not in KEPT}}
     for k in run.get("missing") or ():  # a field the run's summary lacks stays as shown: missing

@@ -133,8 +133,8 @@ def hardware_lacks(c: dict[str, Any], launcher: dict[str, Any], check: JobCheck)
         have = sum(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 1e9
         if have < gb * HEADROOM:
             check.lacks.append(f"GPUs: {weights}; this machine has {gpus} GPUs, {have:.0f} GB")
-    elif gb * HEADROOM > memory_gb():
-        check.lacks.append(f"memory: {weights}; this machine has {memory_gb():.0f} GB and no GPU (submit it to "
+    elif gb * HEADROOM > (ram := memory_gb()):
+        check.lacks.append(f"memory: {weights}; this machine has {ram:.0f} GB and no GPU (submit it to "
                            "SLURM: hydra/launcher=slurm)")
     else:
         check.notes.append("no GPU here: runs on the CPU")

@@ -57,7 +57,7 @@ from specbench.runs.identity import TASK_RESUMABLE
 from specbench.models.pairs import Pair, load_pair, resolve_device
 from specbench.common.configs import plain
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
-from specbench.common.progress import progress_bar, switch_progress
+from specbench.common.progress import switch_progress
 from specbench.runs.job import example_seed
 from specbench.runs.runner import TASKS, output_dir
 from specbench.runs.validation import set_threads
@@ -271,6 +271,9 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     pad = pair.pad_id([pair.target])
 
     def held_out() -> float:
+        """The held-out KL, on the main process alone (the one that logs it; the weights are the same everywhere)."""
+        if not acc.is_main_process:
+            return float("nan")
         with acc.autocast():
             return validation_kl(d, val, bs, pad, seed)
 

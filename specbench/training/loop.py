@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 import torch
 from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -67,11 +66,14 @@ class Progress:
     """Where a run is: the next step, the log so far, the seconds trained before this process started."""
 
     step: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, float]] = field(default_factory=list)  # one log entry a step
     seconds: float = 0.0
 
 
-def mine(acc: Accelerator, items: list[Any]) -> list[Any]:
+T = TypeVar("T")
+
+
+def mine(acc: Accelerator, items: list[T]) -> list[T]:
     """This process's share of a global batch: items r, r + N, ..."""
     return items[acc.process_index :: acc.num_processes]
 
@@ -95,7 +97,8 @@ class Schedule:
 def fit(acc: Accelerator, model: torch.nn.Module, opt: torch.optim.Optimizer,
         sched: torch.optim.lr_scheduler.LRScheduler, params: list[torch.nn.Parameter],
         batch_of: Callable[[int], tuple[torch.Tensor, ...]], held_out: Callable[[], float],
-        save: Callable[[Progress], None], at: Progress, when: Schedule, progress: Any, desc: str) -> Progress:
+        save: Callable[[Progress], None], at: Progress, when: Schedule, progress: str | bool | None,
+        desc: str) -> Progress:
     """Train from `at.step` to `when.steps`: each step this process's share of the global batch (`batch_of`), the
     loss of global_mean, DDP's gradient mean, clipping at 0.5 (SD² A.3), AdamW and the lr schedule; the held-out KL
     and the checkpoint (`save`, the main process; every process waits for it) on `when`'s steps. The bar shows the
