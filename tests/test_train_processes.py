@@ -1,8 +1,11 @@
 """task=distill on accelerate: a 2-process CPU run (torchrun, gloo) with a global batch of 2 x b equals a 1-process run
-with batch 2 x b at the same seed and data order: the same loss at every step and the same final weights, within
-float tolerance (each process pads its rows to its own longest sequence); the run records its processes."""
+with batch 2 x b (and one accumulating 2 micro-batches of b) at the same seed and data order: the same loss at every
+step and the same final weights, within float tolerance (each micro-batch is padded to its own longest sequence); the
+run records its processes. Runs killed anywhere resume to the uninterrupted weights."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -39,6 +42,7 @@ def test_two_processes_train_what_one_process_trains(tmp_path, synth_dir, kind):
             "task.max_steps=4", "task.warmup_steps=1", "task.eval_every=2", "task.save_every=100", "threads=1",
             "task.ttt_steps=2", "task.draft_vocab=64"]
     one = run(small(*args), tmp_path / "one")
+    run(small(*args, "task.accumulate=2"), tmp_path / "acc")  # 2 micro-batches of 2 rows: the 2 processes' split
     p = subprocess.run([*TORCHRUN, "run.py", *SMALL,
                         *args, f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
@@ -46,12 +50,13 @@ def test_two_processes_train_what_one_process_trains(tmp_path, synth_dir, kind):
     two = json.loads((tmp_path / "two" / "distill.json").read_text())
     assert (one["processes"], two["processes"]) == (1, 2) and one["steps"] == two["steps"] == 4
     logs = [[json.loads(x) for x in (tmp_path / d / "train_log.jsonl").read_text().splitlines()]
-            for d in ("one", "two")]
-    assert [h["step"] for h in logs[0]] == [h["step"] for h in logs[1]]
-    for a, b in zip(*logs):
-        assert a.keys() == b.keys()
+            for d in ("one", "two", "acc")]
+    assert [h["step"] for h in logs[0]] == [h["step"] for h in logs[1]] == [h["step"] for h in logs[2]]
+    for a, b, c in zip(*logs):
+        assert a.keys() == b.keys() == c.keys()
         for key in a.keys() - {"step"}:  # loss, lr, grad_norm; val_kl where measured
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a, b)
+            assert c[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (key, c, b)
     # Adam moves a weight by about lr per step whatever its gradient's size, so a gradient near 0 whose rounding
     # differs between the two runs may move its weight by up to lr x steps: all but a few in 10^4 agree to 1e-5
     w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
@@ -65,51 +70,97 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path, syn
     p = subprocess.run([*TORCHRUN, "run.py", *SMALL,
                         *args, f"hydra.run.dir={tmp_path / 'two'}"], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
-    assert p.returncode != 0 and "task.batch_size 3 does not split over 2 processes" in p.stderr
+    assert p.returncode != 0 and "task.batch_size 3 does not split over 2 process(es)" in p.stderr
     assert not (tmp_path / "two" / "distill.json").exists()
 
 
 KILLER = """import os, signal, sys
 sys.path.insert(0, {root!r})
-from specbench.training import distill
-real = distill.save_atomic
+import torch
+from specbench.common.files import atomic_path
+from specbench.training import distill, features, loop
 
-def save_then_die(obj, path):  # the main process dies by SIGKILL right after writing the step-{step} checkpoint
-    real(obj, path)
-    if obj["step"] == {step}:
-        os.kill(os.getpid(), signal.SIGKILL)
+features.SHARD_ROWS = 4  # 14 rows in 4 shards
+where, at = os.environ.get("KILL_AT", ":").split(":")
+main = os.environ.get("RANK", "0") == "0"
 
-distill.save_atomic = save_then_die
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+real_shard, real_step, calls = features.write_shard, loop.step_loss, []
+
+def shard(path, *a, **k):  # dies once shard `at` is written
+    real_shard(path, *a, **k)
+    if where == "shard" and main and path.name == f"shard-{{int(at):05d}}.safetensors":
+        die()
+
+def step(*a, **k):  # dies after the forward and backward of this run's step `at`, before the optimiser's step
+    out = real_step(*a, **k)
+    calls.append(1)
+    if where == "step" and main and len(calls) == int(at):
+        die()
+    return out
+
+def save(obj, path):  # dies halfway through writing the step-`at` checkpoint
+    if where == "save" and obj["step"] == int(at):
+        with atomic_path(path) as tmp:
+            torch.save(obj, tmp)
+            tmp.write_bytes(tmp.read_bytes()[: tmp.stat().st_size // 2])
+            die()
+    real_save(obj, path)
+
+real_save = distill.save_atomic
+features.write_shard, loop.step_loss, distill.save_atomic = shard, step, save
 sys.argv[0] = {run_py!r}
 import runpy
 runpy.run_path({run_py!r}, run_name="__main__")
 """
 
 
-def test_a_two_process_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path, synth_dir):
-    """kill -9 of the main process right after its step-2 checkpoint (torchrun then ends the other): the same command
-    again resumes from it and ends with the weights and log of an uninterrupted 2-process run, bit for bit."""
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_weights(tmp_path, synth_dir, processes):
+    """kill -9 of the main process in the features cache's write, in a step (after its backward, before the optimiser),
+    and halfway through writing a checkpoint: each time the same command again continues from what was finished (a
+    half-written checkpoint is never read), and the last ends with the weights and log of an uninterrupted run, bit for
+    bit."""
     args = [*SMALL, "task=distill", "task.kind=sd2", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=4",
-            "task.max_steps=5", "task.warmup_steps=1", "task.eval_every=2", "task.save_every=2", "threads=1"]
+            "task.max_steps=5", "task.warmup_steps=1", "task.eval_every=2", "task.save_every=2", "threads=1",
+            f"task.features={tmp_path / 'features'}"]
     killer = tmp_path / "killer.py"
-    killer.write_text(KILLER.format(root=str(ROOT), step=2, run_py=str(ROOT / "run.py")))
+    killer.write_text(KILLER.format(root=str(ROOT), run_py=str(ROOT / "run.py")))
+    launch = TORCHRUN[:-1] + [str(processes)] if processes > 1 else [sys.executable]
 
-    def torchrun(script: str, folder: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*TORCHRUN, script, *args,
-                               f"hydra.run.dir={tmp_path / folder}"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=600)
+    def go(folder: str, kill: str = ":") -> subprocess.CompletedProcess:
+        return subprocess.run([*launch, str(killer), *args, f"hydra.run.dir={tmp_path / folder}"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "KILL_AT": kill})
 
-    assert torchrun("run.py", "straight").returncode == 0
-    killed = torchrun(str(killer), "resumed")
-    assert killed.returncode != 0 and not (tmp_path / "resumed" / "distill.json").exists()
-    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["step"] == 2
-    again = torchrun("run.py", "resumed")
+    assert go("straight").returncode == 0
+    shutil.rmtree(tmp_path / "features")  # the killed runs write the cache again
+    run_dir = tmp_path / "resumed"
+    assert go("resumed", "shard:0").returncode != 0
+    assert not any((tmp_path / "features").glob("*/meta.json")) and not run_dir.joinpath("checkpoint.pt").exists()
+    assert go("resumed", "step:3").returncode != 0
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["step"] == 2
+    assert go("resumed", "save:4").returncode != 0
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["step"] == 2  # the half-written one is not it
+    again = go("resumed")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming at step 2 of 5" in again.stderr + again.stdout + (tmp_path / "resumed" / "run.log").read_text()
-    w1, w2 = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    assert "resuming at step 2 of 5" in again.stderr + again.stdout + (run_dir / "run.log").read_text()
+    w1, w2 = weights(tmp_path / "straight"), weights(run_dir)
     assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
     logs = [(tmp_path / d / "train_log.jsonl").read_text() for d in ("straight", "resumed")]
-    assert logs[0] == logs[1] and not (tmp_path / "resumed" / "checkpoint.pt").exists()
+    assert logs[0] == logs[1] and not (run_dir / "checkpoint.pt").exists()
+
+
+def test_a_resume_on_another_number_of_processes_is_refused(tmp_path, synth_dir):
+    args = ("task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=4", "task.max_steps=2")
+    run(small(*args), tmp_path / "a")
+    (tmp_path / "a" / "distill.json").unlink()
+    torch.save({"step": 1, "train_rows": 12, "processes": 2}, tmp_path / "a" / "checkpoint.pt")
+    from specbench.common.errors import InputError
+
+    with pytest.raises(InputError, match=r"written by a run on 2 process\(es\); resume it on as many \(this run has 1\)"):
+        run(small(*args), tmp_path / "a")
 
 
 def test_data_smaller_than_one_batch_is_refused_before_training(tmp_path, synth_dir):

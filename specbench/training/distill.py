@@ -9,18 +9,20 @@ Data (SD² 3.3): a finished `task=synth` folder (`task.data`), each row prompt_i
 
 Loss: KL(π_V || π_D) = sum_v π_V(v) (log π_V(v) - log π_D(v)), temperature 1, averaged over the positions that
 predict a continuation token (the prompt's last position up to the second-to-last token; the prompt itself is never
-drafted). π_V comes from a frozen verifier forward on every batch (no_grad), computed on the fly rather than stored:
-stored distributions cost V floats per token, which does not scale to real vocabularies, and sd2 needs the verifier's
-hidden states of the same forward anyway. Logits past the shared tokenizer range (embedding padding) are dropped.
+drafted). π_V = softmax(lm_head(h)) from the verifier's final hidden state h, cached once with sd2's steering layers
+(task.features, specbench.training.features: the verifier is released before training) or computed on every batch
+(task.features=null); its distributions are never stored (V floats per token do not scale to real vocabularies).
+Logits past the shared tokenizer range (embedding padding) are dropped.
 `sd2`: steering hooks on the drafter, one offset δ ~ U[1, task.k] per sequence; W_hml, W_s and the whole drafter are
 trained, the verifier stays frozen.
 
 Optimiser (A.3): AdamW (β = 0.9, 0.999; weight decay `task.weight_decay`, which the paper does not give), learning
 rate warmed up linearly from lr/10 to lr over `task.warmup_steps`, then cosine to lr/10 at the last step (the paper's
 "starting and ending at 1/10th the learning rate"; torch's LambdaLR), gradient-norm clipping at 0.5. Steps:
-`task.epochs` x ceil(train rows / batch_size), or `task.max_steps`. `task.autocast: bfloat16` runs the forwards under
-accelerate's mixed precision with float32 drafter weights (the paper's setting on GPU); default off. The loop, on
-one process or many: specbench.training.loop.
+`task.epochs` x ceil(train rows / batch_size), or `task.max_steps`; `task.accumulate` micro-batches a step.
+`task.autocast: bfloat16` runs the forwards under accelerate's mixed precision with float32 drafter weights (the
+paper's setting on GPU); default off. `task.checkpointing` recomputes the drafter's activations in the backward. The
+loop, on one process or many: specbench.training.loop.
 
 sd2's steering weights may have their own learning rate `task.steering_lr` (default: lr, the paper's single rate). An
 Adam step moves each W_s entry by up to about lr, so each bias entry by up to lr * sum_i |g_i|, and the verifier's
@@ -31,8 +33,8 @@ held-out KL first rose (0.136 at step 0, 0.165 at step 50), then ended below the
 greedy predictions, i.e. the steering had learnt little.
 
 Checkpoints: every `task.save_every` steps the main process writes checkpoint.pt (the trainer's state, optimiser,
-scheduler, step, log) atomically and a rerun, on as many processes, resumes from it; data order and δ are functions
-of (seed, step), so a resumed run ends in the state of an uninterrupted one. The end writes the trainer's weights
+scheduler, step, log, every process's RNG states) atomically and a rerun, on as many processes, resumes from it; data
+order and δ are functions of (seed, step), so a resumed run ends in the state of an uninterrupted one. The end writes the trainer's weights
 (Distiller.save), train_log.jsonl and last distill.json, whose presence marks a finished run.
 """
 
@@ -43,10 +45,12 @@ import json
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from accelerate import Accelerator
 from omegaconf import DictConfig
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
@@ -54,7 +58,7 @@ from transformers import PreTrainedModel
 from specbench.common.errors import InputError
 from specbench.runs import provenance
 from specbench.runs.identity import TASK_RESUMABLE
-from specbench.models.pairs import Pair, load_pair, resolve_device
+from specbench.models.pairs import Pair, free_pairs, load_pair, resolve_device
 from specbench.common.configs import plain
 from specbench.common.files import atomic_folder, atomic_path, write_json_atomic, write_text_atomic
 from specbench.common.progress import switch_progress
@@ -62,10 +66,12 @@ from specbench.runs.job import example_seed
 from specbench.runs.runner import TASKS, output_dir
 from specbench.runs.validation import set_threads
 from specbench.models.drafters import INFO, KINDS, verifier_identity
-from specbench.models.heads import KINDS as HEAD_KINDS
+from specbench.models.heads import KINDS as HEAD_KINDS, eagle3_layers
 from specbench.training import loop
-from specbench.training.heads import HeadTrainer, kl_per_position
-from specbench.models.steering import SteeredDrafter, Steering, check_layers, check_swiglu, default_layers, training_steering
+from specbench.training.features import Cached, Features, Seqs, make_batch, shell, target_features
+from specbench.training.heads import HeadTrainer, check_layers as eagle3_target_layers, kl_per_position
+from specbench.models.steering import (SteeredDrafter, Steering, check_layers, check_swiglu, default_layers,
+                                       training_steering)
 from specbench.training.synth import check_task_resume, read_synth, task_record
 
 log = logging.getLogger(__name__)
@@ -79,20 +85,6 @@ def sequences(rows: list[dict], max_length: int) -> list[tuple[list[int], int]]:
     return [(ids, P) for ids, P in out if len(ids) > P]
 
 
-def make_batch(seqs: list[tuple[list[int], int]], pad_id: int
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ids [B, T], attention mask [B, T], loss mask [B, T] (positions P-1 .. len-2), P [B]."""
-    T = max(len(ids) for ids, _ in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    loss = torch.zeros((len(seqs), T), dtype=torch.bool)
-    for i, (s, P) in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-        loss[i, P - 1 : len(s) - 1] = True
-    return ids, mask, loss, torch.tensor([P for _, P in seqs])
-
-
 class Trainer(Protocol):
     """What distill's loop drives: Distiller (a drafter) or specbench.training.heads.HeadTrainer (a head)."""
 
@@ -104,7 +96,7 @@ class Trainer(Protocol):
     @property
     def student(self) -> torch.nn.Module: ...
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
-             delta: torch.Tensor) -> torch.Tensor: ...
+             delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
     def state(self) -> dict[str, Any]: ...
     def load_state(self, state: dict[str, Any]) -> None: ...
     def save(self, run_dir: Path, pair: Pair) -> None: ...
@@ -113,18 +105,18 @@ class Trainer(Protocol):
 class Distiller:
     """The trainable drafter (plus steering for sd2) and the frozen verifier of one distill run."""
 
-    def __init__(self, pair: Pair, kind: str, task: dict[str, Any]) -> None:
-        self.kind, self.verifier, self.vocab = kind, pair.target, pair.vocab_size
-        self.k = int(task["k"])
+    def __init__(self, pair: Pair, kind: str, task: dict[str, Any], features: Features,
+                 layers: tuple[int, ...]) -> None:
+        self.kind, self.features, self.k = kind, features, int(task["k"])
         self.student: PreTrainedModel = copy.deepcopy(pair.model("draft")).float().train()
+        if task.get("checkpointing"):  # activations recomputed in the backward (the steering stays set until then)
+            self.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.steered: SteeredDrafter | None = None
         self.groups: list[dict[str, Any]] = [{"params": list(self.student.parameters()), "lr": float(task["lr"])}]
         if kind == "sd2":
-            v_cfg = self.verifier.config.get_text_config()
-            L = v_cfg.num_hidden_layers
-            layers = check_layers(task.get("layers") or default_layers(L), L)
             mlps = check_swiglu(self.student)
-            steering = Steering(v_cfg.hidden_size, len(mlps), mlps[0].up_proj.out_features, layers)
+            steering = Steering(pair.target.config.get_text_config().hidden_size, len(mlps),
+                                mlps[0].up_proj.out_features, layers)
             self.steered = SteeredDrafter(self.student, steering.to(self.student.device))
             lr = float(task.get("steering_lr") or task["lr"])
             self.groups.append({"params": list(steering.parameters()), "lr": lr})
@@ -132,23 +124,18 @@ class Distiller:
         self.modules: list[torch.nn.Module] = [self.student, *([self.steered.steering] if self.steered else [])]
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
-             delta: torch.Tensor) -> torch.Tensor:
-        """KL(π_V || π_D) per loss position [N] for one batch (δ [B] is used by sd2 only)."""
-        dev, sdev = self.verifier.device, self.student.device
-        with torch.no_grad():
-            out = self.verifier(input_ids=ids.to(dev), attention_mask=mask.to(dev),
-                                output_hidden_states=self.steered is not None)
+             delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """KL(π_V || π_D) per loss position [N] for one batch (δ [B] is used by sd2 only). The steering positions
+        stay set after the forward (a checkpointed backward recomputes it); the next batch replaces them."""
+        sdev = self.student.device
+        out = self.features(ids, mask, rows)
         where = where.to(sdev)
-        p_logits = out.logits[..., : self.vocab].to(sdev)[where]
+        p_logits = self.features.logits(out.final.to(sdev)[where])
         if self.steered is not None:
-            states = torch.stack([out.hidden_states[k] for k in self.steered.steering.layers], dim=-2).float()
-            g = training_steering(self.steered.steering, states.to(sdev), delta.to(sdev), P.to(sdev))
+            g = training_steering(self.steered.steering, out.states.float().to(sdev), delta.to(sdev), P.to(sdev))
             self.steered.set_positions(g)
-        q_logits = self.student(input_ids=ids.to(sdev), attention_mask=mask.to(sdev)).logits[..., : self.vocab]
-        q_logits = q_logits[where]
-        if self.steered is not None:
-            self.steered.clear()
-        return kl_per_position(p_logits, q_logits)
+        q_logits = self.student(input_ids=ids.to(sdev), attention_mask=mask.to(sdev)).logits[..., : p_logits.shape[-1]]
+        return kl_per_position(p_logits, q_logits[where])
 
     def state(self) -> dict[str, Any]:
         """Trainable weights."""
@@ -195,14 +182,15 @@ def deltas(n: int, k: int, seed: int, key: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def validation_kl(d: Trainer, val: list[tuple[list[int], int]], bs: int, pad: int, seed: int) -> float:
-    """Token-weighted mean KL(π_V || π_D) over the held-out sequences (fixed δ per sequence)."""
+def validation_kl(d: Trainer, val: list[tuple[list[int], int]], first: int, bs: int, pad: int, seed: int) -> float:
+    """The held-out loss per loss position (fixed δ per sequence); val's rows are first, first + 1, ... of the data."""
     d.student.eval()
     total, count = 0.0, 0
     for b in range(0, len(val), bs):
         ids, mask, where, P = make_batch(val[b : b + bs], pad)
-        kl = d.loss(ids, mask, where, P, deltas(len(P), d.k, seed, f"val-{b}"))
-        total, count = total + kl.double().sum().item(), count + kl.numel()
+        rows = torch.arange(first + b, first + b + len(P))
+        kl = d.loss(ids, mask, where, P, deltas(len(P), d.k, seed, f"val-{b}"), rows)
+        total, count = total + kl.double().sum().item(), count + int(where.sum())
     d.student.train()
     return total / max(1, count)
 
@@ -228,16 +216,43 @@ def training_data(task: dict[str, Any], pair_cfg: dict[str, Any]
 
 
 def restore(path: Path, d: Trainer, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler,
-            n_train: int) -> tuple[int, list[dict[str, Any]], float]:
-    """Load checkpoint.pt into the weights, optimiser and scheduler; returns (step, log, seconds)."""
+            n_train: int, process: int, processes: int) -> tuple[int, list[dict[str, Any]], float]:
+    """Load checkpoint.pt into the weights, optimiser, scheduler and this process's RNG; returns (step, log,
+    seconds)."""
     ck = torch.load(path, map_location="cpu", weights_only=True)  # load_state copies onto the weights' device
     if ck["train_rows"] != n_train:
         raise InputError(f"{path} was trained on {ck['train_rows']} rows, the data now has {n_train}; refusing to "
                          "resume on other data")
+    if ck["processes"] != processes:
+        raise InputError(f"{path} was written by a run on {ck['processes']} process(es); resume it on as many (this "
+                         f"run has {processes}), or delete it to start again")
+    loop.set_rng_states(ck["rng"][process])
     d.load_state(ck["weights"])
     opt.load_state_dict(ck["opt"])
     sched.load_state_dict(ck["sched"])
     return ck["step"], ck["log"], ck["seconds"]
+
+
+def target_layers(kind: str, task: dict[str, Any], L: int) -> tuple[int, ...]:
+    """The target's hidden_states indices the trainer reads: sd2's steering layers, an EAGLE-3 head's, else none."""
+    if kind == "sd2":
+        return check_layers(task.get("layers") or default_layers(L), L)
+    return eagle3_target_layers(task.get("layers") or eagle3_layers(L), L) if kind == "eagle3" else ()
+
+
+def trainer(acc: Accelerator, pair: Pair, task: dict[str, Any], train: Seqs, val: Seqs, pad: int
+            ) -> tuple[Trainer, Features, Pair]:
+    """The run's trainer on the target's features (features.target_features), and the pair it goes on with: with
+    cached features its target is an empty shell (features.shell), its draft gone, once the trainer has copied what it
+    needs; the process's cache of loaded pairs lets go of them, so their weights are freed."""
+    kind = task["kind"]
+    layers = target_layers(kind, task, pair.target.config.get_text_config().num_hidden_layers)
+    features = target_features(acc, pair, task.get("features"), train + val, layers, pad, int(task["batch_size"]))
+    d: Trainer = (HeadTrainer(pair, kind, task, train, features, layers) if kind in HEAD_KINDS
+                  else Distiller(pair, kind, task, features, layers))
+    free_pairs()
+    return d, features, replace(pair, target=shell(pair.target) if isinstance(features, Cached) else pair.target,
+                                draft=None)
 
 
 @TASKS.register("distill")
@@ -257,38 +272,43 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
         return json.loads((run_dir / INFO).read_text())
     pair_cfg = plain(cfg.pair)
     train, val = training_data(task, pair_cfg)
-    loop.check_split(bs, len(train), acc.num_processes)
+    A = int(task.get("accumulate") or 1)
+    loop.check_split(bs, len(train), acc.num_processes, A)
     steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
     set_threads(cfg.get("threads", "auto"))
     pair = load_pair(pair_cfg, acc.device)
     if acc.is_main_process:
         check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
-    d: Trainer = HeadTrainer(pair, kind, task, train) if kind in HEAD_KINDS else Distiller(pair, kind, task)
+    pad = pair.pad_id([pair.target])
+    d, features, pair = trainer(acc, pair, task, train, val, pad)
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     warmup = min(int(task["warmup_steps"]), steps - 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))  # every group
     model, opt = acc.prepare(loop.Objective(d.modules, d.loss), opt)  # the scheduler stays ours: one step a step
-    pad = pair.pad_id([pair.target])
 
     def held_out() -> float:
         """The held-out KL, on the main process alone (the one that logs it; the weights are the same everywhere)."""
         if not acc.is_main_process:
             return float("nan")
         with acc.autocast():
-            return validation_kl(d, val, bs, pad, seed)
+            return validation_kl(d, val, len(train), bs, pad, seed)
 
-    def batch_of(step: int) -> tuple[torch.Tensor, ...]:
-        seqs = [train[i] for i in batch_indices(len(train), bs, step, seed)]
-        mine = loop.mine(acc, list(range(len(seqs))))
-        return (*make_batch([seqs[i] for i in mine], pad), deltas(len(seqs), d.k, seed, f"step-{step}")[mine])
+    def batch_of(step: int) -> tuple[list[loop.Micro], int]:
+        """This process's micro-batches of step's global batch, and the global batch's loss positions."""
+        idx = batch_indices(len(train), bs, step, seed)
+        delta = deltas(len(idx), d.k, seed, f"step-{step}")
+        micros: list[loop.Micro] = [(*make_batch([train[idx[j]] for j in part], pad), delta[part],
+                                     torch.tensor([idx[j] for j in part])) for part in loop.split(acc, len(idx), A)]
+        return micros, sum(len(train[i][0]) - train[i][1] for i in idx)
 
-    def save(at: loop.Progress) -> None:
+    def save(at: loop.Progress, rngs: list) -> None:
         save_atomic({"step": at.step, "weights": d.state(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                     "log": at.history, "seconds": at.seconds, "train_rows": len(train),
+                     "log": at.history, "seconds": at.seconds, "train_rows": len(train), "rng": rngs,
                      "processes": acc.num_processes}, run_dir / CHECKPOINT)
 
     if (run_dir / CHECKPOINT).exists():
-        at = loop.Progress(*restore(run_dir / CHECKPOINT, d, opt, sched, len(train)))
+        at = loop.Progress(*restore(run_dir / CHECKPOINT, d, opt, sched, len(train), acc.process_index,
+                                    acc.num_processes))
         log.info("%s: resuming at step %d of %d", run_dir, at.step, steps)
     else:
         at = loop.Progress(0, [{"step": 0, "val_kl": held_out()}], 0.0)
@@ -296,21 +316,23 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     when = loop.Schedule(steps, int(task["eval_every"]), int(task["save_every"]))
     at = loop.fit(acc, model, opt, sched, d.params, batch_of, held_out, save, at, when, cfg.get("progress", "auto"),
                   f"distill {kind}")
-    info = finish(run_dir, d, pair, task, at, record, device, len(train), len(val), acc.num_processes, steps) \
-        if acc.is_main_process else {}
+    info = finish(run_dir, d, pair, task, at, record, device, len(train), len(val), acc.num_processes, steps,
+                  features) if acc.is_main_process else {}
     acc.wait_for_everyone()  # the others return once the main process has written the results
     return info
 
 
 def finish(run_dir: Path, d: Trainer, pair: Pair, task: dict[str, Any], at: loop.Progress, record: dict[str, Any],
-           device: torch.device, n_train: int, n_val: int, processes: int, steps: int) -> dict[str, Any]:
+           device: torch.device, n_train: int, n_val: int, processes: int, steps: int, features: Features
+           ) -> dict[str, Any]:
     """Write the trained weights, train_log.jsonl and last distill.json (whose presence marks a finished run)."""
     d.save(run_dir, pair)
     write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in at.history))
     vals = [h["val_kl"] for h in at.history if "val_kl" in h]
     info = {"task": "distill", "kind": task["kind"], "pair": pair.name, "verifier": pair.target.name_or_path,
             "verifier_identity": verifier_identity(pair.target), "data": str(task["data"]), "train_rows": n_train,
-            "val_rows": n_val, "steps": steps, "processes": processes, "val_kl_initial": vals[0],
+            "val_rows": n_val, "steps": steps, "processes": processes, "features": getattr(features, "meta", None),
+            "val_kl_initial": vals[0],
             "val_kl_final": vals[-1], "train_seconds": at.seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **provenance.peak_memory(device), **record}
     write_json_atomic(run_dir / INFO, info)  # last: marks the run finished

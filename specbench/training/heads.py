@@ -4,8 +4,9 @@
     python run.py task=distill task.kind=medusa
 
 The loop, data, optimiser, checkpoints and loss positions (P - 1 .. len - 2) are task=distill's; this module gives its
-trainer for heads: the frozen target's forward on each batch (no_grad: logits and hidden states, computed on the fly
-as for sd2) and the head's loss per position.
+trainer for heads: the target's features of each batch (specbench.training.features: hidden states cached once, or
+the frozen target on the fly) and the head's loss terms. The loss of a batch is the sum of its weighted terms (each
+step's or head's) over its loss positions.
 
 EAGLE-3 (specbench.models.eagle3) with its training-time test, J = task.ttt_steps steps: step 0 reads the target's
 features f_t and tokens x_{t+1} at every position t; step j reads at index t the head's step-(j-1) output at t as its
@@ -31,8 +32,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import copy
+
 import torch
 import torch.nn.functional as F
+from transformers import PreTrainedModel
 
 from specbench.common.errors import InputError
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
@@ -40,6 +44,7 @@ from specbench.models.heads import FORMATS, Head, eagle3_layers, save_head
 from specbench.models.medusa import MedusaConfig, MedusaHeads
 from specbench.models.pairs import Pair, input_embedding
 from specbench.runs.job import example_seed
+from specbench.training.features import Features
 
 DECAY = 0.8  # per-step (EAGLE-3) and per-head (Medusa) loss weight
 
@@ -51,7 +56,7 @@ def kl_per_position(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Ten
 
 
 def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -> torch.Tensor:
-    """The `size` most frequent token ids of the sequences (ties: lower id), then the lowest unseen ids; sorted [size]."""
+    """The `size` most frequent token ids of the sequences (ties: lower id), then the lowest unseen ids, sorted."""
     counts = Counter(t for ids, _ in seqs for t in ids if t < vocab)
     ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
     seen = set(ranked)
@@ -91,45 +96,49 @@ def ttt_outputs(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, mask: 
 class HeadTrainer:
     """A trainable head and the frozen target of one distill run (the trainer interface of distill's loop)."""
 
-    def __init__(self, pair: Pair, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]]) -> None:
-        self.kind, self.target, self.vocab, self.k = kind, pair.target, pair.vocab_size, 1
+    def __init__(self, pair: Pair, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]],
+                 features: Features, layers: tuple[int, ...]) -> None:
+        self.kind, self.vocab, self.k = kind, pair.vocab_size, 1
+        self.features, self.layers = features, layers
+        if task.get("checkpointing"):
+            raise InputError(f"task.checkpointing applies to drafters (distilled, sd2); a {kind} head is one block "
+                             "per step or head: set task.checkpointing=false")
         self.format = task.get("format") or FORMATS[kind][0]
         if self.format not in FORMATS[kind]:
             raise InputError(f"task.format for {kind} must be one of {', '.join(FORMATS[kind])}, got {self.format!r}")
-        lm_head = self.target.get_output_embeddings().weight.detach().float()
+        lm_head = pair.target.get_output_embeddings().weight.detach().float()
         with torch.random.fork_rng(devices=[]):  # the initial weights are a function of task.seed alone
             torch.manual_seed(example_seed(int(task.get("seed", 0)), f"{kind}-init"))
-            head = self.build(kind, task, train, lm_head)
+            head = self.build(pair.target, kind, task, train, lm_head)
         self.student: Head = head.float().train()
         self.groups: list[dict[str, Any]] = [{"params": list(head.parameters()),
                                               "lr": float(task.get("head_lr") or task["lr"])}]
         self.params: list[torch.nn.Parameter] = self.groups[0]["params"]
         self.modules: list[torch.nn.Module] = [head]
 
-    def build(self, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]], lm_head: torch.Tensor
-              ) -> Head:
+    def build(self, target: PreTrainedModel, kind: str, task: dict[str, Any], train: list[tuple[list[int], int]],
+              lm_head: torch.Tensor) -> Head:
         """The initial head of `kind` (module docstring: initialisation)."""
-        tc = self.target.config.get_text_config()
-        dev, L, V = self.target.device, tc.num_hidden_layers, lm_head.shape[0]
+        tc = target.config.get_text_config()
+        dev, V = target.device, lm_head.shape[0]
         head: Head
         if kind == "eagle3":
             self.steps = int(task.get("ttt_steps") or 1)
-            layers = check_layers(task.get("layers") or eagle3_layers(L), L)
             size = min(int(task.get("draft_vocab") or self.vocab), self.vocab)
             rope = getattr(tc, "rope_parameters", None) or {}  # transformers 5 keeps the target's rotary base here
             theta = float(rope.get("rope_theta") or getattr(tc, "rope_theta", None) or 10000.0)  # EAGLE-3's default
             c = Eagle3Config(tc.hidden_size, tc.intermediate_size, tc.num_attention_heads,
-                             tc.num_key_value_heads or tc.num_attention_heads, V, size, layers,
+                             tc.num_key_value_heads or tc.num_attention_heads, V, size, self.layers,
                              head_dim=getattr(tc, "head_dim", None), rms_norm_eps=tc.rms_norm_eps, rope_theta=theta,
                              max_position_embeddings=tc.max_position_embeddings, hidden_act=tc.hidden_act)
             head = Eagle3Head(c).to(dev)
             head.set_vocab(draft_vocabulary(train, size, self.vocab).to(dev))
             with torch.no_grad():
                 head.lm_head.weight.copy_(lm_head[head.target_ids()])
-                norm = getattr(getattr(self.target, "model", None), "norm", None)
+                norm = getattr(getattr(target, "model", None), "norm", None)
                 if norm is not None:
                     head.norm.weight.copy_(norm.weight.float())
-            head.attach(input_embedding(self.target))
+            head.attach(copy.deepcopy(input_embedding(target)))  # its own: the target may be released
         elif kind == "medusa":
             n, blocks = int(task.get("medusa_heads") or 4), int(task.get("medusa_layers") or 1)
             head = MedusaHeads(MedusaConfig(n, blocks, tc.hidden_size, V)).to(dev)
@@ -142,16 +151,16 @@ class HeadTrainer:
         return head
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
-             delta: torch.Tensor) -> torch.Tensor:
+             delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Weighted KL per loss position and step [N] for one batch (ids, mask, where [B, T]; P, δ unused)."""
-        dev = self.target.device
+        dev = next(self.student.parameters()).device
         ids, mask, where = ids.to(dev), mask.to(dev), where.to(dev)
-        with torch.no_grad():
-            out = self.target(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        p = out.logits[..., : self.vocab].float()  # [B, T, V]
+        out = self.features(ids, mask, rows)
+        final = out.final.to(dev)
+        p = self.features.logits(final).float()  # [B, T, V]
         if isinstance(self.student, MedusaHeads):  # kind medusa: the last hidden state, after the target's final norm
-            return self.medusa_loss(out.hidden_states[-1].float(), p, where)
-        feats = torch.cat([out.hidden_states[k] for k in self.student.config.layers], -1).float()  # [B, T, 3H]
+            return self.medusa_loss(final.float(), p, where)
+        feats = out.states.to(dev).flatten(-2).float()  # [B, T, 3H]: the three layers' states side by side
         return self.eagle3_loss(feats, p, ids, mask, where)
 
     def eagle3_loss(self, feats: torch.Tensor, p: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
@@ -187,5 +196,5 @@ class HeadTrainer:
 
     def save(self, run_dir: Path, pair: Pair) -> None:
         """head/ in task.format (the EAGLE-3 release layout, speculators, or Medusa's)."""
-        embed = input_embedding(self.target) if self.format == "speculators" else None
-        save_head(self.student, run_dir / "head", self.format, self.target, embed)
+        embed = self.student.embed if isinstance(self.student, Eagle3Head) and self.format == "speculators" else None
+        save_head(self.student, run_dir / "head", self.format, pair.target, embed)
