@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from helpers import TINY, compose_cfg, small
+from specbench.common.errors import InputError
 from specbench.training import distill
 from specbench.data.dataset import DataSourceError
 from specbench.training.distill import kl_per_position, lr_factor, make_batch, sequences
@@ -217,3 +218,19 @@ def test_a_drafter_follows_its_verifier_by_weights_hash_across_checkouts(tmp_pat
     assert trained_folder(tmp_path, SimpleNamespace(name="p", target=verifier("org/model", None)), "distilled")
     with pytest.raises(ValueError, match="trained for pair 'p'"):
         trained_folder(tmp_path, SimpleNamespace(name="p", target=verifier("org/other", None)), "distilled")
+
+
+def test_gradient_checkpointing_trains_what_storing_the_activations_trains(tmp_path, synth_dir):
+    """task.checkpointing recomputes the drafter's activations (with sd2's steering) in the backward: the same losses,
+    gradient norms and held-out KL as a run that stores them; a head refuses it."""
+    args = ("task=distill", "task.kind=sd2", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=4",
+            "task.max_steps=3", "task.warmup_steps=1", "task.eval_every=3", "threads=1")
+    run(small(*args), tmp_path / "stored")
+    run(small(*args, "task.checkpointing=true"), tmp_path / "recomputed")
+    logs = [[json.loads(x) for x in (tmp_path / d / "train_log.jsonl").read_text().splitlines()]
+            for d in ("stored", "recomputed")]
+    for a, b in zip(*logs, strict=True):
+        for key in a.keys() - {"step"}:
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (key, a, b)
+    with pytest.raises(InputError, match="task.checkpointing applies to drafters"):
+        run(small(*args, "task.kind=medusa", "task.checkpointing=true"), tmp_path / "head")

@@ -17,9 +17,9 @@ from helpers import ROOT, compose_cfg
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHRINK = ["limit=1", "decode.max_new_tokens=4", "warmup=0", "threads=1", "progress=false"]
 # Lines not run: installs and set-up (CI runs the README's), downloads (no network), the CUDA lane (a GPU), the test
-# command itself, and copying the per-machine example.
+# command itself, copying the per-machine example, and torchrun (tests/test_train_processes.py runs it).
 NOT_RUN = ("pip ", "python -m pip ", "python -m venv ", "git clone ", "hf download ", "export ", "cp conf/local/",
-           "python -m pytest ", "SPECBENCH_TEST_DEVICE=cuda ")
+           "python -m pytest ", "SPECBENCH_TEST_DEVICE=cuda ", "torchrun ")
 PLACEHOLDER = re.compile(r"<[^<>\s]+>")
 
 

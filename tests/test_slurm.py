@@ -299,3 +299,33 @@ def test_preempted_slurm_job_is_requeued_and_resumes(tmp_path, slurm_cluster):
                if " already done" in line]
     assert len(resumed) == 2 and resumed[0] == 0 and 0 < resumed[1] < len(ref), resumed
     assert untimed(read(rows)) == untimed(ref)
+
+
+@pytest.mark.slurm
+def test_training_on_two_slurm_tasks(tmp_path, slurm_cluster):
+    """task=distill as one SLURM job of two tasks (hydra.launcher.tasks_per_node=2): submitit's environment becomes
+    torch's, accelerate trains on 2 processes (gloo), and the result is the 1-process run's (the loop's equality)."""
+    synth = tmp_path / "synth"
+    run(small("task=synth", "task.n=10", "task.max_new_tokens=8", "task.batch_size=5"), synth)
+    args = ["task=distill", f"task.data={synth}", "task.val_n=2", "task.batch_size=4", "task.max_steps=2",
+            "task.warmup_steps=1", "task.eval_every=2"]
+    one = run(small("threads=1", *args), tmp_path / "one")
+    sweep = tmp_path / "sweep"
+    p = subprocess.run([sys.executable, "run.py", "-m", "hydra/launcher=slurm", *BASE, *args,
+                        "hydra.launcher.tasks_per_node=2", "hydra.launcher.cpus_per_task=1",
+                        "hydra.launcher.timeout_min=10", f"paths.distill={sweep}"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (info,) = [json.loads(f.read_text()) for f in sweep.glob("**/distill.json")]
+    assert info["processes"] == 2 and one["processes"] == 1
+    assert info["val_kl_final"] == pytest.approx(one["val_kl_final"], rel=1e-4)
+
+
+def test_a_benchmark_refuses_several_processes(tmp_path, monkeypatch):
+    from specbench.common.errors import InputError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(InputError, match="task=bench runs on one process, not 2"):
+        run(small("limit=1"), tmp_path / "b")
+    assert not (tmp_path / "b" / "rows.jsonl").exists()

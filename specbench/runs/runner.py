@@ -38,12 +38,14 @@ from specbench.runs.summary import (load_summary, predicted_words, recorded_proc
 from specbench.runs.validation import (check_resume, check_version, choices, code_version, new_measurement, resolved,
                                        sampling_params, set_threads)
 from specbench.common.files import write_json_atomic
+from specbench.runs.slurm import export_distributed
 from specbench.runs.traces import trace_path, write_trace
 
 log = logging.getLogger(__name__)
 
 # What `python run.py task=<name>` runs (conf/task/): `bench` below; specbench.training registers synth and distill
 TASKS: Registry = Registry("task", plugins="specbench.training")
+MULTI_PROCESS = ("distill",)  # the tasks that run on several processes (the others: one)
 
 
 def output_dir(out_dir: str | Path | None) -> Path:
@@ -175,6 +177,9 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, Any]:
     task = cfg.task.name if "task" in cfg else "bench"
     fn, timeout = TASKS.get(task), lock_timeout(cfg.get("wait_for_lock", False))
     run_dir = output_dir(out_dir)
+    if export_distributed() > 1 and task not in MULTI_PROCESS:
+        raise InputError(f"task={task} runs on one process, not {os.environ['WORLD_SIZE']} (torchrun, accelerate launch "
+                         f"or SLURM tasks); only {', '.join(MULTI_PROCESS)} trains on several")
     main = int(os.environ.get("RANK", "0")) == 0  # the other processes of a torchrun share the main one's folder
     with folder_lock(run_dir, timeout) if main else nullcontext():
         return fn(cfg, run_dir)

@@ -31,6 +31,20 @@ log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
+def export_distributed() -> int:
+    """The number of processes of this run. In a submitit SLURM job of several tasks (hydra.launcher.tasks_per_node,
+    nodes) it first exports the torch distributed environment torchrun would set (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT; submitit's TorchDistributedEnvironment), so accelerate sees one process per task, each
+    picking its GPU by LOCAL_RANK."""
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "RANK" not in os.environ:
+        from submitit import JobEnvironment
+        from submitit.helpers import TorchDistributedEnvironment
+
+        if JobEnvironment().num_tasks > 1:
+            TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def sweep_jobs(cfg: DictConfig) -> list[list[str]]:
     """Each job's overrides, as BasicSweeper builds them from hydra.sweeper.params and the task overrides."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

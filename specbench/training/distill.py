@@ -103,7 +103,7 @@ class Trainer(Protocol):
 
 
 class Distiller:
-    """The trainable drafter (plus steering for sd2) and the frozen verifier of one distill run."""
+    """The trainable drafter (plus steering for sd2) of one distill run, on the verifier's features."""
 
     def __init__(self, pair: Pair, kind: str, task: dict[str, Any], features: Features,
                  layers: tuple[int, ...]) -> None:

@@ -182,7 +182,7 @@ def finish_cache(folder: Path, who: dict[str, str], seqs: Seqs, layers: tuple[in
     """meta.json, last (the main process, once every shard is written); logs the size and the time taken."""
     size = sum(p.stat().st_size for p in folder.glob("shard-*.safetensors"))
     meta = {"identity": who, "layers": list(layers), "rows": len(seqs), "tokens": sum(len(s) for s, _ in seqs),
-            "bytes": size, "seconds": round(seconds, 3)}
+            "bytes": size, "seconds": round(seconds, 3), "shard_rows": SHARD_ROWS}
     write_json_atomic(folder / META, meta)
     log.info("features: %d rows, %d tokens, %.1f MB written to %s in %.1f s", meta["rows"], meta["tokens"],
              size / 1e6, folder, seconds)
@@ -200,7 +200,7 @@ class Cached(Head):
 
     def row(self, i: int) -> torch.Tensor:
         """Row i's states [len, S + 1, H]."""
-        k, j = divmod(i, SHARD_ROWS)
+        k, j = divmod(i, self.meta["shard_rows"])
         a, b = self.offsets[k][j : j + 2].tolist()
         return self.shards[k].get_slice("states")[a:b]
 
