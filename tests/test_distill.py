@@ -234,3 +234,10 @@ def test_gradient_checkpointing_trains_what_storing_the_activations_trains(tmp_p
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (key, a, b)
     with pytest.raises(InputError, match="task.checkpointing applies to drafters"):
         run(small(*args, "task.kind=medusa", "task.checkpointing=true"), tmp_path / "head")
+    from specbench.models.pairs import load_pair
+    from specbench.training.features import Live
+
+    pair = load_pair(OmegaConf.to_container(small().pair, resolve=True), torch.device("cpu"))
+    task = {"k": 4, "lr": 1e-3, "checkpointing": True}
+    d = distill.Distiller(pair, "sd2", task, Live(pair.target, pair.vocab_size, (1, 2, 2)), (1, 2, 2))
+    assert d.student.is_activation_checkpointing and d.steered is not None  # what the first run trained with

@@ -152,7 +152,7 @@ def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_weights(tmp_path, sy
     assert logs[0] == logs[1] and not (run_dir / "checkpoint.pt").exists()
 
 
-def test_a_resume_on_another_number_of_processes_is_refused(tmp_path, synth_dir):
+def test_a_resume_on_other_processes_or_another_config_is_refused(tmp_path, synth_dir):
     args = ("task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=4", "task.max_steps=2")
     run(small(*args), tmp_path / "a")
     (tmp_path / "a" / "distill.json").unlink()
@@ -161,6 +161,9 @@ def test_a_resume_on_another_number_of_processes_is_refused(tmp_path, synth_dir)
 
     with pytest.raises(InputError, match=r"written by a run on 2 process\(es\); resume it on as many \(this run has 1\)"):
         run(small(*args), tmp_path / "a")
+    with pytest.raises(InputError, match=r"different configuration \(saved vs now: task\.lr \(0\.001 vs 0\.002\)\)"):
+        run(small(*args, "task.lr=2e-3"), tmp_path / "a")  # a resume after the config changed names the key
+    assert torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)["step"] == 1  # untouched
 
 
 def test_data_smaller_than_one_batch_is_refused_before_training(tmp_path, synth_dir):
@@ -169,3 +172,15 @@ def test_data_smaller_than_one_batch_is_refused_before_training(tmp_path, synth_
     with pytest.raises(InputError, match=r"the training data has 12 rows, fewer than one batch \(task.batch_size 16\)"):
         run(small("task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=16"), tmp_path / "d")
     assert not (tmp_path / "d" / "distill.json").exists() and not (tmp_path / "d" / "checkpoint.pt").exists()
+
+
+def test_accelerate_launch_with_the_shipped_config_trains(tmp_path, synth_dir):
+    """`accelerate launch --config_file launch/accelerate.yaml` runs run.py's training (on a machine without GPUs:
+    `--cpu`, one process, as accelerate starts one there)."""
+    p = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", "launch/accelerate.yaml",
+                        "--cpu", "--num_processes", "1", "run.py", *SMALL, "task=distill", f"task.data={synth_dir}",
+                        "task.val_n=2", "task.batch_size=4", "task.max_steps=2", "threads=1",
+                        f"hydra.run.dir={tmp_path / 'd'}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    info = json.loads((tmp_path / "d" / "distill.json").read_text())
+    assert info["processes"] == 1 and info["steps"] == 2

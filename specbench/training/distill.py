@@ -110,7 +110,7 @@ class Distiller:
         self.kind, self.features, self.k = kind, features, int(task["k"])
         self.student: PreTrainedModel = copy.deepcopy(pair.model("draft")).float().train()
         if task.get("checkpointing"):  # activations recomputed in the backward (the steering stays set until then)
-            self.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.student.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.steered: SteeredDrafter | None = None
         self.groups: list[dict[str, Any]] = [{"params": list(self.student.parameters()), "lr": float(task["lr"])}]
         if kind == "sd2":
@@ -240,14 +240,15 @@ def target_layers(kind: str, task: dict[str, Any], L: int) -> tuple[int, ...]:
     return eagle3_target_layers(task.get("layers") or eagle3_layers(L), L) if kind == "eagle3" else ()
 
 
-def trainer(acc: Accelerator, pair: Pair, task: dict[str, Any], train: Seqs, val: Seqs, pad: int
-            ) -> tuple[Trainer, Features, Pair]:
+def trainer(acc: Accelerator, pair: Pair, task: dict[str, Any], train: Seqs, val: Seqs, pad: int,
+            progress: str | bool | None) -> tuple[Trainer, Features, Pair]:
     """The run's trainer on the target's features (features.target_features), and the pair it goes on with: with
     cached features its target is an empty shell (features.shell), its draft gone, once the trainer has copied what it
     needs; the process's cache of loaded pairs lets go of them, so their weights are freed."""
     kind = task["kind"]
     layers = target_layers(kind, task, pair.target.config.get_text_config().num_hidden_layers)
-    features = target_features(acc, pair, task.get("features"), train + val, layers, pad, int(task["batch_size"]))
+    features = target_features(acc, pair, task.get("features"), train + val, layers, pad, int(task["batch_size"]),
+                               progress)
     d: Trainer = (HeadTrainer(pair, kind, task, train, features, layers) if kind in HEAD_KINDS
                   else Distiller(pair, kind, task, features, layers))
     free_pairs()
@@ -280,7 +281,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     if acc.is_main_process:
         check_task_resume(run_dir, record, resumable=TASK_RESUMABLE["distill"])
     pad = pair.pad_id([pair.target])
-    d, features, pair = trainer(acc, pair, task, train, val, pad)
+    d, features, pair = trainer(acc, pair, task, train, val, pad, cfg.get("progress", "auto"))
     opt = torch.optim.AdamW(d.groups, betas=(0.9, 0.999), weight_decay=float(task["weight_decay"]))
     warmup = min(int(task["warmup_steps"]), steps - 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))  # every group

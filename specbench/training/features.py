@@ -71,10 +71,10 @@ class Features(Protocol):
 
 
 class Head:
-    """π_V's logits from final states: lm_head(final) over the shared vocabulary range (a copy of the target's)."""
+    """π_V's logits from final states: lm_head(final) over the shared vocabulary range (the target's weight)."""
 
     def __init__(self, target: PreTrainedModel, vocab: int) -> None:
-        self.weight = target.get_output_embeddings().weight.detach()[:vocab].clone()
+        self.weight = target.get_output_embeddings().weight.detach()[:vocab]
 
     def logits(self, final: torch.Tensor) -> torch.Tensor:
         return F.linear(final.to(self.weight.dtype), self.weight)
@@ -160,12 +160,12 @@ def write_shard(path: Path, target: PreTrainedModel, seqs: Seqs, layers: tuple[i
 
 
 def write_cache(folder: Path, target: PreTrainedModel, who: dict[str, str], seqs: Seqs, layers: tuple[int, ...],
-                pad: int, bs: int, process: int, processes: int) -> None:
+                pad: int, bs: int, process: int, processes: int, progress: str | bool | None = False) -> None:
     """This process's missing shards (k mod processes == process); a shard of another target (`who`) is refused."""
     folder.mkdir(parents=True, exist_ok=True)
     shards = range(process, -(-len(seqs) // SHARD_ROWS), processes)
     t0 = time.perf_counter()
-    for k in progress_bar(shards, None if process == 0 else False, desc="target features", unit="shard"):
+    for k in progress_bar(shards, progress if process == 0 else False, desc="target features", unit="shard"):
         path = folder / f"shard-{k:05d}.safetensors"
         if path.exists():
             with safe_open(path, framework="pt") as f:
@@ -194,6 +194,7 @@ class Cached(Head):
 
     def __init__(self, folder: Path, target: PreTrainedModel, vocab: int, who: dict[str, str]) -> None:
         super().__init__(target, vocab)
+        self.weight = self.weight.clone()  # a copy of its own: the target is released
         self.meta = check_meta(folder, who)
         self.shards = [safe_open(p, framework="pt") for p in sorted(folder.glob("shard-*.safetensors"))]
         self.offsets = [f.get_tensor("offsets") for f in self.shards]
@@ -223,7 +224,7 @@ def shell(target: PreTrainedModel) -> PreTrainedModel:
 
 
 def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs, layers: tuple[int, ...], pad: int,
-                    bs: int) -> Live | Cached:
+                    bs: int, progress: str | bool | None) -> Live | Cached:
     """Live when `folder` is None; else the cache of (layers, seqs) under it, written first where it is missing (each
     process its shards, then the main process meta.json)."""
     if folder is None:
@@ -232,7 +233,7 @@ def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs
     path, who = Path(folder) / cache_key(seqs, layers), target_identity(pair.target)
     if not (path / META).exists():
         t0 = time.perf_counter()
-        write_cache(path, pair.target, who, seqs, layers, pad, bs, acc.process_index, acc.num_processes)
+        write_cache(path, pair.target, who, seqs, layers, pad, bs, acc.process_index, acc.num_processes, progress)
         acc.wait_for_everyone()
         if acc.is_main_process:
             finish_cache(path, who, seqs, layers, time.perf_counter() - t0)
