@@ -523,3 +523,54 @@ def test_every_shipped_profile_reads_and_its_shaped_pairs_shapes_are_the_confs(p
             for role in ("target", "draft"):
                 assert {k: cfg[role][k] for k in profiles.SHAPE_KEYS} == e["shapes"][role], (path, role)
     assert len(SHIPPED) >= 6
+
+
+def with_cpu(run: Path, model: str, flags: list[str], gpu: str | None = None) -> None:
+    """The machine a run's config.json records (runtime.cpu; device_info.gpu on CUDA)."""
+    record = json.loads((run / "config.json").read_text())
+    record["runtime"]["cpu"] = {"model": model, "flags": flags}
+    record.setdefault("device_info", {}).update({"gpu": gpu} if gpu else {})
+    write_json_atomic(run / "config.json", record)
+
+
+@pytest.mark.parametrize("profile_hw, run_hw, said", [
+    ({"cpu": {"model": "AMD EPYC", "flags": ["avx2"]}, "gpu": None}, ("AMD EPYC", ["avx2"], None), None),
+    ({"cpu": {"model": "AMD EPYC", "flags": ["avx2"]}, "gpu": None}, ("Intel Xeon", ["avx2", "amx_bf16"], None),
+     "the profile was measured on CPU AMD EPYC, the run on CPU Intel Xeon"),
+    ({"cpu": {"model": "AMD EPYC", "flags": ["avx2"]}, "gpu": None}, ("AMD EPYC", ["avx2", "avx512f"], None),
+     "the profile's CPU has avx2 of the speed-deciding features, the run's avx2 avx512f"),
+    ({"cpu": {"model": "AMD EPYC", "flags": []}, "gpu": {"name": "NVIDIA H200", "driver": "580"}},
+     ("AMD EPYC", [], None), "the profile was measured on NVIDIA H200, the run on CPU AMD EPYC"),
+    (None, ("Intel Xeon", [], None), "the profile was measured on CPU AMD EPYC, the run on CPU Intel Xeon"),
+])
+def test_a_projection_onto_another_machines_profile_says_so_beside_the_figure(tmp_path, profile_hw, run_hw, said):
+    """A profile records its CPU model and flags (or GPU); the overview marks a projection from another machine and
+    names both in a note. A profile older than the record is read from its '- cpu: ' line."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    run = chain_run(tmp_path / "res")
+    with_cpu(run, *run_hw)
+    e = entry() if not (profile_hw or {}).get("gpu") else {**entry(), "device": profile_hw["gpu"]["name"]}
+    prof = write_profile(tmp_path / "profile.json", e)
+    data = json.loads(prof.read_text())
+    if profile_hw is None:
+        data["machine"] = ["- device: cpu (1 threads)", "- cpu: AMD EPYC, 2 CPU(s), Linux"]
+    else:
+        data["hardware"] = profile_hw
+    write_json_atomic(prof, data)
+    ov, notes = overview_of(tmp_path / "res", prof)
+    cell = ov.cells.loc[("p · gsm8k", "vanilla"), ("", "at test box")]
+    assert cell == f"{CHAIN_TRUTH:.2f}" + ("" if said is None else " (other machine)")
+    assert [n for n in notes if "machine" in n or "CPU" in n] == ([] if said is None else [
+        f"projection of {run} at 'test box': {said}"])
+
+
+def test_a_written_profile_records_the_cpu_and_its_flags(tmp_path):
+    from specbench.bench import profile as prof
+    from specbench.runs.provenance import CPU_FLAGS, cpu_record
+
+    prof.write(tmp_path / "p.json", "box", {"machine": []}, [entry()])
+    hw = json.loads((tmp_path / "p.json").read_text())["hardware"]
+    assert hw == {"cpu": cpu_record(), "gpu": None} and set(hw["cpu"]["flags"]) <= set(CPU_FLAGS)
+    model = next(x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+                 if x.startswith("model name"))  # Linux, as CI
+    assert hw["cpu"]["model"] == model

@@ -160,6 +160,8 @@ def load_run(run_dir: Path, record: dict, summary: dict, rows: list[dict]) -> di
         # machine's load while the rows were written, the CPU model, the one-token target call the prediction used
         "load_average_median": _num(summary.get("load_average_median")),
         "cpu": ((record.get("runtime") or {}).get("cpu") or {}).get("model"),
+        "cpu_flags": ((record.get("runtime") or {}).get("cpu") or {}).get("flags"),
+        "gpu": record.get("device_info", {}).get("gpu"),  # its name, on CUDA
         "target_1": _num((summary.get("call_costs") or {}).get("target_1")),
         "config": cfg, "flat": {"batch_size": batch, **flatten(cfg), "engine.compile": compiled,
                                 **flatten({"decode": setting.get("decode", {})}),

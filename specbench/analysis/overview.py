@@ -8,7 +8,7 @@ import pandas as pd
 from specbench.analysis import divergence, intervals, shared
 from specbench.analysis.baselines import baseline_or_refusal, speedup_over
 from specbench.analysis.conventions import CONVENTIONS, OVERVIEW_COLUMNS
-from specbench.analysis.projection_costs import Projection
+from specbench.analysis.projection_costs import Projection, other_machine
 from specbench.analysis.selection import Group, unique_labels
 from specbench.analysis.tables import Table, in_group
 from specbench.runs.projection import ProfileError, host_per_iteration, project, project_whole
@@ -103,7 +103,12 @@ def _projection_cells(r: pd.Series, base: pd.Series | None, sp: float, projectio
     nums[VS_WHOLE] = nums[WHOLE] / sp - 1
     shown = ((projection.column, ".2f"), (VS_MEASURED, "+.1%"), (AFTER_FIRST, ".2f"), (VS_AFTER_FIRST, "+.1%"),
              (WHOLE, ".2f"), (VS_WHOLE, "+.1%"))
-    return nums, {c: _cell(nums[c], spec, False) for c, spec in shown}, notes
+    cells = {c: _cell(nums[c], spec, False) for c, spec in shown}
+    other = other_machine(r, projection.profile) if value is not None else None
+    if other:  # beside the figure, and why in the notes
+        cells[projection.column] += " (other machine)"
+        notes.append(f"projection of {r['run_dir']} at {projection.profile['name']!r}: {other}")
+    return nums, cells, notes
 
 
 def _title(projection: Projection | None, convention: str, accept: list[tuple[str, str, str]], time: str) -> str:

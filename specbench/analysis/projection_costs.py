@@ -32,6 +32,38 @@ class Projection:
         return f"at {self.profile['name']}"
 
 
+def profile_machine(profile: dict) -> tuple[str | None, str | None, list[str] | None]:
+    """(GPU name, CPU model, CPU flags) of the machine a profile was measured on: its `hardware` record, else (older
+    profiles) its entries' device and its header's '- cpu: ' line; None where it names none."""
+    gpu = next((e["device"] for e in profile["entries"] if not str(e.get("device", "cpu")).startswith("cpu")), None)
+    hw = profile.get("hardware")
+    if hw:
+        return gpu, hw["cpu"]["model"], hw["cpu"]["flags"]
+    line = next((x for x in profile.get("machine") or [] if isinstance(x, str) and x.startswith("- cpu: ")), None)
+    return gpu, None if line is None else line.removeprefix("- cpu: ").split(", ")[0], None
+
+
+def other_machine(r: pd.Series, profile: dict) -> str | None:
+    """Words naming both machines where run r ran on another one than the profile: another GPU or none, or on CPUs
+    another model or other speed-deciding flags (provenance.CPU_FLAGS); None where the same, or where either does
+    not record its machine."""
+    gpu, cpu, flags = profile_machine(profile)
+    run_gpu, run_cpu = (x if isinstance(x, str) else None for x in (r.get("gpu"), r.get("cpu")))  # NaN: not recorded
+    run_flags = r.get("cpu_flags") if isinstance(r.get("cpu_flags"), list) else None
+    if gpu is not None or run_gpu is not None:
+        if gpu == run_gpu or (run_gpu is None and run_cpu is None):
+            return None
+        return f"the profile was measured on {gpu or f'CPU {cpu}'}, the run on {run_gpu or f'CPU {run_cpu}'}"
+    if cpu is None or run_cpu is None:
+        return None
+    if cpu != run_cpu:
+        return f"the profile was measured on CPU {cpu}, the run on CPU {run_cpu}"
+    if flags is not None and run_flags is not None and set(flags) != set(run_flags):
+        return (f"the profile's CPU has {' '.join(flags) or 'none'} of the speed-deciding features, the run's "
+                f"{' '.join(run_flags) or 'none'}")
+    return None
+
+
 def costs_table(group: Group, projection: Projection) -> Table:
     """One row per run of the group with recorded iterations: the mean ms of an iteration's verify and draft forwards,
     measured (rows older than the host split: the phases') and at the profile (runs.projection.price), their relative

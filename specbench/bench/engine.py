@@ -23,7 +23,7 @@ from specbench.decoding.metrics import example_metrics
 from specbench.decoding.profiles import Entry, iteration_costs
 from specbench.decoding.speedup import CallStats, call_stats, merge_stats, predicted_speedup
 from specbench.models.pairs import Pair, resolve_device
-from specbench.runs.provenance import git_info, package_versions
+from specbench.runs.provenance import cpu_record, git_info, package_versions
 
 
 def cmd_verify(args: argparse.Namespace, command: str) -> int:
@@ -45,22 +45,13 @@ def cmd_verify(args: argparse.Namespace, command: str) -> int:
         print(f"| {n} | {chain_ms:.2f} | {t_ms:.2f} | {chain_ms / one:.2f} | {t_ms / one:.2f} |", flush=True)
     return 0
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, else platform.processor())."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def write_profile(args: argparse.Namespace, command: str, pair: Pair, prompt: list[int]) -> int:
     """The cost profile of the pair at each of --batch-sizes (eager; compiled at B = 1 with --compile) into
     args.profile, rewritten after each entry; each entry's summary printed."""
     entries = []
     header: dict[str, object] = {
         "machine": [f"- device: {prof.device_name(pair.target.device)}", *machine(pair.target.device),
-                    f"- cpu: {cpu_model()}, {os.cpu_count()} CPU(s), {platform.platform()}"],
+                    f"- cpu: {cpu_record()['model']}, {os.cpu_count()} CPU(s), {platform.platform()}"],
         "versions": package_versions(), "git": git_info(), "command": command}
     name = args.profile_name or f"{args.pair} on {prof.device_name(pair.target.device)}"
     paths = [("eager", b) for b in args.batch_sizes] + ([("compiled", 1)] if args.compile else [])

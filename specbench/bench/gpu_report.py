@@ -42,15 +42,19 @@ class Report:
             f.write(json.dumps(fields) + "\n")
 
 
+def driver() -> str:
+    """The NVIDIA driver's version (nvidia-smi), else 'n/a'."""
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True) if shutil.which("nvidia-smi") else None
+    return smi.stdout.strip().splitlines()[0] if smi and smi.returncode == 0 and smi.stdout.strip() else "n/a"
+
+
 def machine(device: torch.device) -> list[str]:
     """Lines naming the machine: GPU and driver (or CPU), CUDA, torch, transformers, specbench commit."""
     v, g = package_versions(), git_info()
     if device.type == "cuda":
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True) if shutil.which("nvidia-smi") else None
-        driver = smi.stdout.strip().splitlines()[0] if smi and smi.returncode == 0 and smi.stdout.strip() else "n/a"
         props = torch.cuda.get_device_properties(device)
-        hw = f"GPU {props.name} ({props.total_memory / 2**30:.0f} GiB), driver {driver}, CUDA {torch.version.cuda}"
+        hw = f"GPU {props.name} ({props.total_memory / 2**30:.0f} GiB), driver {driver()}, CUDA {torch.version.cuda}"
     else:
         hw = f"CPU ({torch.get_num_threads()} torch thread(s)), no GPU"
     return [f"- machine: {hw}", f"- torch {v.get('torch')}, transformers {v.get('transformers')}, python {v['python']}",

@@ -12,12 +12,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from specbench.bench.gpu_report import driver
 from specbench.common.files import write_json_atomic
 from specbench.decoding.compiled import WIDTHS, StaticState
 from specbench.decoding.profiles import FORMAT, Entry, shapes
 from specbench.decoding.state import ModelState, sync
 from specbench.decoding.tree_state import TreeState
 from specbench.models.pairs import Pair
+from specbench.runs.provenance import cpu_record
 
 CHAIN_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64)  # tokens per row of the verify forwards
 TREE_NODES = (16, 32, 64)
@@ -124,8 +126,16 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
     return entry
 
 
+def hardware(entries: list[Entry]) -> dict[str, object]:
+    """What the profile was measured on: the CPU's model and speed-deciding flags, and the GPU's name and driver where
+    its entries ran on one (what a projection compares with a run's machine: analysis.projection_costs)."""
+    gpu = next((e["device"] for e in entries if not e["device"].startswith("cpu")), None)
+    return {"cpu": cpu_record(), "gpu": None if gpu is None else {"name": gpu, "driver": driver()}}
+
+
 def write(path: Path, name: str, header: dict[str, object], entries: list[Entry]) -> None:
-    """profile.json (atomically: a reader never sees half of it)."""
-    write_json_atomic(path, {"format": FORMAT, "name": name, **header, "entries": entries})
+    """profile.json (atomically: a reader never sees half of it), with the hardware it was measured on."""
+    write_json_atomic(path, {"format": FORMAT, "name": name, **header, "hardware": hardware(entries),
+                             "entries": entries})
 
 
