@@ -185,3 +185,24 @@ def test_options_and_refusals():
         m.plan.refuse(m.name, batch_size=2)
     with pytest.raises(OptionError, match="verifies chains only"):
         m.plan.refuse(m.name, compile=True)
+
+
+def test_a_runs_one_token_cost_is_never_an_iteration_that_fed_the_window(tmp_path):
+    """Lookahead's zero-draft iterations still feed its window: the records count those look-only nodes
+    (call_seconds look_nodes), the run's predicted speedup takes target_1 from the ar calibration instead of them,
+    and a run whose zero-draft iterations fed one token (prompt lookup finding no match) keeps them."""
+    import json
+
+    from helpers import small
+    from specbench.runs.runner import run as run_job
+
+    common = ("limit=2", "decode.max_new_tokens=24", "threads=1")
+    look = run_job(small("method=lookahead", *common), tmp_path / "lookahead")
+    rows = [json.loads(x) for x in (tmp_path / "lookahead" / "rows.jsonl").read_text().splitlines()]
+    fed = [r["call_seconds"]["look_nodes"] for r in rows]
+    assert any(f.get("0", 0) > 0 for f in fed), fed  # w = 0 iterations that fed the window
+    assert look["call_costs"]["target_1_from"] == "calibration"
+    pld = run_job(small("method=pld", *common), tmp_path / "pld")
+    seen = [json.loads(x)["call_seconds"] for x in (tmp_path / "pld" / "rows.jsonl").read_text().splitlines()]
+    assert any(s["verify_s"].get("0") for s in seen) and all(set(s["look_nodes"].values()) <= {0} for s in seen)
+    assert pld["call_costs"]["target_1_from"] == "rows"

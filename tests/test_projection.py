@@ -574,3 +574,21 @@ def test_a_written_profile_records_the_cpu_and_its_flags(tmp_path):
     model = next(x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
                  if x.startswith("model name"))  # Linux, as CI
     assert hw["cpu"]["model"] == model
+
+
+def test_a_verify_that_fed_look_only_nodes_is_priced_at_what_it_fed(tmp_path):
+    """Lookahead's verifies also feed its window's look-only nodes (call_seconds look_nodes): one iteration of 4
+    candidates with 4 look nodes and one of 0 candidates with 6, both depth 2 or 0, are priced at trees of 8 and 6
+    nodes, not of 4 and 0. Trees at 2 and 8 nodes (1.3 s, 1.9 s): 8 nodes 1.9 s, 6 nodes 1.3 + 0.6 * 4/6 = 1.7 s.
+    alpha_1 = 1/1, alpha_2 = 0/1: E[T|2] = 2, E[T|0] = 1; one-hot drafts from the pool cost no draft forward."""
+    run = write_run(tmp_path / "res", "lookahead", "lookahead",
+                    [{"new": 3, "s": 1.0, "calls": 3, "drafted": 4, "accepted": 1, "k": 1}])
+    add_fields(run, {}, [{"call_stats": {"iterations": {"4": 1, "0": 1}, "depths": {"2": 1, "0": 1},
+                                         "reached": [1, 1], "accepted": [1]},
+                          "call_seconds": {"verify_s": {"4": 2.0, "0": 1.5}, "draft_s": {"4": 0.0, "0": 0.0},
+                                           "draft_steps": {"4": 0, "0": 0}, "draft_tokens": {"4": 0, "0": 0},
+                                           "look_nodes": {"4": 4, "0": 6}}, "draft_calls": 0}])
+    prof = write_profile(tmp_path / "profile.json", entry(trees={"2": 1.3, "8": 1.9}, drafts=True))
+    ov, _ = overview_of(tmp_path / "res", prof)
+    assert ov.values.loc[("p · gsm8k", "lookahead"), ("", "at test box")] == pytest.approx(
+        (2 + 1) / (1.9 + (1.3 + 0.6 * 4 / 6)) * 1.0)

@@ -226,6 +226,7 @@ class Engine:
         r.out += it.blocks[b]
         r.L += v.accepted + 1
         rec = self.iteration_record(it, b)
+        rec.look_nodes = len(r.looked or [])  # look_back set them this iteration (None: it fed none)
         r.policy.update(rec)
         r.stop_reason, k = self.stop.first_stop(r.out, start, max_new_tokens, r.ctx - r.P)
         del r.out[k:]  # the block's tokens after the stop

@@ -27,6 +27,7 @@ a run records its pair's (config.json runtime.shapes), and `pair_entries` / `pic
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypedDict
 
@@ -105,7 +106,7 @@ def interpolate(points: dict[str, float], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def chain_seconds(entry: Entry, tokens: int) -> float:
+def chain_seconds(entry: Entry, tokens: float) -> float:
     """Seconds of one target forward of `tokens` tokens per row: a compiled one costs its padded width's graph (wider
     than every graph: eager, so extrapolated); eager ones are interpolated."""
     if entry["path"] == "compiled":
@@ -115,7 +116,7 @@ def chain_seconds(entry: Entry, tokens: int) -> float:
     return interpolate(entry["target_chain_s"], tokens)
 
 
-def tree_seconds(entry: Entry, nodes: int) -> float:
+def tree_seconds(entry: Entry, nodes: float) -> float:
     """Seconds of one tree-attention forward of the root's token and `nodes` nodes (an entry without trees: the
     chain of nodes + 1 tokens)."""
     trees = entry.get("target_tree_s") or {}
@@ -133,15 +134,17 @@ def draft_seconds(entry: Entry, tokens: float, tree: bool = False) -> float:
     return interpolate(widths, tokens) if widths else entry["draft_token_s"]
 
 
-def iteration_costs(entry: Entry, widths: list[int], tree: bool = False,
-                    draft_per_node: float | None = None, hidden: bool = False) -> dict[str, object]:
+def iteration_costs(entry: Entry, widths: list[int], tree: bool = False, draft_per_node: float | None = None,
+                    hidden: bool = False, look: Mapping[str, float] | None = None) -> dict[str, object]:
     """The call costs (speedup.call_costs' format) of iterations that verified w nodes, w in `widths`, off an entry:
-    target_by_width["w+1"] the forward of the root's token and w nodes (with `tree` a tree; with `hidden` a chain
-    also returning hidden states, target_hidden_s where present), target_1 ar's step, draft_per_token
-    `draft_per_node` (specbench.runs.projection) or else the draft's one-token forward."""
+    target_by_width["w+1"] the forward of the root's token, w nodes and look[w] look-only nodes (their mean per such
+    iteration: Lookahead's window; with `tree` a tree; with `hidden` a chain also returning hidden states,
+    target_hidden_s where present), target_1 ar's step, draft_per_token `draft_per_node`
+    (specbench.runs.projection) or else the draft's one-token forward."""
     states = entry.get("target_hidden_s") if hidden and not tree else None  # chains that return hidden states
-    by_width = {str(w + 1): tree_seconds(entry, w) if tree and w else
-                interpolate(states, w + 1) if states else chain_seconds(entry, w + 1) for w in widths}
+    fed = {w: w + (look or {}).get(str(w), 0.0) for w in widths}  # nodes fed besides the root
+    by_width = {str(w + 1): tree_seconds(entry, fed[w]) if tree and fed[w] else
+                interpolate(states, fed[w] + 1) if states else chain_seconds(entry, fed[w] + 1) for w in widths}
     return {"batch_size": entry["batch_size"], "target_1": chain_seconds(entry, 1), "target_1_from": "profile",
             "target_by_width": by_width,
             "draft_per_token": entry["draft_token_s"] if draft_per_node is None else draft_per_node}

@@ -21,6 +21,7 @@ class IterationRecord:
     verify_forward_s: float = 0.0  # seconds of the verifier's forwards in the iteration (the batch's)
     draft_forward_s: float = 0.0  # seconds of the other roles' (the drafter's) forwards in it
     host_s: float = 0.0  # the iteration's wall seconds outside every forward (sampling, acceptance, bookkeeping)
+    look_nodes: int = 0  # look-only nodes the verify also fed per row (Lookahead's window), never accepted
     accepted_relaxed: int = 0  # of the n, accepted only by a relaxation (AdaSD's d_JS <= T_V); 0 for exact rules
     entropy: list[float] | None = None  # H(q_i) per drafted position, bits (when stats are on)
     js: list[float] | None = None  # d_JS(p_i, q_i) per drafted position (when stats are on)

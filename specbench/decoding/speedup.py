@@ -39,7 +39,8 @@ from specbench.decoding.records import IterationRecord
 
 COUNTS: Final = ("iterations", "depths", "reached", "accepted")  # the row field call_stats: the same on every rerun
 SECONDS: Final = ("verify_s", "draft_s", "draft_steps", "draft_tokens",  # the row field call_seconds: what the calls cost
-                  "verify_forward_s", "draft_forward_s", "host_s")  # and the iterations' wall split: forwards and host work
+                  "verify_forward_s", "draft_forward_s", "host_s",  # and the iterations' wall split: forwards and host work
+                  "look_nodes")  # and the look-only nodes the verifies fed besides the w verified
 
 N = TypeVar("N", int, float)
 
@@ -64,6 +65,7 @@ class CallStats(StatsBase, total=False):
     verify_forward_s: dict[str, float]  # per w: the verifier's forwards' seconds
     draft_forward_s: dict[str, float]  # per w: the drafter's forwards' seconds
     host_s: dict[str, float]  # per w: the host work outside every forward
+    look_nodes: dict[str, int]  # per w: the look-only nodes its verifies fed per row (Lookahead's window)
 
 
 class RowCounts(TypedDict):
@@ -85,6 +87,7 @@ class RowSeconds(TypedDict):
     verify_forward_s: dict[str, float]
     draft_forward_s: dict[str, float]
     host_s: dict[str, float]
+    look_nodes: dict[str, int]
 
 
 class RowFields(TypedDict):
@@ -137,14 +140,14 @@ def merge_stats(stats: Iterable[CallStats | None]) -> CallStats:
     """The sum of several call_stats (None entries, e.g. rows of an older version, are skipped; a key older rows
     lack, e.g. draft_steps, counts as empty)."""
     out: CallStats = {"iterations": {}, "depths": {}, "verify_s": {}, "draft_s": {}, "draft_steps": {},
-                      "draft_tokens": {}, "verify_forward_s": {}, "draft_forward_s": {}, "host_s": {}, "reached": [],
-                      "accepted": []}
+                      "draft_tokens": {}, "verify_forward_s": {}, "draft_forward_s": {}, "host_s": {},
+                      "look_nodes": {}, "reached": [], "accepted": []}
     for s in stats:
         if not s:
             continue
         add(out["depths"], s.get("depths", s["iterations"]))
         given = cast(Mapping[str, Any], s)
-        for counts in ("iterations", "draft_steps", "draft_tokens"):
+        for counts in ("iterations", "draft_steps", "draft_tokens", "look_nodes"):
             add(out[counts], given.get(counts, {}))
         for seconds in ("verify_s", "draft_s", "verify_forward_s", "draft_forward_s", "host_s"):
             add(out[seconds], given.get(seconds, {}))
@@ -179,11 +182,14 @@ def expected_tokens(alpha: list[float], w: int) -> float:
 
 def call_costs(stats: CallStats, target_1: float | None = None, batch_size: int = 1) -> CallCosts:
     """CallCosts: mean seconds of a target call by the tokens a row verified ({"w+1": s}), draft seconds per
-    drafted token, and target_1 from the stats when B = 1 and observed, else the `target_1` given (a calibration)."""
+    drafted token, and target_1 from the stats when B = 1 and observed (iterations of w = 0 that fed one token, not
+    Lookahead's window), else the `target_1` given (a calibration)."""
     n = stats["iterations"]
     by_width = {str(int(w) + 1): stats["verify_s"][w] / n[w] for w in sorted(n, key=int)}
     drafted = sum(int(w) * k for w, k in n.items())
-    observed = by_width.get("1") if batch_size == 1 else None  # at B > 1 a row's one-token verify shared a wider call
+    # at B > 1 a row's one-token verify shared a wider call; a w = 0 verify that fed look-only nodes is wider too
+    one_token = batch_size == 1 and not stats.get("look_nodes", {}).get("0")
+    observed = by_width.get("1") if one_token else None
     return {"batch_size": batch_size, "target_1": observed if observed is not None else target_1,
             "target_1_from": "rows" if observed is not None else "calibration" if target_1 is not None else None,
             "target_by_width": by_width,

@@ -254,7 +254,8 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
     widths = [int(w) for w in n]
     hidden = bool(run.get("hidden_verify"))  # its verifies returned hidden states (EAGLE-3, SD²)
     # the profile's verify of each width (draft below), in call_costs' format
-    costs: dict[str, Any] = iteration_costs(entry, widths, tree, hidden=hidden)
+    look = {w: k / n[w] for w, k in (stats.get("look_nodes") or {}).items() if n.get(w)}  # mean per iteration
+    costs: dict[str, Any] = iteration_costs(entry, widths, tree, hidden=hidden, look=look)
     target_s = sum(k * costs["target_by_width"][str(int(w) + 1)] for w, k in n.items())
     per_node, said = draft_cost(run, entry, target_s, tree) if run["drafted_total"] else (0.0, "no drafts")
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
