@@ -108,3 +108,18 @@ def test_training_on_the_cache_equals_training_on_the_live_target(tmp_path, synt
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a, b)
     again = run(small(*common, f"task.features={tmp_path / 'cache'}", "task.seed=1"), tmp_path / "again")
     assert again["features"] == cached["features"]  # reused, not written again (same meta, same seconds)
+
+
+@pytest.mark.parametrize("where, said", [("file", "a file, not a folder"), ("file/below", "Not a directory"),
+                                         ("missing/below", None)])
+def test_a_features_folder_that_cannot_hold_the_cache_is_refused_by_name(tmp_path, synth_dir, where, said):
+    (tmp_path / "file").write_text("")
+    folder = tmp_path / where
+    if said is None:  # a folder that does not exist yet is made
+        info = run(small(*TRAIN, "task.kind=distilled", f"task.data={synth_dir}", f"task.features={folder}"),
+                   tmp_path / "ok")
+        assert info["features"]["rows"] == 14 and any(folder.glob("*/meta.json"))
+        return
+    with pytest.raises(InputError, match=rf"task.features {folder}: cannot hold the target's features \({said}\)"):
+        run(small(*TRAIN, f"task.data={synth_dir}", f"task.features={folder}"), tmp_path / "d")
+    assert not (tmp_path / "d").exists()

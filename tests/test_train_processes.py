@@ -169,6 +169,8 @@ def test_a_resume_on_other_processes_or_another_config_is_refused(tmp_path, synt
 def test_data_smaller_than_one_batch_is_refused_before_training(tmp_path, synth_dir):
     from specbench.common.errors import InputError
 
+    with pytest.raises(InputError, match=r"task.accumulate must be a whole number >= 1 \(micro-batches a step\), got 0"):
+        run(small("task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.accumulate=0"), tmp_path / "a")
     with pytest.raises(InputError, match=r"the training data has 12 rows, fewer than one batch \(task.batch_size 16\)"):
         run(small("task=distill", f"task.data={synth_dir}", "task.val_n=2", "task.batch_size=16"), tmp_path / "d")
     assert not (tmp_path / "d" / "distill.json").exists() and not (tmp_path / "d" / "checkpoint.pt").exists()

@@ -68,7 +68,7 @@ from specbench.runs.validation import set_threads
 from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS, eagle3_layers
 from specbench.training import loop
-from specbench.training.features import Cached, Features, Seqs, make_batch, shell, target_features
+from specbench.training.features import Cached, Features, Seqs, check_folder, make_batch, shell, target_features
 from specbench.training.heads import HeadTrainer, check_layers as eagle3_target_layers, kl_per_position
 from specbench.models.steering import (SteeredDrafter, Steering, check_layers, check_swiglu, default_layers,
                                        training_steering)
@@ -273,8 +273,10 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
         return json.loads((run_dir / INFO).read_text())
     pair_cfg = plain(cfg.pair)
     train, val = training_data(task, pair_cfg)
-    A = int(task.get("accumulate") or 1)
+    A = int(task.get("accumulate", 1))
     loop.check_split(bs, len(train), acc.num_processes, A)
+    if task.get("features") is not None:
+        check_folder(task["features"])  # before anything is written
     steps = int(task.get("max_steps") or int(task["epochs"]) * math.ceil(len(train) / bs))
     set_threads(cfg.get("threads", "auto"))
     pair = load_pair(pair_cfg, acc.device)

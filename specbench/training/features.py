@@ -223,6 +223,19 @@ def shell(target: PreTrainedModel) -> PreTrainedModel:
     return empty
 
 
+def check_folder(folder: str) -> Path:
+    """task.features' folder, made where missing; an InputError naming it where it cannot be."""
+    path, why = Path(folder), "a file, not a folder"
+    if not path.is_file():
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        except OSError as e:
+            why = e.strerror or str(e)
+    raise InputError(f"task.features {folder}: cannot hold the target's features ({why}); give a writable folder, "
+                     "or null to run the target on every batch")
+
+
 def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs, layers: tuple[int, ...], pad: int,
                     bs: int, progress: str | bool | None) -> Live | Cached:
     """Live when `folder` is None; else the cache of (layers, seqs) under it, written first where it is missing (each
@@ -230,7 +243,7 @@ def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs
     if folder is None:
         return Live(pair.target, pair.vocab_size, layers)
     check_logits(pair.target, Head(pair.target, pair.vocab_size), pair.vocab_size)
-    path, who = Path(folder) / cache_key(seqs, layers), target_identity(pair.target)
+    path, who = check_folder(folder) / cache_key(seqs, layers), target_identity(pair.target)
     if not (path / META).exists():
         t0 = time.perf_counter()
         write_cache(path, pair.target, who, seqs, layers, pad, bs, acc.process_index, acc.num_processes, progress)

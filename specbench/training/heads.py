@@ -101,8 +101,8 @@ class HeadTrainer:
         self.kind, self.vocab, self.k = kind, pair.vocab_size, 1
         self.features, self.layers = features, layers
         if task.get("checkpointing"):
-            raise InputError(f"task.checkpointing applies to drafters (distilled, sd2); a {kind} head is one block "
-                             "per step or head: set task.checkpointing=false")
+            raise InputError(f"task.checkpointing applies to drafters (distilled, sd2), not to {kind} heads (one block "
+                             "per step or head): set task.checkpointing=false")
         self.format = task.get("format") or FORMATS[kind][0]
         if self.format not in FORMATS[kind]:
             raise InputError(f"task.format for {kind} must be one of {', '.join(FORMATS[kind])}, got {self.format!r}")

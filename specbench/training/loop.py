@@ -62,7 +62,9 @@ def accelerator(autocast: str | None, device: torch.device) -> Accelerator:
 
 def check_split(batch_size: int, rows: int, processes: int, accumulate: int) -> None:
     """Every micro-batch needs rows of every step: the global batch splits evenly and the data fills one batch."""
-    if accumulate < 1 or batch_size % (processes * accumulate):
+    if accumulate < 1:
+        raise InputError(f"task.accumulate must be a whole number >= 1 (micro-batches a step), got {accumulate}")
+    if batch_size % (processes * accumulate):
         raise InputError(f"task.batch_size {batch_size} does not split over {processes} process(es) x "
                          f"task.accumulate {accumulate} micro-batches; make it a multiple of {processes * accumulate}")
     if rows < batch_size:
