@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -42,8 +43,9 @@ class Report:
             f.write(json.dumps(fields) + "\n")
 
 
+@functools.cache
 def driver() -> str:
-    """The NVIDIA driver's version (nvidia-smi), else 'n/a'."""
+    """The NVIDIA driver's version (nvidia-smi, asked once a process), else 'n/a'."""
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True) if shutil.which("nvidia-smi") else None
     return smi.stdout.strip().splitlines()[0] if smi and smi.returncode == 0 and smi.stdout.strip() else "n/a"

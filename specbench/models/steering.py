@@ -29,11 +29,14 @@ Which positions are steered (decided here; the paper gives the rule only as "off
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Callable, Protocol
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+
+from specbench.common.errors import InputError
 
 SWIGLU_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
@@ -44,12 +47,14 @@ def default_layers(num_layers: int) -> tuple[int, ...]:
     return tuple(min(max(k, 1), num_layers) for k in (3, num_layers // 2, num_layers - 2))
 
 
-def check_layers(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
-    """Validate hidden_states indices 1..L (0 would be the embeddings)."""
+def check_layers(layers: Iterable[int], num_layers: int,
+                 default: Callable[[int], tuple[int, ...]] = default_layers, kind: str = "sd2") -> tuple[int, ...]:
+    """Three verifier hidden_states indices in 1..L (0 would be the embeddings): sd2's steering layers, or with
+    `default` and `kind` another reader's (an EAGLE-3 head's)."""
     layers = tuple(int(k) for k in layers)
     if len(layers) != 3 or not all(1 <= k <= num_layers for k in layers):
-        raise ValueError(f"sd2 layers must be three hidden_states indices in 1..{num_layers} (the verifier's "
-                         f"layers), got {list(layers)}; the default is {list(default_layers(num_layers))}")
+        raise InputError(f"task.layers for {kind} must be three hidden_states indices in 1..{num_layers} (the "
+                         f"verifier's layers), got {list(layers)}; the default is {list(default(num_layers))}")
     return layers
 
 

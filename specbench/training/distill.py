@@ -69,7 +69,7 @@ from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS, eagle3_layers
 from specbench.training import loop
 from specbench.training.features import Cached, Features, Seqs, check_folder, make_batch, shell, target_features
-from specbench.training.heads import HeadTrainer, check_layers as eagle3_target_layers, kl_per_position
+from specbench.training.heads import HeadTrainer, kl_per_position
 from specbench.models.steering import (SteeredDrafter, Steering, check_layers, check_swiglu, default_layers,
                                        training_steering)
 from specbench.training.synth import check_task_resume, read_synth, task_record
@@ -235,9 +235,8 @@ def restore(path: Path, d: Trainer, opt: torch.optim.Optimizer, sched: torch.opt
 
 def target_layers(kind: str, task: dict[str, Any], L: int) -> tuple[int, ...]:
     """The target's hidden_states indices the trainer reads: sd2's steering layers, an EAGLE-3 head's, else none."""
-    if kind == "sd2":
-        return check_layers(task.get("layers") or default_layers(L), L)
-    return eagle3_target_layers(task.get("layers") or eagle3_layers(L), L) if kind == "eagle3" else ()
+    default = {"sd2": default_layers, "eagle3": eagle3_layers}.get(kind)
+    return () if default is None else check_layers(task.get("layers") or default(L), L, default, kind)
 
 
 def trainer(acc: Accelerator, pair: Pair, task: dict[str, Any], train: Seqs, val: Seqs, pad: int,
@@ -334,8 +333,8 @@ def finish(run_dir: Path, d: Trainer, pair: Pair, task: dict[str, Any], at: loop
     vals = [h["val_kl"] for h in at.history if "val_kl" in h]
     info = {"task": "distill", "kind": task["kind"], "pair": pair.name, "verifier": pair.target.name_or_path,
             "verifier_identity": verifier_identity(pair.target), "data": str(task["data"]), "train_rows": n_train,
-            "val_rows": n_val, "steps": steps, "processes": processes, "features": getattr(features, "meta", None),
-            "val_kl_initial": vals[0],
+            "val_rows": n_val, "steps": steps, "processes": processes,
+            "features": features.meta if isinstance(features, Cached) else None, "val_kl_initial": vals[0],
             "val_kl_final": vals[-1], "train_seconds": at.seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **provenance.peak_memory(device), **record}
     write_json_atomic(run_dir / INFO, info)  # last: marks the run finished

@@ -35,6 +35,7 @@ from specbench.common.files import atomic_path, write_json_atomic
 from specbench.common.progress import progress_bar
 from specbench.models.drafters import verifier_identity
 from specbench.models.pairs import Pair
+from specbench.models.toy import tensors_sha256
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,9 @@ class Live(Head):
         return forward(self.target, ids, mask, self.layers)
 
 
-def check_logits(target: PreTrainedModel, head: Head, vocab: int) -> None:
+def check_logits(target: PreTrainedModel, vocab: int) -> None:
     """lm_head(final) must be the model's logits (no soft-capping or scaling after the head)."""
+    head = Head(target, vocab)
     ids = torch.arange(min(8, vocab))[None]
     with torch.no_grad():
         out = target(input_ids=ids.to(target.device), output_hidden_states=True)
@@ -118,19 +120,9 @@ def cache_key(seqs: Seqs, layers: tuple[int, ...]) -> str:
     return f"layers-{'-'.join(map(str, layers)) or 'none'}-{digest}"
 
 
-def weights_sha256(model: torch.nn.Module) -> str:
-    """sha256 over every parameter and buffer: name, shape, dtype and bytes (about 1 s a GB on one CPU core)."""
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{list(t.shape)}:{t.dtype};".encode())
-        h.update(t.view(torch.uint8).numpy().data if t.numel() else b"")
-    return h.hexdigest()
-
-
 def target_identity(target: PreTrainedModel) -> dict[str, str]:
     """What must match for a cache to stand in for the target: its weights' sha256 (and, to name it, its name)."""
-    return {"target": verifier_identity(target), "weights_sha256": weights_sha256(target)}
+    return {"target": verifier_identity(target), "weights_sha256": tensors_sha256(target.state_dict())}
 
 
 def check_meta(folder: Path, who: dict[str, str]) -> dict:
@@ -242,8 +234,8 @@ def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs
     process its shards, then the main process meta.json)."""
     if folder is None:
         return Live(pair.target, pair.vocab_size, layers)
-    check_logits(pair.target, Head(pair.target, pair.vocab_size), pair.vocab_size)
-    path, who = check_folder(folder) / cache_key(seqs, layers), target_identity(pair.target)
+    check_logits(pair.target, pair.vocab_size)
+    path, who = Path(folder) / cache_key(seqs, layers), target_identity(pair.target)  # run_distill: check_folder
     if not (path / META).exists():
         t0 = time.perf_counter()
         write_cache(path, pair.target, who, seqs, layers, pad, bs, acc.process_index, acc.num_processes, progress)

@@ -27,12 +27,10 @@ blocks as the identity (Medusa's initialisation).
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-import copy
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +38,7 @@ from transformers import PreTrainedModel
 
 from specbench.common.errors import InputError
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
-from specbench.models.heads import FORMATS, Head, eagle3_layers, save_head
+from specbench.models.heads import FORMATS, Head, save_head
 from specbench.models.medusa import MedusaConfig, MedusaHeads
 from specbench.models.pairs import Pair, input_embedding
 from specbench.runs.job import example_seed
@@ -62,15 +60,6 @@ def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -
     seen = set(ranked)
     ranked += [t for t in range(vocab) if t not in seen][: size - len(ranked)]
     return torch.tensor(sorted(ranked))
-
-
-def check_layers(layers: Iterable[int], L: int) -> tuple[int, ...]:
-    """Three hidden_states indices in 1..L."""
-    layers = tuple(int(k) for k in layers)
-    if len(layers) != 3 or not all(1 <= k <= L for k in layers):
-        raise InputError(f"task.layers for eagle3 must be three target hidden_states indices in 1..{L}, got "
-                         f"{list(layers)}; null gives EAGLE-3's {list(eagle3_layers(L))}")
-    return layers
 
 
 def ttt_outputs(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, steps: int
