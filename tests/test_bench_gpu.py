@@ -46,7 +46,10 @@ def test_the_quick_run_writes_every_section(quick):
         ["build", "engines", "costs", "batch", "trees"] and all(r[4] == "done" for r in schedule)
     for pair in gpu.PAIRS:
         mine = {f["what"]: f for f in figures if f.get("pair") == pair}
-        assert set(mine) == {"build", "engines", "profile", "batch", "trees"}
+        assert set(mine) == {"build", "engines", "profile", "bandwidth", "batch", "trees"}
+        bw = mine["bandwidth"]
+        assert "by a copy probe" in bw["source"] and bw["bandwidth"] > 0 and f"![{pair}_eager_bandwidth.png]" in report
+        assert (out / f"{pair}_eager_bandwidth.png").stat().st_size > 1000
         assert abs(mine["build"]["alpha"] - 0.88) <= 0.03  # the configs' pair.acceptance, calibrated
         assert 0 < mine["engines"]["acceptance"] < mine["engines"]["alpha"] < 1
         measured, textbook, predicted = mine["engines"]["speedups"]["eager"]
@@ -69,6 +72,24 @@ def test_the_quick_run_writes_every_section(quick):
             assert sorted(map(int, e.get("target_hidden_s", {}))) == ([1, 2, 4, 8, 16] if b == 1 else [])
             assert sorted(map(int, e.get("draft_tree_s", {}))) == ([1, 2, 3, 4, 6, 8, 16] if b == 1 else [])
             assert e["shapes"]["target"]["hidden_size"] == 64 and e["shapes"]["target"]["model_type"]
+    check_bandwidth_rows(figures, profile)
+
+
+def check_bandwidth_rows(figures: list[dict], profile: dict) -> None:
+    """Each bandwidth row by hand from its profile entry: the target's bytes, 4 x (W + B n 2 g d (P + w) + B w V),
+    W = n (2 h a d + 2 h g d + 3 h i) + V h from its recorded shapes, over the entry's seconds and the probe's rate."""
+    for f in (f for f in figures if f["what"] == "bandwidth"):
+        for B, w, ms, weights_gbs, kv_gbs, frac, bound in f["rows"]:
+            e = next(e for e in profile["entries"] if e["pair"] == f["pair"] and e["batch_size"] == int(B))
+            s, t, P, w = e["target_chain_s"][w], e["shapes"]["target"], e["prompt_tokens"], int(w)
+            h, a, g, i, n, V = (t[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+                                               "intermediate_size", "num_hidden_layers", "vocab_size"))
+            d = h // a
+            W = n * (2 * h * a * d + 2 * h * g * d + 3 * h * i) + V * h
+            kv = int(B) * n * 2 * g * d * (P + w) + int(B) * w * V
+            assert weights_gbs == f"{4 * W / s / 1e9:.1f}" and kv_gbs == f"{4 * kv / s / 1e9:.2f}"
+            assert frac == f"{4 * (W + kv) / s / f['bandwidth']:.1%}"
+            assert bound == f"{4e3 * (W + kv) / f['bandwidth']:.3f}"
 
 
 def test_a_section_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
@@ -84,7 +105,8 @@ def test_a_section_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypa
     assert "| vanilla eager |" in report and "| B | target 1 tok/row |" in report  # measured before the failure
     assert "**llama31_8b_1b_shaped batch failed:** `RuntimeError: out of memory`" in report
     figures = [json.loads(x) for x in (tmp_path / "figures.jsonl").read_text().splitlines()]
-    assert [f["what"] for f in figures] == ["build", "engines", "profile", "failure", "failure", "schedule"]
+    assert [f["what"] for f in figures] == ["build", "engines", "profile", "bandwidth", "failure", "failure",
+                                            "schedule"]
     assert [(r[1], r[4]) for r in figures[-1]["rows"]][-2:] == [("batch", "failed: RuntimeError"),
                                                                 ("trees", "failed: RuntimeError")]
     assert "## Goals" in report and json.loads((tmp_path / "profile.json").read_text())["entries"]

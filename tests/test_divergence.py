@@ -10,6 +10,7 @@ import torch
 
 from helpers import AcceptAll, FixedGamma, add_fields, pair_engine, write_run
 from specbench.analysis import divergence, load, report
+from specbench.decoding.margins import near_tie_limit
 
 PROMPT = [5, 17, 42, 9, 77, 3]
 
@@ -54,7 +55,7 @@ def row(tokens, margins, off=()):
 def test_first_divergence_by_hand():
     ar = row([1, 2, 3, 4], [2.0, 1.5, 0.004, 3.0])
     # a near-tie at position 2: ar's margin 0.004 < 0.01 (float32); the run's own margin there is larger
-    d = divergence.first_divergence("x", ar, row([1, 2, 9, 8], [2.0, 1.5, 0.3, 1.0]), divergence.threshold("float32"))
+    d = divergence.first_divergence("x", ar, row([1, 2, 9, 8], [2.0, 1.5, 0.3, 1.0]), near_tie_limit("float32"))
     assert (d.position, d.ar_token, d.run_token, d.ar_margin, d.run_margin, d.kind) == (2, 3, 9, 0.004, 0.3, "near-tie")
     # the same place, but the run's token is not its verify's top-1: suspect
     assert divergence.first_divergence("x", ar, row([1, 2, 9, 8], [2.0, 1.5, 0.3, 1.0], [2]), 0.01).kind == "suspect"
@@ -62,13 +63,13 @@ def test_first_divergence_by_hand():
     clear = row([1, 2, 3, 4], [2.0, 1.5, 0.2, 3.0])
     assert divergence.first_divergence("x", clear, row([1, 2, 7], [2.0, 1.5, 0.2]), 0.01).kind == "suspect"
     assert divergence.first_divergence("x", clear, row([1, 2, 7], [2.0, 1.5, 0.2]),
-                                       divergence.threshold("bfloat16")).kind == "near-tie"
+                                       near_tie_limit("bfloat16")).kind == "near-tie"
     # same tokens, another length (a stop handled differently): suspect; equal rows: no divergence
     assert divergence.first_divergence("x", ar, row([1, 2, 3], [2.0, 1.5, 0.004]), 0.01).kind == "suspect"
     assert divergence.first_divergence("x", ar, ar, 0.01) is None
     # a row without margins (hf_assisted): ar's margin decides
     assert divergence.first_divergence("x", ar, {"token_ids": [1, 2, 5]}, 0.01).kind == "near-tie"
-    assert divergence.threshold(None) == divergence.threshold("torch.float32") == 0.01
+    assert near_tie_limit(None) == near_tie_limit("torch.float32") == 0.01
 
 
 def test_the_report_counts_and_lists_divergences(tmp_path):
@@ -112,3 +113,27 @@ def test_a_tie_with_the_top1_is_not_off_top1():
     # a recorded zero margin at the first divergence is a tie also in rows that listed it as off (older rows)
     ar = row([1, 2, 3], [1.0, 0.0, 1.0])
     assert divergence.first_divergence("x", ar, row([1, 5, 3], [1.0, 0.0, 1.0], [1]), 0.01).kind == "near-tie"
+
+
+def test_bench_classifies_where_two_greedy_generations_part(tiny_pair):
+    """`bench engine` / `bench gpu` name each token difference from transformers a near-tie or suspect by the target's
+    top-2 margin where the two part, from a cache-free forward of the prompt and the common prefix, checked here
+    against a greedy decode without cache: at position 3, the target's runner-up token in place of its argmax is a
+    near-tie under a limit above the margin and suspect under one below it; a token outside its top two is suspect."""
+    from specbench.bench.common import divergence_class
+
+    target, prompt = tiny_pair.target, [1, 5, 2]
+    ours = []
+    with torch.no_grad():
+        for _ in range(6):  # greedy, every step a full forward
+            z = target(input_ids=torch.tensor([prompt + ours])).logits[0, -1].float()
+            if len(ours) == 3:
+                top = z.topk(3)
+                margin, second, third = float(top.values[0] - top.values[1]), int(top.indices[1]), int(top.indices[2])
+            ours.append(int(z.argmax()))
+    theirs = ours[:3] + [second] + ours[4:]
+    assert divergence_class(target, prompt, ours, theirs, limit=margin + 1e-3).startswith(
+        f"near-tie: the target's top-2 margin there {margin:.4f}")
+    assert divergence_class(target, prompt, ours, theirs, limit=margin - 1e-3).startswith("suspect: ")
+    assert divergence_class(target, prompt, ours, ours[:3] + [third], limit=1e9).startswith("suspect: ")
+    assert divergence_class(target, prompt, ours, ours[:4]) == "suspect: the same tokens, another length"

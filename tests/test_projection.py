@@ -521,7 +521,8 @@ def test_every_shipped_profile_reads_and_its_shaped_pairs_shapes_are_the_confs(p
         if e["pair"].endswith("_shaped"):
             cfg = load_cfg(e["pair"])
             for role in ("target", "draft"):
-                assert {k: cfg[role][k] for k in profiles.SHAPE_KEYS} == e["shapes"][role], (path, role)
+                assert {k: cfg[role][k] for k in profiles.SHAPE_KEYS} == {k: e["shapes"][role][k] for k in
+                                                                          profiles.SHAPE_KEYS}, (path, role)
     assert len(SHIPPED) >= 6
 
 

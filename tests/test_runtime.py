@@ -123,3 +123,24 @@ def test_a_hub_model_without_a_commit_hash_gets_its_cache_snapshot(tmp_path, mon
     assert (record["path"], record["revision"], record["converted"]) == ("org/m", snapshot, True)  # bf16 -> fp32
     model.config._name_or_path = "org/absent"
     assert provenance.model_record(model)["revision"] is None
+
+
+def test_a_target_split_between_the_cpu_and_disk_offload_decodes_the_same_rows(tmp_path):
+    """The path pair=llama70b_8b takes (the target under device_map: auto), here with the toy pair's shipped weights
+    as its models and max_memory leaving the CPU room for part of the target, the rest offloaded to disk: its rows
+    are the toy pair's on one device, token for token, and config.json records where the target's modules went."""
+    from specbench.models.toy import SHIPPED
+
+    (folder,) = SHIPPED.iterdir()  # the default toy config's weights
+    common = ("dataset=toy_arith", "limit=3", "method=vanilla", "decode.max_new_tokens=24", "threads=1")
+    split = small("pair=llama70b_8b", f"pair.target.path={folder / 'target'}", f"pair.draft.path={folder / 'draft'}",
+                  "pair.target.params_b=null", "pair.draft.params_b=null", "pair.target.dtype=float32",
+                  "pair.draft.dtype=float32", "+pair.target.max_memory.cpu=3MB",
+                  f"+pair.target.offload_folder={tmp_path / 'offload'}", *common)
+    runner.run(split, tmp_path / "split")
+    runner.run(small("pair=toy", *common), tmp_path / "one")
+    rows = {k: [json.loads(x)["token_ids"] for x in (tmp_path / k / "rows.jsonl").read_text().splitlines()]
+            for k in ("split", "one")}
+    assert len(rows["one"]) == 3 and rows["split"] == rows["one"]
+    placed = json.loads((tmp_path / "split" / "config.json").read_text())["runtime"]["models"]["target"]["placement"]
+    assert set(placed) == {"cpu", "disk"} and placed["disk"] >= 2, placed

@@ -10,8 +10,7 @@ first position t where a lossless run at temperature 0 differs from the `ar` run
     suspect   otherwise: a clear margin, a committed token that is not its verify's top-1, or the same tokens with
               another length (a stop handled differently)
 
-NEAR_TIE (logits) is the float noise of one verify in the run's dtype: bfloat16 keeps 8 significant bits, so logits
-of 16-32 are stored 0.125 apart; float16 keeps 11 bits, float32 24.
+NEAR_TIE (logits, specbench.decoding.margins) is the float noise of one verify in the run's dtype.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from specbench.analysis import load
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
+from specbench.decoding.margins import NEAR_TIE, near_tie_limit
 
-NEAR_TIE = {"bfloat16": 0.5, "float16": 0.1, "float32": 0.01}
 COLUMNS = ["position", "ar token", "run token", "ar margin", "run margin", "class"]
 
 
@@ -43,11 +42,6 @@ class Divergence:
     ar_margin: float
     run_margin: float
     kind: str  # near-tie / suspect
-
-
-def threshold(dtype: str | None) -> float:
-    """NEAR_TIE of a run's dtype (a run that recorded none ran float32)."""
-    return NEAR_TIE.get(str(dtype or "float32").removeprefix("torch."), NEAR_TIE["float32"])
 
 
 T = TypeVar("T")
@@ -80,7 +74,7 @@ def divergences(run: pd.Series, runs: pd.DataFrame) -> list[Divergence] | None:
     base, _ = baseline_or_refusal(run, runs, "ar")
     if base is None:
         return None
-    limit = threshold(run["dtype"])
+    limit = near_tie_limit(run["dtype"])
     theirs = load.outputs_of(base)  # token ids: read from the folders where the runs table lacks them
     found = (first_divergence(k, theirs[k], out, limit) for k, out in sorted(load.outputs_of(run).items())
              if k in theirs)

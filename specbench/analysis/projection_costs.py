@@ -4,7 +4,10 @@ otherwise than the run's (another machine, another load, a verify that returns h
 
 from __future__ import annotations
 
+import json
+import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,7 +15,9 @@ import pandas as pd
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
-from specbench.runs.projection import ProfileError, at_own_forwards, price
+from specbench.decoding import roofline
+from specbench.decoding.profiles import Entry
+from specbench.runs.projection import ProfileError, at_own_forwards, price, read
 
 COLUMNS = ["iterations", "verify ms (run)", "verify ms (profile)", "verify run / profile - 1", "draft ms (run)",
            "draft ms (profile)", "draft run / profile - 1", "host ms (run)", "projected at the run's own forwards"]
@@ -25,6 +30,8 @@ class Projection:
 
     profile: dict
     pair: str | None = None
+    tables: tuple[Table, ...] = ()  # shown once after the overviews (roofline: the measured profiles' ratios)
+    notes: tuple[str, ...] = ()  # said once in the report's notes
 
     @property
     def column(self) -> str:
@@ -102,3 +109,58 @@ def costs_table(group: Group, projection: Projection) -> Table:
              f"the run and at the cost profile {projection.profile['name']!r} for the same calls, and the run's host "
              "work outside them (kept as measured in the projection)")
     return Table("projection_costs", title, v, cells, index_names=("pair · dataset · batch_size", "run"))
+
+
+def projection(spec: str, runs: pd.DataFrame, pair: str | None) -> Projection:
+    """The projection `--profile spec` asks for: a profile.json, or `roofline:GPU`, the runs' pairs on that GPU's
+    roofline (specbench.decoding.roofline) with the table of the measured profiles' ratios to it."""
+    if not spec.startswith("roofline:"):
+        return Projection(read(Path(spec)), pair)
+    if pair is not None:
+        raise ProfileError("--profile-pair names a measured profile's pair; roofline:GPU prices each run's own pair")
+    g = roofline.gpu(spec.removeprefix("roofline:"))
+    measured = roofline.shipped(g)
+    prof = roofline.profile(g, sites(runs), measured)
+    notes = tuple(f"roofline:{g.key} prices each forward {why}" for why in prof["said"])
+    return Projection(prof, None, (ratio_table(g, measured),) if measured else (), notes)
+
+
+def sites(runs: pd.DataFrame) -> list[roofline.Site]:
+    """A roofline site per pair, dtype, path and batch size of the runs that recorded their shapes, its cache the
+    mean prompt plus half the mean new tokens of their generations (128 where rows lack prompt_tokens)."""
+    keyed: dict[str, list[pd.Series]] = {}
+    for _, r in runs.iterrows():
+        if isinstance(r.get("shapes"), dict) and isinstance(r.get("dtype"), str):
+            key = json.dumps([r["pair"], r["shapes"], r["dtype"], r["path"], int(r["batch_size"])], sort_keys=True)
+            keyed.setdefault(key, []).append(r)
+    out = []
+    for same in keyed.values():
+        blocks = [p for r in same for p, _ in (r["first_blocks"] or [])]
+        new = sum(int(r["new_tokens_total"]) for r in same if r["first_blocks"])
+        kv = round(statistics.mean(blocks) + new / len(blocks) / 2) if blocks else 128
+        r = same[0]
+        out.append(roofline.Site(r["pair"], r["shapes"], r["dtype"], r["path"], int(r["batch_size"]), kv))
+    return out
+
+
+RATIO_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def ratio_table(g: roofline.Gpu, measured: list[Entry]) -> Table:
+    """Each measured entry of GPU g shipped here: its target forward's ms per width over the roofline's for the
+    same call (its shapes, dtype, batch size and cache), and the draft's one-token forward."""
+    index = pd.MultiIndex.from_arrays([[""] * len(measured), [f"{e['pair']} · {e['path']} · B={e['batch_size']} · "
+                                                              f"{e['dtype']}" for e in measured]])
+    columns = pd.MultiIndex.from_product([[""], [*(f"target {w}" for w in RATIO_WIDTHS), "draft 1"]])
+    v = pd.DataFrame(np.nan, index=index, columns=columns)
+    cells = pd.DataFrame("", index=index, columns=columns)
+    for at, e in zip(index, measured):
+        r = roofline.measured_ratios(e, g)
+        for col, role, w in [*((f"target {w}", "target", str(w)) for w in RATIO_WIDTHS), ("draft 1", "draft", "1")]:
+            if w in r.get(role, {}):
+                v.loc[at, ("", col)] = r[role][w]
+                cells.loc[at, ("", col)] = f"{r[role][w]:.2f}"
+    title = (f"Measured profiles on {g.key} against its roofline ({g.sheet}: {g.bandwidth / 1e12:.3g} TB/s, "
+             f"{g.peak['bfloat16'] / 1e12:.4g} TFLOP/s bf16): measured / roofline seconds per forward of w tokens a "
+             "row (1 = at the bound)")
+    return Table("roofline", title, v, cells, index_names=("", "profile entry"))

@@ -31,13 +31,15 @@ from specbench.analysis.conventions import CONVENTIONS, convention_table
 from specbench.analysis.load import load_runs, where
 from specbench.analysis.overview import overview, without_ar
 from specbench.analysis.per_position import position_tables
+from specbench.analysis import projection_costs as costs
 from specbench.analysis.projection_costs import Projection, costs_table
 from specbench.analysis.selection import Group, ReportError, labels, unique_labels, where_args
 from specbench.analysis.tables import Table, in_group, runs_on
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.common.files import write_text_atomic
+from specbench.decoding import roofline
 from specbench.runs.identity import identity
-from specbench.runs.projection import ProfileError, read as read_profile
+from specbench.runs.projection import ProfileError
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +179,9 @@ def build_report(runs: pd.DataFrame, names: Iterable[str] | None = None, baselin
     if names is not None:  # each table asked for but neither built nor refused in a group: why, and the runs to add
         out.leave_out(f"{n}: not built: {'no run loaded' if n == OVERVIEW else catalog.why_not(n, runs, baseline)}"
                       for n in wanted if n not in out.built | out.refused)
+    if projection is not None and OVERVIEW in wanted:
+        out.tables += projection.tables
+        out.notes += projection.notes
     out.notes += _table_notes(out.tables) + _truncation_notes(runs)
     return out
 
@@ -239,7 +244,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", help="a cost profile (profile.json of `python -m specbench.bench verify --profile` or "
                     "`bench gpu`): the overview adds the speedup each run's own iterations would have at its costs, "
                     "from the entry of the run's pair (by the shapes it recorded, else by name), dtype, path and "
-                    "batch size; a profile without the run's pair is an error")
+                    "batch size; a profile without the run's pair is an error. roofline:GPU (GPU one of "
+                    f"{', '.join(roofline.GPUS)}) prices each forward at that GPU's roofline from the run's shapes, "
+                    "times the ratios of the GPU's measured profiles shipped in profiles/, and prints those ratios")
     ap.add_argument("--convention", choices=list(CONVENTIONS), default="specbench",
                     help="acceptance in this engine's convention: the overview's AccRate and τ columns become its "
                          "numbers, named so in the header, with their intervals, and a table of its counts is added "
@@ -266,11 +273,12 @@ def _inputs(args: argparse.Namespace) -> tuple[pd.DataFrame, Projection | None, 
         raise ReportError(f"--table {', '.join(unknown)}: unknown; valid tables: {', '.join(TABLE_NAMES)}")
     if args.baseline:
         MethodSpec.parse(args.baseline)  # a malformed --baseline is an error, not a table left out
-    projection = Projection(read_profile(Path(args.profile)), args.profile_pair) if args.profile else None
     found = load_runs(*args.results, full=True)  # logs why it leaves out each unfinished run folder
     same_run = found.attrs.get("same_run_as", {})  # folders of a run reported from another folder
     unfinished = sorted(set(map(str, load.find_run_dirs(args.results))) - set(found["run_dir"]) - set(same_run))
-    return load.timed(where(found, args.where), args.time), projection, unfinished, same_run
+    runs = load.timed(where(found, args.where), args.time)
+    projection = costs.projection(args.profile, runs, args.profile_pair) if args.profile else None
+    return runs, projection, unfinished, same_run
 
 
 def _write(rep: Report, runs: pd.DataFrame, args: argparse.Namespace) -> None:

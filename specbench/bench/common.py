@@ -15,6 +15,7 @@ from specbench.common.configs import compose_config, plain
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.decoders import Decoder
+from specbench.decoding.margins import near_tie_limit
 from specbench.bench.profile import forward_seconds
 from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair
@@ -82,12 +83,36 @@ def call_ms(model: PreTrainedModel, prompt: list[int], width: int, compile: bool
     """Median ms of one forward of `width` new tokens after a cached prompt (profile.forward_seconds, one row)."""
     return 1e3 * forward_seconds(model, prompt, width, 1, compile, steps)
 
-def mismatch(i: int, ours: list[int], theirs: list[int]) -> str:
-    """A one-paragraph report of where two token sequences first differ."""
-    k = next((j for j, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+def mismatch(i: int, ours: list[int], theirs: list[int], why: str = "") -> str:
+    """A one-paragraph report of where two token sequences first differ (and `why`: its class)."""
+    k = first_difference(ours, theirs)
     return (f"MISMATCH prompt {i}: ours {len(ours)} tokens, transformers {len(theirs)}; first difference at "
             f"position {k}: ours {ours[k:k + 5]} vs transformers {theirs[k:k + 5]} "
-            f"(after {ours[max(0, k - 5):k]})")
+            f"(after {ours[max(0, k - 5):k]})" + (f"; {why}" if why else ""))
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The first position where two token lists differ (the shorter's length where one extends the other)."""
+    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@torch.no_grad()
+def divergence_class(target: PreTrainedModel, prompt: list[int], ours: list[int], theirs: list[int],
+                     limit: float | None = None) -> str:
+    """Why two greedy generations of one target part, by its top-2 logit margin where they first differ, from one
+    cache-free forward of the prompt and their common prefix: 'near-tie' when the margin is below `limit`
+    (margins.NEAR_TIE of the target's dtype) and both tokens are its top two, else 'suspect' (so are equal tokens
+    of other lengths: a stop handled otherwise)."""
+    k = first_difference(ours, theirs)
+    if k >= min(len(ours), len(theirs)):
+        return "suspect: the same tokens, another length"
+    x = torch.tensor([prompt + ours[:k]], device=target.device)
+    z = target(input_ids=x).logits[0, -1, : target.config.get_text_config().vocab_size].float()
+    top = z.topk(2)
+    margin = float(top.values[0] - top.values[1])
+    limit = near_tie_limit(target.dtype) if limit is None else limit
+    tie = margin < limit and {ours[k], theirs[k]} <= set(top.indices.tolist())
+    return f"{'near-tie' if tie else 'suspect'}: the target's top-2 margin there {margin:.4f} (near-tie below {limit})"
 
 def engines(pair: Pair, gamma: int, max_new: int, paths: tuple[str, ...]) -> dict[str, Decoder]:
     """Our engines by label ("vanilla eager", ...): vanilla (γ, rejection: argmax acceptance at temperature 0) and ar

@@ -16,8 +16,8 @@ import torch
 
 from specbench.bench import profile as prof
 from specbench.bench.gpu_report import machine
-from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts, engines, leviathan, load, mismatch,
-                                   run_theirs)
+from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts, divergence_class, engines, leviathan,
+                                    load, mismatch, run_theirs)
 from specbench.common.aggregate import run_metrics
 from specbench.decoding.metrics import example_metrics
 from specbench.decoding.profiles import Entry, iteration_costs
@@ -152,8 +152,9 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                     seconds[label] += t
                 for label in ours:
                     yardstick = tokens["transformers greedy" if label.startswith("ar ") else "transformers"]
-                    if tokens[label] != yardstick:
-                        bad.setdefault(f"{label} {i}", f"{label}: " + mismatch(i, tokens[label], yardstick))
+                    if tokens[label] != yardstick and f"{label} {i}" not in bad:
+                        why = divergence_class(pair.target, ids, tokens[label], yardstick)
+                        bad[f"{label} {i}"] = f"{label}: " + mismatch(i, tokens[label], yardstick, why)
     tps = {k: n / seconds[k] for k, n in theirs_tokens.items()}
     overhead = {}
     for label in ours:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from specbench.bench import profile as prof
+from specbench.bench import bandwidth, profile as prof
 from specbench.bench.common import dataset_prompts, load_cfg
 from specbench.bench.engine import EngineFigures, engine_figures
 from specbench.bench.gpu_report import Report, count, plot
@@ -205,6 +205,7 @@ class Ctx:
     pace: Pace | None = None
     build_s_per_b: float | None = None
     ratios: list[float] = field(default_factory=list)  # taken / estimated seconds of the sections done
+    bandwidth: tuple[float, str] | None = None  # the device's bytes/s and their source, once asked
 
     def correction(self) -> float:
         """The median of `ratios` (1 before any section is done)."""
@@ -270,8 +271,10 @@ def sec_engines(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
               [[p, f"{m:.3f}", f"{e:.3f}", "-" if q is None else f"{q:.3f}"] for p, (m, e, q) in fig.speedups().items()])
     rep.write("Token ids identical to transformers' for every engine and prompt (vanilla against assisted generation, "
               "ar against greedy generation)." if not fig.mismatches else
-              f"**Token ids differ from transformers' in {len(fig.mismatches)} generations:** " +
-              "; ".join(fig.mismatches))
+              f"**Token ids differ from transformers' in {len(fig.mismatches)} generations ("
+              f"{sum('near-tie: ' in m for m in fig.mismatches)} near-tie, "
+              f"{sum('suspect: ' in m for m in fig.mismatches)} suspect: the target's top-2 margin where they part):** "
+              + "; ".join(fig.mismatches))
     rep.record(pair=run.name, what="engines", path=path, tps=fig.tps, overhead=fig.overhead,
                acceptance=fig.acceptance, alpha=fig.alpha, speedups=fig.speedups(), mismatches=fig.mismatches)
     plot(ctx.rep.out, run.name, run.rows, run.costs)
@@ -302,6 +305,25 @@ def sec_costs(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
                       ", ".join(f"{n} nodes {1e3 * s:.2f} ms" for n, s in trees.items()))
     ctx.rep.record(pair=run.name, what="profile", path=path, entries=len(rows))
     plot(ctx.rep.out, run.name, run.rows, run.costs)
+    bandwidth_part(ctx, run.name, path)
+
+
+def bandwidth_part(ctx: Ctx, name: str, path: str) -> None:
+    """The bandwidth each target forward of the pair's `path` entries reached, its fraction of the device's and
+    the bound, as a table, a record and a plot (specbench.bench.bandwidth)."""
+    if ctx.bandwidth is None:
+        ctx.bandwidth = bandwidth.device_bandwidth(ctx.device)
+    bw, said = ctx.bandwidth
+    mine = [e for e in ctx.entries if e["pair"] == name and e["path"] == path]
+    table = bandwidth.rows(mine, bw)
+    ctx.rep.write(f"Memory bandwidth, {path}: bytes each target forward moves (its weights; every row's keys and "
+                  f"values over the cached prompt; the logits written) per measured second, against {said}; "
+                  "the bound is bytes / bandwidth:")
+    ctx.rep.table(bandwidth.HEADER, table)
+    ctx.rep.record(pair=name, what="bandwidth", path=path, bandwidth=bw, source=said, header=bandwidth.HEADER,
+                   rows=table)
+    png = bandwidth.plot(ctx.rep.out, name, path, mine, bw)
+    ctx.rep.write(f"![{png}]({png})")
 
 
 def sec_compiled(ctx: Ctx, run: PairRun) -> None:

@@ -33,7 +33,8 @@ from typing import TypedDict
 
 FORMAT = 1
 SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "vocab_size")
+              "num_key_value_heads", "vocab_size")  # an entry matches a run by these
+LAYOUT_KEYS = ("head_dim",)  # recorded beside them for the roofline (specbench.decoding.roofline), not matched
 ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {  # what every entry must have to cost an iteration
     "pair": str, "dtype": str, "path": str, "batch_size": int, "target_chain_s": dict, "draft_token_s": (int, float)}
 
@@ -43,9 +44,14 @@ class ProfileError(ValueError):
 
 
 def shapes(model: object) -> dict[str, object]:
-    """The shape keys of a model's (text) config: what decides its call costs at one dtype."""
+    """The shape and layout keys of a model's (text) config: what decides its call costs at one dtype."""
     cfg = model.config.get_text_config()  # type: ignore[attr-defined]
-    return {k: getattr(cfg, k, None) for k in SHAPE_KEYS}
+    return {k: getattr(cfg, k, None) for k in (*SHAPE_KEYS, *LAYOUT_KEYS)}
+
+
+def same_shapes(a: Mapping[str, object] | None, b: Mapping[str, object] | None) -> bool:
+    """Do two models' recorded shapes agree in SHAPE_KEYS (older records lack the layout keys)?"""
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in SHAPE_KEYS)
 
 
 class OptionalKeys(TypedDict, total=False):
@@ -176,8 +182,9 @@ def pair_entries(profile: dict, pair: str, shapes: dict | None, by_name: str | N
             raise ProfileError(f"{where} has no pair {by_name!r} (--profile-pair); its pairs: {', '.join(pairs(profile))}")
         return mine
     if shapes:
-        mine = [e for e in profile["entries"] if (e.get("shapes") or {}).get("target") == shapes.get("target")
-                and (not shapes.get("draft") or (e.get("shapes") or {}).get("draft") == shapes["draft"])]
+        mine = [e for e in profile["entries"]
+                if same_shapes((e.get("shapes") or {}).get("target"), shapes.get("target"))
+                and (not shapes.get("draft") or same_shapes((e.get("shapes") or {}).get("draft"), shapes["draft"]))]
     else:
         mine = [e for e in profile["entries"] if e["pair"] == pair]
     if not mine:

@@ -105,8 +105,9 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-MODEL_KEYS = {"path", "revision", "dtype", "device_map", "attn_implementation", "quantization",
-              "trust_remote_code", "tokenizer", "params_b"}
+MODEL_KEYS = {"path", "revision", "dtype", "device_map", "max_memory", "offload_folder", "attn_implementation",
+              "quantization", "trust_remote_code", "tokenizer", "params_b"}
+PLACEMENT = ("attn_implementation", "device_map", "max_memory", "offload_folder")  # from_pretrained's, as given
 
 
 def _quantization_config(quant: dict | None) -> QuantizationConfigMixin | None:
@@ -219,7 +220,7 @@ def load_model(spec: dict, device: torch.device, source: str | None = None) -> P
     if unknown:
         raise OptionError(f"unknown model keys {sorted(unknown)} for {spec.get('path')!r}; valid: {sorted(MODEL_KEYS)}")
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(spec.get("dtype"), device),
-                              **{k: spec[k] for k in ("attn_implementation", "device_map") if spec.get(k)}}
+                              **{k: spec[k] for k in PLACEMENT if spec.get(k)}}
     if spec.get("trust_remote_code"):
         kwargs["trust_remote_code"] = True
     qc = _quantization_config(spec.get("quantization"))

@@ -10,6 +10,7 @@ import platform
 import resource
 import subprocess
 import sys
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -116,8 +117,9 @@ def folder_fingerprint(folder: Path) -> str:
 def model_record(model: Any) -> dict[str, Any]:
     """Which weights a loaded model holds: path or hub id, revision (the hub commit, or a local folder's fingerprint),
     the quantization method and whether the weights were converted (loaded from GGUF, or saved in another dtype than
-    the one that ran); a toy model also its `weights_sha256`; a dependent head (DraftHead) its method.head and the
-    fingerprint of the folder it was read from."""
+    the one that ran); a toy model also its `weights_sha256`; one placed by a device_map its `placement`, the count
+    of its modules on each device ({"0": 40, "cpu": 41, "disk": 2}); a dependent head (DraftHead) its method.head and
+    the fingerprint of the folder it was read from."""
     if hasattr(model, "head_folder"):
         folder = model.head_folder
         return {"path": model.name_or_path, "revision": folder_fingerprint(folder) if folder else None,
@@ -139,9 +141,11 @@ def model_record(model: Any) -> dict[str, Any]:
     saved_dtype = saved.get("dtype") or saved.get("torch_dtype")
     converted = bool(getattr(cfg, "gguf_file", None)) or (
         quant is None and saved_dtype is not None and f"torch.{saved_dtype}" != str(model.dtype))
+    placed = getattr(model, "hf_device_map", None)  # device_map's placement: modules per device (or "disk")
     return {"path": path, "revision": revision, "quantized": quant.get("quant_method") if quant else None,
             "converted": converted,
-            **({"weights_sha256": cfg.weights_sha256} if getattr(cfg, "weights_sha256", None) else {})}
+            **({"weights_sha256": cfg.weights_sha256} if getattr(cfg, "weights_sha256", None) else {}),
+            **({"placement": dict(Counter(map(str, placed.values())))} if placed else {})}
 
 
 def runtime(models: dict[str, Any], threads: int, pair: Any = None, hidden_layers: tuple[int, ...] = ()
