@@ -191,7 +191,30 @@ def test_short_training_on_the_toy_pair_lowers_the_held_out_kl(tmp_path, kind):
                tmp_path / "d")
     assert info["val_kl_final"] < 0.8 * info["val_kl_initial"], info
     log = [json.loads(x) for x in (tmp_path / "d" / "train_log.jsonl").read_text().splitlines()]
-    assert log[0] == {"step": 0, "val_kl": info["val_kl_initial"]} and log[-1]["step"] == 40
+    assert log[0]["val_kl"] == info["val_kl_initial"] and log[-1]["step"] == 40
+    assert log[-1]["val_top1"] == info["val_top1_final"] and (tmp_path / "d" / "curve.png").stat().st_size > 1000
+    if kind == "distilled":  # the held-out greedy agreement, from cache-free forwards of the target and the drafter
+        assert info["val_top1_final"] == [pytest.approx(held_out_agreement(compose_cfg(*toy), tmp_path, 8))]
+
+
+def held_out_agreement(cfg, tmp_path: Path, val_n: int) -> float:
+    """The share of the last val_n synth rows' loss positions (P - 1 .. len - 2) where the trained drafter's argmax
+    (tmp_path/d/drafter) is the target's."""
+    from transformers import AutoModelForCausalLM
+
+    from specbench.common.configs import plain
+    from specbench.models.pairs import load_pair
+    from specbench.training.synth import read_synth
+
+    target = load_pair(plain(cfg.pair), torch.device("cpu")).target
+    drafter = AutoModelForCausalLM.from_pretrained(tmp_path / "d" / "drafter").eval()
+    agree = seen = 0
+    for ids, P in sequences(read_synth(tmp_path / "s")[0], 256)[-val_n:]:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            a, b = target(x).logits[0, P - 1 : -1].argmax(-1), drafter(x).logits[0, P - 1 : -1].argmax(-1)
+        agree, seen = agree + int((a == b).sum()), seen + len(a)
+    return agree / seen
 
 
 def test_a_drafter_follows_its_verifier_by_weights_hash_across_checkouts(tmp_path):

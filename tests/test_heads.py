@@ -299,3 +299,5 @@ def test_training_a_head_lowers_its_held_out_loss(trained_drafter, tmp_path, kin
     assert info["val_kl_final"] < {"eagle3": 0.8, "medusa": 0.95}[kind] * info["val_kl_initial"], info
     log = [json.loads(x) for x in (tmp_path / kind / "train_log.jsonl").read_text().splitlines()]
     assert [h["step"] for h in log if "val_kl" in h] == [0, 10, 20] and len(log) == 21
+    assert len(info["val_top1_final"]) == {"eagle3": 2, "medusa": 4}[kind]  # per TTT step / head
+    assert all(0 <= a <= 1 for a in info["val_top1_final"])

@@ -45,9 +45,10 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import torch
 from accelerate import Accelerator
@@ -68,8 +69,9 @@ from specbench.runs.validation import set_threads
 from specbench.models.drafters import INFO, KINDS, verifier_identity
 from specbench.models.heads import KINDS as HEAD_KINDS, eagle3_layers
 from specbench.training import loop
+from specbench.training.curve import plot_curve
 from specbench.training.features import Cached, Features, Seqs, check_folder, make_batch, shell, target_features
-from specbench.training.heads import HeadTrainer, kl_per_position
+from specbench.training.heads import HeadTrainer, Term, kl_per_position, weighted_kl
 from specbench.models.steering import (SteeredDrafter, Steering, check_layers, check_swiglu, default_layers,
                                        training_steering)
 from specbench.training.synth import check_task_resume, read_synth, task_record
@@ -97,6 +99,8 @@ class Trainer(Protocol):
     def student(self) -> torch.nn.Module: ...
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
              delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
+    def terms(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
+              delta: torch.Tensor, rows: torch.Tensor) -> Iterator[Term]: ...
     def state(self) -> dict[str, Any]: ...
     def load_state(self, state: dict[str, Any]) -> None: ...
     def save(self, run_dir: Path, pair: Pair) -> None: ...
@@ -125,8 +129,13 @@ class Distiller:
 
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
              delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """KL(π_V || π_D) per loss position [N] for one batch (δ [B] is used by sd2 only). The steering positions
-        stay set after the forward (a checkpointed backward recomputes it); the next batch replaces them."""
+        """KL(π_V || π_D) per loss position [N] for one batch (δ [B] is used by sd2 only)."""
+        return weighted_kl(self.terms(ids, mask, where, P, delta, rows), P)
+
+    def terms(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
+              delta: torch.Tensor, rows: torch.Tensor) -> Iterator[Term]:
+        """The one term (1, π_V's logits, π_D's) at the loss positions. The steering positions stay set after the
+        forward (a checkpointed backward recomputes it); the next batch replaces them."""
         sdev = self.student.device
         out = self.features(ids, mask, rows)
         where = where.to(sdev)
@@ -135,7 +144,7 @@ class Distiller:
             g = training_steering(self.steered.steering, out.states.float().to(sdev), delta.to(sdev), P.to(sdev))
             self.steered.set_positions(g)
         q_logits = self.student(input_ids=ids.to(sdev), attention_mask=mask.to(sdev)).logits[..., : p_logits.shape[-1]]
-        return kl_per_position(p_logits, q_logits[where])
+        yield 1.0, p_logits, q_logits[where]
 
     def state(self) -> dict[str, Any]:
         """Trainable weights."""
@@ -182,17 +191,24 @@ def deltas(n: int, k: int, seed: int, key: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def validation_kl(d: Trainer, val: list[tuple[list[int], int]], first: int, bs: int, pad: int, seed: int) -> float:
-    """The held-out loss per loss position (fixed δ per sequence); val's rows are first, first + 1, ... of the data."""
+def validation(d: Trainer, val: list[tuple[list[int], int]], first: int, bs: int, pad: int, seed: int
+               ) -> dict[str, float | list[float]]:
+    """On the held-out rows (fixed δ per sequence; val's rows are first, first + 1, ... of the data): `val_kl`, the
+    loss per loss position, and `val_top1`, per term (an EAGLE-3 step, a Medusa head; one for a drafter) the share of
+    its positions where the student's argmax is the target's (restricted to the draft vocabulary for EAGLE-3): the
+    greedy acceptance of that draft, given the earlier ones were accepted."""
     d.student.eval()
-    total, count = 0.0, 0
+    total, count, agree, seen = 0.0, 0, Counter[int](), Counter[int]()
     for b in range(0, len(val), bs):
         ids, mask, where, P = make_batch(val[b : b + bs], pad)
         rows = torch.arange(first + b, first + b + len(P))
-        kl = d.loss(ids, mask, where, P, deltas(len(P), d.k, seed, f"val-{b}"), rows)
-        total, count = total + kl.double().sum().item(), count + int(where.sum())
+        for j, (w, p, q) in enumerate(d.terms(ids, mask, where, P, deltas(len(P), d.k, seed, f"val-{b}"), rows)):
+            total += w * kl_per_position(p, q).double().sum().item()
+            agree[j] += int((p.argmax(-1) == q.argmax(-1)).sum())
+            seen[j] += len(p)
+        count += int(where.sum())
     d.student.train()
-    return total / max(1, count)
+    return {"val_kl": total / max(1, count), "val_top1": [agree[j] / seen[j] for j in sorted(seen)]}
 
 
 def save_atomic(obj: object, path: Path) -> None:
@@ -288,12 +304,13 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, steps, warmup))  # every group
     model, opt = acc.prepare(loop.Objective(d.modules, d.loss), opt)  # the scheduler stays ours: one step a step
 
-    def held_out() -> float:
-        """The held-out KL, on the main process alone (the one that logs it; the weights are the same everywhere)."""
+    def held_out() -> dict[str, float | list[float]]:
+        """The held-out figures, on the main process alone (the one that logs them; the weights are the same
+        everywhere)."""
         if not acc.is_main_process:
-            return float("nan")
+            return {"val_kl": float("nan")}
         with acc.autocast():
-            return validation_kl(d, val, len(train), bs, pad, seed)
+            return validation(d, val, len(train), bs, pad, seed)
 
     def batch_of(step: int) -> tuple[list[loop.Micro], int]:
         """This process's micro-batches of step's global batch, and the global batch's loss positions."""
@@ -313,7 +330,7 @@ def run_distill(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str,
                                     acc.num_processes))
         log.info("%s: resuming at step %d of %d", run_dir, at.step, steps)
     else:
-        at = loop.Progress(0, [{"step": 0, "val_kl": held_out()}], 0.0)
+        at = loop.Progress(0, [{"step": 0, **held_out()}], 0.0)
     switch_progress(cfg.get("progress", "auto"))
     when = loop.Schedule(steps, int(task["eval_every"]), int(task["save_every"]))
     at = loop.fit(acc, model, opt, sched, d.params, batch_of, held_out, save, at, when, cfg.get("progress", "auto"),
@@ -330,12 +347,14 @@ def finish(run_dir: Path, d: Trainer, pair: Pair, task: dict[str, Any], at: loop
     """Write the trained weights, train_log.jsonl and last distill.json (whose presence marks a finished run)."""
     d.save(run_dir, pair)
     write_text_atomic(run_dir / LOG, "".join(json.dumps(h) + "\n" for h in at.history))
+    with atomic_path(run_dir / "curve.png") as tmp:
+        plot_curve(tmp, at.history, f"{task['kind']} on {pair.name}")
     vals = [h["val_kl"] for h in at.history if "val_kl" in h]
     info = {"task": "distill", "kind": task["kind"], "pair": pair.name, "verifier": pair.target.name_or_path,
             "verifier_identity": verifier_identity(pair.target), "data": str(task["data"]), "train_rows": n_train,
             "val_rows": n_val, "steps": steps, "processes": processes,
             "features": features.meta if isinstance(features, Cached) else None, "val_kl_initial": vals[0],
-            "val_kl_final": vals[-1], "train_seconds": at.seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "val_kl_final": vals[-1], "val_top1_final": at.history[-1].get("val_top1"), "train_seconds": at.seconds, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **provenance.peak_memory(device), **record}
     write_json_atomic(run_dir / INFO, info)  # last: marks the run finished
     (run_dir / CHECKPOINT).unlink(missing_ok=True)

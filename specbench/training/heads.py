@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,15 @@ def kl_per_position(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Ten
     """KL(softmax p || softmax q) in nats per row: [N, V], [N, V] -> [N]."""
     logp, logq = F.log_softmax(p_logits.float(), -1), F.log_softmax(q_logits.float(), -1)
     return F.kl_div(logq, logp, log_target=True, reduction="none").sum(-1)
+
+
+Term = tuple[float, torch.Tensor, torch.Tensor]  # (weight, target logits [N, V], student logits [N, V]) of one step
+
+
+def weighted_kl(terms: Iterator[Term], empty: torch.Tensor) -> torch.Tensor:
+    """Every term's weight x KL per position, concatenated [Σ N] (`empty`'s zero-length tensor for none)."""
+    out = [w * kl_per_position(p, q) for w, p, q in terms]
+    return torch.cat(out) if out else empty.new_zeros(0)
 
 
 def draft_vocabulary(seqs: list[tuple[list[int], int]], size: int, vocab: int) -> torch.Tensor:
@@ -142,40 +151,41 @@ class HeadTrainer:
     def loss(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
              delta: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Weighted KL per loss position and step [N] for one batch (ids, mask, where [B, T]; P, δ unused)."""
+        return weighted_kl(self.terms(ids, mask, where, P, delta, rows), P)
+
+    def terms(self, ids: torch.Tensor, mask: torch.Tensor, where: torch.Tensor, P: torch.Tensor,
+              delta: torch.Tensor, rows: torch.Tensor) -> Iterator[Term]:
+        """Each step's (EAGLE-3) or head's (Medusa) weighted pair of logits at its valid positions, one at a time."""
         dev = next(self.student.parameters()).device
         ids, mask, where = ids.to(dev), mask.to(dev), where.to(dev)
         out = self.features(ids, mask, rows)
         final = out.final.to(dev)
         p = self.features.logits(final).float()  # [B, T, V]
         if isinstance(self.student, MedusaHeads):  # kind medusa: the last hidden state, after the target's final norm
-            return self.medusa_loss(final.float(), p, where)
+            return self.medusa_terms(final.float(), p, where)
         feats = out.states.to(dev).flatten(-2).float()  # [B, T, 3H]: the three layers' states side by side
-        return self.eagle3_loss(feats, p, ids, mask, where)
+        return self.eagle3_terms(feats, p, ids, mask, where)
 
-    def eagle3_loss(self, feats: torch.Tensor, p: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
-                    where: torch.Tensor) -> torch.Tensor:
-        """The training-time test over J steps (module docstring): weighted KL at each valid (index, step)."""
+    def eagle3_terms(self, feats: torch.Tensor, p: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
+                     where: torch.Tensor) -> Iterator[Term]:
+        """The training-time test over J steps (module docstring): step j's (0.8^j, p, q) at its valid indices."""
         head, T = self.student, ids.shape[1]
-        assert isinstance(head, Eagle3Head), "eagle3_loss trains an EAGLE-3 head"
+        assert isinstance(head, Eagle3Head), "eagle3_terms trains an EAGLE-3 head"
         in_vocab = head.t2d[p.argmax(-1)]  # [B, T]: EAGLE-3 trains where the target's argmax is a draft token
         p = p[..., head.target_ids()]  # [B, T, V_d]: renormalised by the softmax in kl_per_position
-        out = []
         for j, o in enumerate(ttt_outputs(head, feats, ids, mask, self.steps)):
             n = T - j - 1  # indices whose target position t + j + 1 exists
             valid = where[:, j + 1 :] & in_vocab[:, j + 1 :]  # [B, n]: t + j + 1 predicts a continuation token
             if valid.any():
-                out.append(DECAY**j * kl_per_position(p[:, j + 1 :][valid], head.logits(o[:, :n])[valid]))
-        return torch.cat(out) if out else feats.new_zeros(0)
+                yield DECAY**j, p[:, j + 1 :][valid], head.logits(o[:, :n])[valid]
 
-    def medusa_loss(self, h: torch.Tensor, p: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-        """Head i's KL(p_{t+i} || q_i(h_t)) at each valid position, weighted 0.8^(i-1)."""
+    def medusa_terms(self, h: torch.Tensor, p: torch.Tensor, where: torch.Tensor) -> Iterator[Term]:
+        """Head i's (0.8^(i-1), p_{t+i}, q_i(h_t)) at each valid position."""
         logits = self.student(h)[..., : self.vocab]  # [B, T, k, V]
-        out = []
         for i in range(1, self.steps + 1):
             valid = where[:, i:]  # [B, T - i]: position t + i predicts a continuation token
             if valid.any():
-                out.append(DECAY ** (i - 1) * kl_per_position(p[:, i:][valid], logits[:, : -i, i - 1][valid]))
-        return torch.cat(out) if out else h.new_zeros(0)
+                yield DECAY ** (i - 1), p[:, i:][valid], logits[:, : -i, i - 1][valid]
 
     def state(self) -> dict[str, Any]:
         return {"head": self.student.state_dict()}

@@ -77,7 +77,7 @@ class Progress:
     """Where a run is: the next step, the log so far, the seconds trained before this process started."""
 
     step: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)  # one log entry a step
+    history: list[dict[str, float | list[float]]] = field(default_factory=list)  # one log entry a step
     seconds: float = 0.0
 
 
@@ -123,7 +123,7 @@ class Schedule:
 
 def fit(acc: Accelerator, model: torch.nn.Module, opt: torch.optim.Optimizer,
         sched: torch.optim.lr_scheduler.LRScheduler, params: list[torch.nn.Parameter],
-        batch_of: Callable[[int], tuple[list[Micro], int]], held_out: Callable[[], float],
+        batch_of: Callable[[int], tuple[list[Micro], int]], held_out: Callable[[], dict[str, float | list[float]]],
         save: Callable[[Progress, list], None], at: Progress, when: Schedule, progress: str | bool | None,
         desc: str) -> Progress:
     """Train from `at.step` to `when.steps`: each step this process's micro-batches and the global batch's loss
@@ -144,7 +144,7 @@ def fit(acc: Accelerator, model: torch.nn.Module, opt: torch.optim.Optimizer,
         positions += n
         bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{positions / (time.perf_counter() - t0):.0f}")
         if (step + 1) % when.every == 0 or step + 1 == when.steps:
-            entry["val_kl"] = held_out()
+            entry.update(held_out())
         at = Progress(step + 1, [*at.history, entry], at.seconds)
         if (step + 1) % when.save_every == 0 and step + 1 < when.steps:
             rngs = gather_object([rng_states()])  # every process's, in process order
