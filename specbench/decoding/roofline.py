@@ -224,7 +224,7 @@ def entry(site: Site, g: Gpu, r: Ratios) -> Entry:
     def at(m: Layout, role: str, k: int, L: int, rows: int) -> float:
         return forward_seconds(m, site.dtype, rows, k, L, g) * ratio(r, role, k)
 
-    out = Entry(pair=site.pair, shapes=site.shapes, dtype=site.dtype, device=f"roofline:{g.key}", path=site.path,
+    out = Entry(pair=site.pair, shapes=site.shapes, dtype=site.dtype, device=f"{g.key} (its roofline)", path=site.path,
                 batch_size=B, prompt_tokens=kv, target_tree_s={},
                 target_chain_s={str(w): at(t, "target", w, kv, B) for w in WIDTHS},
                 target_prefill_s={str(p): at(t, "target_prefill", p, 0, 1) for p in PREFILLS},
