@@ -42,11 +42,14 @@ def test_the_quick_run_writes_every_section(quick):
     lane = next(f for f in figures if f["what"] == "lane")
     assert lane["exit"] == 0 and lane["counts"]["passed"] > 0 and "failed" not in lane["counts"]
     schedule = next(f for f in figures if f["what"] == "schedule")["rows"]
-    assert [r[1] for r in schedule] == ["build", "engines", "lane", "costs", "batch", "trees"] * 1 + \
-        ["build", "engines", "costs", "batch", "trees"] and all(r[4] == "done" for r in schedule)
+    assert [r[1] for r in schedule] == ["build", "engines", "lane", "costs", "batch", "trees", "split"] * 1 + \
+        ["build", "engines", "costs", "batch", "trees", "split"] and all(r[4] == "done" for r in schedule)
     for pair in gpu.PAIRS:
         mine = {f["what"]: f for f in figures if f.get("pair") == pair}
-        assert set(mine) == {"build", "engines", "profile", "bandwidth", "batch", "trees"}
+        assert set(mine) == {"build", "engines", "profile", "bandwidth", "batch", "trees", "split"}
+        split = mine["split"]  # the target over the CPU and disk offload: the same tokens as on one device
+        assert split["differ"] == [] and set(split["placement"]) == {"cpu", "disk"}, split
+        assert set(split["tps"]) == {"ar eager", "vanilla eager"}
         bw = mine["bandwidth"]
         assert "by a copy probe" in bw["source"] and bw["bandwidth"] > 0 and f"![{pair}_eager_bandwidth.png]" in report
         assert (out / f"{pair}_eager_bandwidth.png").stat().st_size > 1000
@@ -106,9 +109,9 @@ def test_a_section_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypa
     assert "**llama31_8b_1b_shaped batch failed:** `RuntimeError: out of memory`" in report
     figures = [json.loads(x) for x in (tmp_path / "figures.jsonl").read_text().splitlines()]
     assert [f["what"] for f in figures] == ["build", "engines", "profile", "bandwidth", "failure", "failure",
-                                            "schedule"]
-    assert [(r[1], r[4]) for r in figures[-1]["rows"]][-2:] == [("batch", "failed: RuntimeError"),
-                                                                ("trees", "failed: RuntimeError")]
+                                            "split", "schedule"]  # the sections after the failures still run
+    assert [(r[1], r[4]) for r in figures[-1]["rows"]][-3:] == [("batch", "failed: RuntimeError"),
+                                                                ("trees", "failed: RuntimeError"), ("split", "done")]
     assert "## Goals" in report and json.loads((tmp_path / "profile.json").read_text())["entries"]
 
 
@@ -185,7 +188,7 @@ def test_a_section_that_does_not_fit_is_skipped_with_its_reason(tmp_path, monkey
     rows = next(json.loads(x) for x in (tmp_path / "figures.jsonl").read_text().splitlines()
                 if json.loads(x)["what"] == "schedule")["rows"]
     assert [(r[1], r[4].split(":")[0]) for r in rows] == [("build", "done"), ("engines", "done"), ("costs", "skipped"),
-                                                          ("batch", "done"), ("trees", "done")]
+                                                          ("batch", "done"), ("trees", "done"), ("split", "done")]
     assert not (tmp_path / "profile.json").exists()
 
 

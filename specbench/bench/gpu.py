@@ -20,8 +20,8 @@ import torch
 
 from specbench.bench import profile as prof
 from specbench.bench.gpu_report import Report, machine
-from specbench.bench.gpu_sections import (DEFAULT_BUDGET, PAIRS, SECTION_RUN, TREE_METHODS, Ctx, PairRun,
-                                          check_pairs, config, goals, params_b, run_lane)
+from specbench.bench.gpu_sections import (DEFAULT_BUDGET, PAIRS, SECTION_RUN, SPLIT_PROMPTS, SPLIT_TOKENS,
+                                          TREE_METHODS, Ctx, PairRun, check_pairs, config, goals, params_b, run_lane)
 from specbench.bench.common import batch_sizes
 from specbench.bench.overhead import positive
 from specbench.bench.schedule import BUILD_S_PER_B, LANE_S, OVERHEAD, Budget, OutOfTime, Pace
@@ -29,7 +29,8 @@ from specbench.decoding.compiled import WIDTHS
 from specbench.models.pairs import free_pairs
 from specbench.runs.provenance import git_info, package_versions
 
-SECTIONS = ("build", "engines", "costs", "compiled", "batch", "trees")  # per pair, in order of value
+SECTIONS = ("build", "engines", "costs", "compiled", "batch", "trees", "split")  # per pair, in order of value; split
+# leaves the target split over two places: the pair's last
 log = logging.getLogger(__name__)
 
 
@@ -90,9 +91,13 @@ def estimate(section: str, run: PairRun | None, ctx: Ctx) -> float | None:
                            sum(pace.ar(b, n) + pace.vanilla(b, g, n) for b in args.batch_sizes))
     if section == "trees":  # warm-up and one measured generation of ar and each tree method (about 2 vanilla's)
         return 2 * OVERHEAD * (pace.ar(1, n) + len(TREE_METHODS) * 2 * pace.vanilla(1, g, n))
+    if section == "split":  # ar and vanilla, warm-up and measured, on one device and split (SPLIT_SLOWDOWN slower)
+        k = min(n, SPLIT_TOKENS)
+        return 2 * OVERHEAD * (1 + SPLIT_SLOWDOWN) * (1 + SPLIT_PROMPTS) * (pace.ar(1, k) + pace.vanilla(1, g, k))
     raise ValueError(f"unknown section {section!r}")
 
 
+SPLIT_SLOWDOWN = 20.0  # a prior: half an 8B target's bf16 weights over PCIe per forward, against its eager forward
 UNCORRECTED = ("build", "lane")  # estimated from priors, not the pace model: never corrected, never correcting
 
 

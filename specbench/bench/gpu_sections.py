@@ -24,6 +24,7 @@ from specbench.bench.engine import EngineFigures, engine_figures
 from specbench.bench.gpu_report import Report, count, plot
 from specbench.bench.overhead import measure
 from specbench.bench.schedule import Budget, Pace, probe
+from specbench.bench.split import split_figures
 from specbench.common.configs import compose_config, plain
 from specbench.common.files import ROOT
 from specbench.decoding.profiles import Entry
@@ -348,6 +349,30 @@ def sec_batch(ctx: Ctx, run: PairRun, methods: tuple[str, ...] = ("vanilla",), s
     plot(ctx.rep.out, run.name, run.rows, run.costs)
 
 
+def sec_split(ctx: Ctx, run: PairRun) -> None:
+    """The target split over the device and the CPU (a CPU: the CPU and disk) by a memory cap: ar's and vanilla's
+    tokens against the one-device pair's, tokens/s of both (specbench.bench.split); the pair's last section."""
+    args = ctx.args
+    prompts, n = run.prompts[:SPLIT_PROMPTS], min(args.max_new_tokens, SPLIT_TOKENS)
+    fig = split_figures(run.loaded(), prompts, args.gamma, n)
+    where = ", ".join(f"{k} {v} modules" for k, v in fig["placement"].items())
+    ctx.rep.write(f"Target split by a memory cap ({where}; accelerate's device_map, as `device_map: auto` with "
+                  f"`max_memory` places a target larger than the GPU), {len(prompts)} prompt(s) x {n} new tokens, "
+                  "greedy; tokens/s:")
+    ctx.rep.table(["engine", "one device", "split", "split / one"],
+                  [[k, f"{v['one device']:.1f}", f"{v['split']:.1f}", f"{v['split'] / v['one device']:.3f}"]
+                   for k, v in fig["tps"].items()])
+    ctx.rep.write("Token ids identical to the one-device run for ar and vanilla." if not fig["differ"] else
+                  f"**Token ids differ from the one-device run: {', '.join(fig['differ'])}.**")
+    ctx.rep.record(pair=run.name, what="split", **fig)
+    if fig["differ"]:
+        raise RuntimeError(f"the split target's tokens differ from the one-device run's: {', '.join(fig['differ'])}")
+
+
+SPLIT_PROMPTS, SPLIT_TOKENS = 1, 32  # a split target's forwards move half its weights from the CPU each time
+
+
 SECTION_RUN: dict[str, Callable[[Ctx, PairRun], None]] = {
     "build": sec_build, "engines": sec_engines, "costs": sec_costs, "compiled": sec_compiled, "batch": sec_batch,
-    "trees": partial(sec_batch, methods=TREE_METHODS, sizes=[1])}  # the tree methods at B = 1 against ar
+    "trees": partial(sec_batch, methods=TREE_METHODS, sizes=[1]),  # the tree methods at B = 1 against ar
+    "split": sec_split}
