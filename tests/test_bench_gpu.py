@@ -269,3 +269,22 @@ def test_the_lanes_outcomes_are_read_off_pytests_lines_with_or_without_workers(t
     counts, failed = gpu_sections.lane_outcomes(out)
     assert counts == {"passed": 2, "failed": 1, "skipped": 1, "error": 1}
     assert sorted(failed) == ["test_known.py::test_c", "test_known.py::test_e"]
+
+
+def test_transformers_compiled_generation_decodes_its_eager_tokens():
+    """The yardstick of the compiled path (run_theirs with a static cache, which transformers compiles on a GPU):
+    greedy and assisted, the same new tokens as transformers' own greedy generate with its dynamic cache."""
+    from helpers import SAME_VOCAB, compose_cfg
+    from specbench.bench.common import run_theirs
+    from specbench.common.configs import plain
+    from specbench.models.pairs import load_pair
+
+    tiny_pair = load_pair(plain(compose_cfg(*SAME_VOCAB).pair), torch.device("cpu"))
+    prompt = [1, 5, 2, 9, 4]
+    with torch.no_grad():
+        want = tiny_pair.target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 5, dtype=torch.long),
+                                         do_sample=False, max_new_tokens=12,
+                                         pad_token_id=tiny_pair.tokenizer.pad_token_id)[0, 5:].tolist()
+    for assisted in (False, True):
+        got, seconds, calls = run_theirs(tiny_pair, prompt, 12, assisted=assisted, static=True)
+        assert got == want and seconds > 0 and calls[0] > 0 and (calls[1] > 0) == assisted

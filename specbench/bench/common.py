@@ -58,8 +58,11 @@ def assistant_settings(draft: PreTrainedModel, gamma: int) -> Iterator[None]:
             setattr(gc, k, v)
 
 @torch.inference_mode()
-def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) -> tuple[list[int], float, list[int]]:
-    """transformers' greedy assisted (or plain greedy) generation: new ids, wall seconds, [target, draft] calls."""
+def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True, static: bool = False
+               ) -> tuple[list[int], float, list[int]]:
+    """transformers' greedy assisted (or plain greedy) generation: new ids, wall seconds, [target, draft] calls. With
+    `static` its compiled generation: a static cache, whose forward transformers compiles itself on a GPU (its
+    auto-compile criteria; on a CPU it runs the static cache eagerly)."""
     device = pair.target.device
     x = torch.tensor([ids], dtype=torch.long, device=device)
     calls = [0, 0]
@@ -71,7 +74,8 @@ def run_theirs(pair: Pair, ids: list[int], max_new: int, assisted: bool = True) 
         # every causal LM a pair loads (AutoModelForCausalLM) is a GenerationMixin; PreTrainedModel's type does not say
         out = cast(GenerationMixin, pair.target).generate(
             x, attention_mask=torch.ones_like(x), assistant_model=pair.draft if assisted else None, do_sample=False,
-            max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id)
+            max_new_tokens=max_new, pad_token_id=pair.tokenizer.pad_token_id,
+            **({"cache_implementation": "static"} if static else {}))
         sync(device)
         seconds = time.perf_counter() - t0
     finally:

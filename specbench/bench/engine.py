@@ -67,6 +67,10 @@ def write_profile(args: argparse.Namespace, command: str, pair: Pair, prompt: li
     return 0
 
 
+THEIRS = {"transformers": (True, False), "transformers greedy": (False, False),  # label -> (assisted, static cache)
+          "transformers compiled": (True, True), "transformers compiled greedy": (False, True)}  # the compiled path's
+
+
 @dataclass
 class EngineFigures:
     """What `engine` measures on one pair: per-call costs, throughput, overhead, acceptance, token checks."""
@@ -119,26 +123,27 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
     for path in paths:
         c = path == "compiled"
         costs[path] = (call_ms(pair.target, p0, 1, c), call_ms(pair.target, p0, g1, c), call_ms(draft, p0, 1, c))
-    labels = [*ours, "transformers", "transformers greedy"]
+    theirs = {k: v for k, v in THEIRS.items() if "compiled" in paths or not v[1]}  # label -> (assisted, static)
+    labels = [*ours, *theirs]
     seconds = dict.fromkeys(labels, 0.0)
     rows: dict[str, list[dict]] = {k: [] for k in ours}
     bad: dict[str, str] = {}
     tokens: dict[str, list[int]] = {}  # each label's tokens on the current prompt
-    theirs_tokens = {"transformers": 0, "transformers greedy": 0}
+    theirs_tokens = dict.fromkeys(theirs, 0)
     records: list = []  # the first path's vanilla iterations
     stats: dict[str, list[CallStats]] = {path: [] for path in paths}  # path -> vanilla's call_stats per generation
     with assistant_settings(draft, gamma):
         for engine in ours.values():  # warm-up, not measured: every prompt (the compiled graphs of all widths)
             for ids in prompts:
                 engine.generate(ids, max_new)
-        run_theirs(pair, p0, max_new)
-        run_theirs(pair, p0, max_new, assisted=False)
+        for assisted, static in theirs.values():  # a compiled generation compiles here
+            run_theirs(pair, p0, max_new, assisted, static)
         for r in range(repeats):
             for i, ids in enumerate(prompts):
                 k = (r * len(prompts) + i) % len(labels)  # rotate who goes first, against drift
                 for label in labels[k:] + labels[:k]:
                     if label.startswith("transformers"):
-                        tokens[label], t, _ = run_theirs(pair, ids, max_new, assisted=label == "transformers")
+                        tokens[label], t, _ = run_theirs(pair, ids, max_new, *theirs[label])
                         theirs_tokens[label] += len(tokens[label])
                     else:
                         t0 = time.perf_counter()
@@ -188,9 +193,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
     print(f"{'engine':18} {'tok/s':>8} {'overhead':>9} {'vs transformers':>16}")
     for label, o in fig.overhead.items():
         print(f"{label:18} {fig.tps[label]:8.1f} {o:9.1%} {fig.tps[label] / fig.tps['transformers']:16.3f}")
-    print(f"{'transformers':18} {fig.tps['transformers']:8.1f} {'':9} {1:16.3f}")
-    print(f"{'transformers greedy':18} {fig.tps['transformers greedy']:8.1f} {'':9} "
-          f"{fig.tps['transformers greedy'] / fig.tps['transformers']:16.3f}")
+    for label in (k for k in THEIRS if k in fig.tps):
+        print(f"{label:18} {fig.tps[label]:8.1f} {'':9} {fig.tps[label] / fig.tps['transformers']:16.3f}")
     for path, (measured, expected, predicted) in fig.speedups().items():
         t1, _, d1 = fig.costs[path]
         print(f"{path}: acceptance rate {fig.acceptance:.3f}, α {fig.alpha:.3f}, cost ratio c = draft/target {d1 / t1:.3f}; speedup of vanilla over "

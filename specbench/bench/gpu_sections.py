@@ -20,7 +20,7 @@ import torch
 
 from specbench.bench import bandwidth, profile as prof
 from specbench.bench.common import dataset_prompts, load_cfg
-from specbench.bench.engine import EngineFigures, engine_figures
+from specbench.bench.engine import THEIRS, EngineFigures, engine_figures
 from specbench.bench.gpu_report import Report, count, plot
 from specbench.bench.overhead import measure
 from specbench.bench.schedule import Budget, Pace, probe
@@ -263,11 +263,12 @@ def sec_engines(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
               f"greedy, {args.repeats} repeat(s); vanilla's acceptance rate {fig.acceptance:.3f}, per-token α "
               f"{fig.alpha:.3f}); per-call medians: target 1 token {fig.costs[path][0]:.2f} ms, {args.gamma + 1} "
               f"tokens {fig.costs[path][1]:.2f} ms, draft 1 token {fig.costs[path][2]:.2f} ms:")
-    rep.table(["engine", "tokens/s", "overhead", "vs transformers"],
-              [[k_, f"{fig.tps[k_]:.1f}", f"{fig.overhead[k_]:.1%}", f"{fig.tps[k_] / fig.tps['transformers']:.3f}"]
-               for k_ in fig.overhead] + [["transformers assisted", f"{fig.tps['transformers']:.1f}", "-", "1.000"],
-                                          ["transformers greedy", f"{fig.tps['transformers greedy']:.1f}", "-",
-                                           f"{fig.tps['transformers greedy'] / fig.tps['transformers']:.3f}"]])
+    like = "transformers compiled" if path == "compiled" else "transformers"  # like with like
+    rep.table(["engine", "tokens/s", "overhead", "vs transformers assisted",
+               *(["vs transformers compiled assisted"] if like != "transformers" else [])],
+              [[k_, f"{fig.tps[k_]:.1f}", f"{fig.overhead[k_]:.1%}" if k_ in fig.overhead else "-",
+                *(f"{fig.tps[k_] / fig.tps[y]:.3f}" for y in dict.fromkeys(("transformers", like)))]
+               for k_ in [*fig.overhead, *(k for k in THEIRS if k in fig.tps)]])
     rep.table(["path", "vanilla / ar measured", "Leviathan textbook", "predicted (its iterations at these costs)"],
               [[p, f"{m:.3f}", f"{e:.3f}", "-" if q is None else f"{q:.3f}"] for p, (m, e, q) in fig.speedups().items()])
     rep.write("Token ids identical to transformers' for every engine and prompt (vanilla against assisted generation, "
