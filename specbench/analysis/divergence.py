@@ -26,7 +26,7 @@ from specbench.analysis import load
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
-from specbench.decoding.margins import NEAR_TIE, near_tie_limit
+from specbench.decoding.margins import NEAR_TIE, first_difference, near_tie_limit
 
 COLUMNS = ["position", "ar token", "run token", "ar margin", "run margin", "class"]
 
@@ -56,7 +56,7 @@ def first_divergence(prompt: str, ar: dict, run: dict, limit: float) -> Divergen
     a, r = ar["token_ids"], run["token_ids"]
     if a == r:
         return None
-    t = next((i for i, (x, y) in enumerate(zip(a, r)) if x != y), min(len(a), len(r)))
+    t = first_difference(a, r)
     am, rm = _at(ar.get("top2_margins"), t), _at(run.get("top2_margins"), t)
     known = [m for m in (am, rm) if m is not None]
     margin = min(known) if known else float("nan")

@@ -15,7 +15,7 @@ from specbench.common.configs import compose_config, plain
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.decoders import Decoder
-from specbench.decoding.margins import near_tie_limit
+from specbench.decoding.margins import first_difference, near_tie_limit
 from specbench.bench.profile import forward_seconds
 from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair
@@ -93,11 +93,6 @@ def mismatch(i: int, ours: list[int], theirs: list[int], why: str = "") -> str:
     return (f"MISMATCH prompt {i}: ours {len(ours)} tokens, transformers {len(theirs)}; first difference at "
             f"position {k}: ours {ours[k:k + 5]} vs transformers {theirs[k:k + 5]} "
             f"(after {ours[max(0, k - 5):k]})" + (f"; {why}" if why else ""))
-
-
-def first_difference(a: list[int], b: list[int]) -> int:
-    """The first position where two token lists differ (the shorter's length where one extends the other)."""
-    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 @torch.no_grad()

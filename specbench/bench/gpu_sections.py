@@ -27,6 +27,7 @@ from specbench.bench.schedule import Budget, Pace, probe
 from specbench.bench.split import split_figures
 from specbench.common.configs import compose_config, plain
 from specbench.common.files import ROOT
+from specbench.decoding import roofline
 from specbench.decoding.profiles import Entry
 from specbench.models.pairs import Pair, load_pair
 from specbench.models.shaped import chain, shrink, successor
@@ -60,13 +61,10 @@ class PairRun:
 
 
 def params_b(cfg: dict) -> float:
-    """Billions of parameters of a shaped pair's config (embedding and untied head, attention, MLP per layer)."""
-    total = 0.0
-    for spec in (cfg["target"], cfg["draft"]):
-        h, hd = spec["hidden_size"], spec.get("head_dim") or spec["hidden_size"] // spec["num_attention_heads"]
-        attn = 2 * h * spec["num_attention_heads"] * hd + 2 * h * spec["num_key_value_heads"] * hd
-        total += 2 * spec["vocab_size"] * h + spec["num_hidden_layers"] * (attn + 3 * h * spec["intermediate_size"])
-    return total / 1e9
+    """Billions of parameters of a shaped pair's config: each model's matrix weights (roofline.weights: attention, MLP
+    per layer, the untied head) and its embedding."""
+    models = [roofline.layout(cfg[role]) for role in ("target", "draft")]
+    return sum(roofline.weights(m) + m.V * m.h for m in models) / 1e9
 
 
 def config(name: str, device: torch.device, quick: bool) -> dict:

@@ -27,6 +27,11 @@ def near_tie_limit(dtype: object) -> float:
     return NEAR_TIE.get(str(dtype or "float32").removeprefix("torch."), NEAR_TIE["float32"])
 
 
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The first position where two token lists differ (the shorter's length where one extends the other)."""
+    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def top2_values(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The two largest logits [B, keep, 2] of logits [B, keep, V_model] over the first vocab_size entries, in float32,
     on the logits' device (no host copy)."""
