@@ -74,6 +74,8 @@ def test_the_quick_run_writes_every_section(quick):
             assert sorted(map(int, e["target_tree_s"])) == ([16, 32, 64] if b == 1 else [])
             assert sorted(map(int, e.get("target_hidden_s", {}))) == ([1, 2, 4, 8, 16] if b == 1 else [])
             assert sorted(map(int, e.get("draft_tree_s", {}))) == ([1, 2, 3, 4, 6, 8, 16] if b == 1 else [])
+            assert e.get("long_tokens") == (e["prompt_tokens"] + 256 if b == 1 else None)  # a longer cache's costs
+            assert set(e.get("target_chain_long_s", {})) == (set(e["target_chain_s"]) if b == 1 else set())
             assert e["shapes"]["target"]["hidden_size"] == 64 and e["shapes"]["target"]["model_type"]
     check_bandwidth_rows(figures, profile)
 

@@ -73,6 +73,29 @@ def overview_of(root: Path, profile: Path, pair: str | None = None):
     return next(t for t in rep.tables if t.name.startswith("overview")), [n for n in rep.notes if "projection" in n]
 
 
+def test_a_run_is_priced_at_its_own_context_where_the_profile_measured_a_longer_cache(tmp_path):
+    """An entry measured after P = 20 and after L = 120 cached tokens (target chains x 1.5, draft forwards x 1.2 at
+    L): a run of prompts of 30 tokens and 12 new ones attends over kv = 30 + 12 / 2 = 36 on average, so each target
+    forward costs 1 + (36 - 20) / 100 x 0.5 = 1.08 times its cost after P, each draft forward 1.032 times: CHAIN's
+    hand formula at those costs. Without prompt lengths (older rows) nothing is scaled."""
+    write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
+    add_fields(chain_run(tmp_path / "res"), None, [{"prompt_tokens": 30}])
+    e = entry(drafts=True)
+    e.update(long_tokens=120, target_chain_long_s={k: 1.5 * v for k, v in e["target_chain_s"].items()},
+             draft_chain_long_s={k: 1.2 * v for k, v in e["draft_chain_s"].items()})
+    assert profiles.kv_scale(e, "target", 3, 36) == pytest.approx(1.08)
+    assert profiles.kv_scale(e, "draft", 1, 36) == pytest.approx(1.032) and profiles.kv_scale(e, "draft", 1, None) == 1
+    ov, _ = overview_of(tmp_path / "res", write_profile(tmp_path / "profile.json", e))
+    t, d = 1.08, 0.1 * 1.032
+    truth = (2 * 7 / 3 + 5 / 3) / (2 * (2 * d + 1.4 * t) + (d + 1.2 * t)) * 1.0 * t
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == pytest.approx(truth)
+    chain_run(tmp_path / "old")  # no prompt_tokens: the costs after P
+    write_run(tmp_path / "old", "ar", "ar", [{"new": 12, "s": 1.0}])
+    ov, _ = overview_of(tmp_path / "old", tmp_path / "profile.json")
+    assert ov.values.loc[("p · gsm8k", "vanilla"), ("", "at test box")] == pytest.approx(
+        (2 * 7 / 3 + 5 / 3) / (2 * (2 * 0.1 + 1.4) + (0.1 + 1.2)))
+
+
 def test_a_chain_run_projected_by_hand(tmp_path):
     write_run(tmp_path / "res", "ar", "ar", [{"new": 12, "s": 1.0}])
     chain_run(tmp_path / "res")  # 12 tokens in 0.5 s: measured speedup 2.0 over ar's 12 in 1.0 s

@@ -5,7 +5,6 @@ otherwise than the run's (another machine, another load, a verify that returns h
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
 from specbench.decoding import roofline
 from specbench.decoding.profiles import Entry
-from specbench.runs.projection import ProfileError, at_own_forwards, price, read
+from specbench.runs.projection import ProfileError, at_own_forwards, mean_context, price, read
 
 COLUMNS = ["iterations", "verify ms (run)", "verify ms (profile)", "verify run / profile - 1", "draft ms (run)",
            "draft ms (profile)", "draft run / profile - 1", "host ms (run)", "projected at the run's own forwards"]
@@ -135,11 +134,10 @@ def sites(runs: pd.DataFrame) -> list[roofline.Site]:
             keyed.setdefault(key, []).append(r)
     out = []
     for same in keyed.values():
-        blocks = [p for r in same for p, _ in (r["first_blocks"] or [])]
-        new = sum(int(r["new_tokens_total"]) for r in same if r["first_blocks"])
-        kv = round(statistics.mean(blocks) + new / len(blocks) / 2) if blocks else 128
+        kv = mean_context(same)
         r = same[0]
-        out.append(roofline.Site(r["pair"], r["shapes"], r["dtype"], r["path"], int(r["batch_size"]), kv))
+        out.append(roofline.Site(r["pair"], r["shapes"], r["dtype"], r["path"], int(r["batch_size"]),
+                                 128 if kv is None else round(kv)))
     return out
 
 

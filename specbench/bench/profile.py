@@ -28,6 +28,7 @@ BATCH_SIZES = (1, 4, 16, 64)
 HIDDEN_WIDTHS = (1, 2, 4, 8, 16)  # verifies that return hidden states (EAGLE-3's chains: up to γ + 1 tokens)
 PREFILL_TOKENS = (32, 128, 512)  # prompt lengths of the prefill forwards (a generation's first; those within the
 # pair's context), interpolated between
+LONGER = 256  # the longer cache's extra tokens (within the pair's context), whose forwards price a run's contexts
 
 
 def device_name(device: torch.device) -> str:
@@ -94,7 +95,8 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
                   trees: tuple[int, ...] = TREE_NODES) -> Entry:
     """One profile entry of `pair` (named `name`) on its device: the target's chains at each width, the draft's forwards
     (compiled: of one token, no further graphs built; eager: DRAFT_WIDTHS) and, eager at B = 1, both models' trees, the
-    target's chains that return hidden states (HIDDEN_WIDTHS) and both models' prefills (PREFILL_TOKENS)."""
+    target's chains that return hidden states (HIDDEN_WIDTHS), both models' prefills (PREFILL_TOKENS) and their chains
+    after a longer cache of `long_tokens` (the prompt plus LONGER, within the pair's context)."""
     compile = path == "compiled"
     t, d = pair.target, pair.model("draft")
     widths = [w for w in WIDTHS if w <= max(CHAIN_WIDTHS)] if compile else CHAIN_WIDTHS  # compiled: the graphs' widths
@@ -110,6 +112,8 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
     hidden = {str(w): forward_seconds(t, prompt, w, rows, compile, steps, layers) for w in HIDDEN_WIDTHS} if tree else {}
     context = pair.context_length([t, d]) or max(PREFILL_TOKENS)
     lengths = [n for n in PREFILL_TOKENS if n <= context] or [context]
+    L = min(len(prompt) + LONGER, context - max(CHAIN_WIDTHS) - 1)  # the longer cache, leaving room for every width
+    longer = (prompt * (L // max(len(prompt), 1) + 1))[:L] if tree and L >= len(prompt) + 16 else None
     prefill = {role: {str(n): prefill_seconds(m, prompt, n, min(steps, 3)) for n in lengths}
                for role, m in (("target", t), ("draft", d))} if tree else {}
     entry = Entry(pair=name, shapes={"target": shapes(t), "draft": shapes(d)},
@@ -123,6 +127,11 @@ def measure_entry(pair: Pair, name: str, prompt: list[int], path: str, rows: int
         entry["target_hidden_s"] = hidden
     if prefill:
         entry["target_prefill_s"], entry["draft_prefill_s"] = prefill["target"], prefill["draft"]
+    if longer:
+        entry["long_tokens"] = L
+        entry["target_chain_long_s"] = {str(w): forward_seconds(t, longer, w, 1, False, steps) for w in CHAIN_WIDTHS}
+        entry["draft_chain_long_s"] = {str(w): forward_seconds(d, longer, w, 1, False, steps, every_logit=False)
+                                       for w in DRAFT_WIDTHS}
     return entry
 
 

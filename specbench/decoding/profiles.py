@@ -14,13 +14,19 @@ one (pair, dtype, device, path, batch size); keys marked * are lacking in older 
      "target_hidden_s": {"k": s},  # * a target forward of k tokens also returning three layers' hidden states
                                    #   (EAGLE-3's and SD²'s verifies; B = 1, eager)
      "target_prefill_s": {"P": s}, # * one target forward of a P-token prompt into an empty cache (B = 1, eager)
-     "draft_prefill_s": {"P": s}}  # * the draft's likewise
+     "draft_prefill_s": {"P": s},  # * the draft's likewise
+     "long_tokens": L,             # * a longer cache, L > P tokens (B = 1, eager), and after it:
+     "target_chain_long_s": {"k": s},  # * the target's chains
+     "draft_chain_long_s": {"k": s}}   # * the draft's forwards
 
 every s (but the prefills') the median wall seconds of several forwards after a cached prompt of P tokens (rolled
 back after each). Compiled forwards are padded to the compiled widths (specbench.decoding.compiled.WIDTHS), which a
 compiled entry lists; trees run eagerly at B = 1. Between measured widths the cost is interpolated linearly, beyond
 the widest extrapolated from the last two; a tree smaller than the smallest measured is interpolated from the
-one-token forward (a tree of 0 nodes). `shapes` (SHAPE_KEYS of each model's config) decides the costs at one dtype:
+one-token forward (a tree of 0 nodes). A forward over a cache of kv tokens (a run's mean context, not P) costs its
+cost after P times kv_scale, linear in the cache between P and `long_tokens` where the entry has them, whose
+forwards attend over more keys: the attention's share of a forward grows with the cache.
+`shapes` (SHAPE_KEYS of each model's config) decides the costs at one dtype:
 a run records its pair's (config.json runtime.shapes), and `pair_entries` / `pick` choose the entry to cost it.
 """
 
@@ -62,6 +68,9 @@ class OptionalKeys(TypedDict, total=False):
     target_hidden_s: dict[str, float]
     target_prefill_s: dict[str, float]
     draft_prefill_s: dict[str, float]
+    long_tokens: int
+    target_chain_long_s: dict[str, float]
+    draft_chain_long_s: dict[str, float]
 
 
 class Entry(OptionalKeys):
@@ -133,27 +142,46 @@ def tree_seconds(entry: Entry, nodes: float) -> float:
     return interpolate(trees, nodes)
 
 
-def draft_seconds(entry: Entry, tokens: float, tree: bool = False) -> float:
-    """Seconds of one draft forward of `tokens` tokens per row (with `tree` a tree-attention forward); an entry
-    without those widths (older, or compiled): its one-token forward."""
+def draft_seconds(entry: Entry, tokens: float, tree: bool = False, kv: float | None = None) -> float:
+    """Seconds of one draft forward of `tokens` tokens per row (with `tree` a tree-attention forward) over a cache of
+    `kv` tokens (kv_scale); an entry without those widths (older, or compiled): its one-token forward."""
     widths = entry.get("draft_tree_s") if tree else entry.get("draft_chain_s")
-    return interpolate(widths, tokens) if widths else entry["draft_token_s"]
+    seconds = interpolate(widths, tokens) if widths else entry["draft_token_s"]
+    return seconds * kv_scale(entry, "draft", tokens, kv)
+
+
+def kv_scale(entry: Entry, role: str, tokens: float, kv: float | None) -> float:
+    """The factor by which a `role` forward of `tokens` a row over a cache of kv tokens costs more than over the
+    entry's P = prompt_tokens: 1 + (kv - P) / (L - P) x (c_L(tokens) / c_P(tokens) - 1), c_P and c_L its chain
+    forwards after P and after L = long_tokens (linear in the cache, extrapolated past L); 1 where the entry has no
+    long forwards or kv is None."""
+    target = role == "target"
+    longer = entry.get("target_chain_long_s") if target else entry.get("draft_chain_long_s")
+    short = entry["target_chain_s"] if target else entry.get("draft_chain_s")
+    L, P = entry.get("long_tokens"), entry.get("prompt_tokens")
+    if kv is None or not longer or not short or not L or P is None or L <= P:
+        return 1.0
+    return 1 + (kv - P) / (L - P) * (interpolate(longer, tokens) / interpolate(short, tokens) - 1)
 
 
 def iteration_costs(entry: Entry, widths: list[int], tree: bool = False, draft_per_node: float | None = None,
-                    hidden: bool = False, look: Mapping[str, float] | None = None) -> dict[str, object]:
+                    hidden: bool = False, look: Mapping[str, float] | None = None, kv: float | None = None
+                    ) -> dict[str, object]:
     """The call costs (speedup.call_costs' format) of iterations that verified w nodes, w in `widths`, off an entry:
     target_by_width["w+1"] the forward of the root's token, w nodes and look[w] look-only nodes (their mean per such
     iteration: Lookahead's window; with `tree` a tree; with `hidden` a chain also returning hidden states,
     target_hidden_s where present), target_1 ar's step, draft_per_token `draft_per_node`
-    (specbench.runs.projection) or else the draft's one-token forward."""
+    (specbench.runs.projection) or else the draft's one-token forward; every target forward over a cache of `kv`
+    tokens (kv_scale; None: the entry's prompt)."""
     states = entry.get("target_hidden_s") if hidden and not tree else None  # chains that return hidden states
     fed = {w: w + (look or {}).get(str(w), 0.0) for w in widths}  # nodes fed besides the root
-    by_width = {str(w + 1): tree_seconds(entry, fed[w]) if tree and fed[w] else
-                interpolate(states, fed[w] + 1) if states else chain_seconds(entry, fed[w] + 1) for w in widths}
-    return {"batch_size": entry["batch_size"], "target_1": chain_seconds(entry, 1), "target_1_from": "profile",
-            "target_by_width": by_width,
-            "draft_per_token": entry["draft_token_s"] if draft_per_node is None else draft_per_node}
+    by_width = {str(w + 1): (tree_seconds(entry, fed[w]) if tree and fed[w] else interpolate(states, fed[w] + 1)
+                             if states else chain_seconds(entry, fed[w] + 1)) * kv_scale(entry, "target", fed[w] + 1, kv)
+                for w in widths}
+    return {"batch_size": entry["batch_size"], "target_1": chain_seconds(entry, 1) * kv_scale(entry, "target", 1, kv),
+            "target_1_from": "profile", "target_by_width": by_width,
+            "draft_per_token": (entry["draft_token_s"] * kv_scale(entry, "draft", 1, kv) if draft_per_node is None
+                                else draft_per_node)}
 
 
 def pairs(profile: dict) -> list[str]:

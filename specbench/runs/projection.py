@@ -54,6 +54,15 @@ def first_blocks(rows: list[dict], stats: list[CallStats | None]) -> list[tuple[
     return out
 
 
+def mean_context(runs: list[Mapping[str, Any]]) -> float | None:
+    """The cache a run's later forwards attend over, on average: its generations' mean prompt P plus half their mean
+    new tokens (a generation's context grows from P to P + new); None where rows lack prompt lengths."""
+    blocks = [p for r in runs for p, _ in (r.get("first_blocks") or [])]
+    if not blocks or any(not r.get("first_blocks") for r in runs):
+        return None
+    return statistics.mean(blocks) + sum(int(r["new_tokens_total"]) for r in runs) / len(blocks) / 2
+
+
 def after_first_block(rows: list[dict]) -> float:
     """Tokens per second of the rows' generations after their first block (the prompt's forwards and the first
     iteration, which predicted_speedup and a projection leave out), the median over repeats: per repeat Σ tokens the
@@ -114,8 +123,8 @@ def at_own_forwards(stats: CallStats | None, baseline: CallStats | None) -> floa
     return predicted_speedup(stats, costs)
 
 
-def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tree: bool = False
-               ) -> tuple[float | None, str]:
+def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tree: bool = False,
+               kv: float | None = None) -> tuple[float | None, str]:
     """(the draft seconds per drafted node of the run's iterations at the entry's costs, in words), or (None, why).
 
     Drafts from no model (`pld`) cost 0. The pair's draft model: Σ_w steps_w · draft(tokens_w / steps_w) / Σ drafted
@@ -149,7 +158,7 @@ def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tre
     steps, tokens = stats.get("draft_steps") or {}, stats.get("draft_tokens") or {}
     if sum(steps.values()) and sum(tokens.values()):
         trees = tree and bool(entry.get("draft_tree_s"))
-        seconds = sum(k * draft_seconds(entry, tokens.get(w, k) / k, trees) for w, k in steps.items() if k)
+        seconds = sum(k * draft_seconds(entry, tokens.get(w, k) / k, trees, kv) for w, k in steps.items() if k)
         per_forward = sum(steps.values()) / nodes
         width = sum(tokens.values()) / sum(steps.values())
         exact = ("" if entry.get("draft_chain_s") else " (the entry has no draft widths: one-token forwards)"
@@ -157,7 +166,7 @@ def draft_cost(run: Mapping[str, Any], entry: Entry, target_s: float | None, tre
         return seconds / nodes, f"{per_forward:.3g} draft forwards per drafted node of {width:.3g} tokens{exact}"
     ratio = forwards / drafted  # rows older than draft_steps: every draft forward a one-token one
     said = f"{ratio:.3g} draft forwards per drafted node, of one token each (older rows)"
-    return ratio * entry["draft_token_s"], said
+    return ratio * draft_seconds(entry, 1, kv=kv), said
 
 
 def project(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
@@ -255,9 +264,10 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
     hidden = bool(run.get("hidden_verify"))  # its verifies returned hidden states (EAGLE-3, SD²)
     # the profile's verify of each width (draft below), in call_costs' format
     look = {w: k / n[w] for w, k in (stats.get("look_nodes") or {}).items() if n.get(w)}  # mean per iteration
-    costs: dict[str, Any] = iteration_costs(entry, widths, tree, hidden=hidden, look=look)
+    kv = mean_context([run]) if entry.get("long_tokens") else None  # its forwards' cache, where the entry prices it
+    costs: dict[str, Any] = iteration_costs(entry, widths, tree, hidden=hidden, look=look, kv=kv)
     target_s = sum(k * costs["target_by_width"][str(int(w) + 1)] for w, k in n.items())
-    per_node, said = draft_cost(run, entry, target_s, tree) if run["drafted_total"] else (0.0, "no drafts")
+    per_node, said = draft_cost(run, entry, target_s, tree, kv) if run["drafted_total"] else (0.0, "no drafts")
     its, nodes = sum(n.values()), sum(int(w) * k for w, k in n.items())
     host = host_per_iteration(stats)
     if host is not None and baseline_host is not None:
@@ -272,6 +282,8 @@ def price(run: Mapping[str, Any], profile: dict, by_name: str | None = None,
             "said": f"{which}, {'tree' if tree else 'chain'} verifies"
                     + (" returning hidden states" + ("" if entry.get("target_hidden_s") else " (priced as plain "
                        "forwards: the entry has no target_hidden_s)") if hidden and not tree else "")
+                    + (f", over a cache of {kv:.0f} tokens (the entry's {entry['prompt_tokens']} and "
+                       f"{entry.get('long_tokens')})" if kv is not None else "")
                     + f", {said}, {host_said}", "iterations": its,
             "verify_run": sum(stats["verify_forward_s" if split else "verify_s"].values()) / its,
             "verify_profile": target_s / its,
