@@ -10,7 +10,7 @@ import torch
 
 from helpers import AcceptAll, FixedGamma, add_fields, pair_engine, write_run
 from specbench.analysis import divergence, load, report
-from specbench.decoding.margins import near_tie_limit
+from specbench.common.near_ties import near_tie_limit
 
 PROMPT = [5, 17, 42, 9, 77, 3]
 

@@ -1,4 +1,4 @@
-"""Roofline costs (specbench.decoding.roofline) and `python -m specbench.report DIR --profile roofline:GPU`: the
+"""Roofline costs (specbench.runs.roofline) and `python -m specbench.report DIR --profile roofline:GPU`: the
 bytes and FLOPs of a forward by hand on a small config, the weights against transformers' own models' parameter
 counts, the spec-sheet table's names, and a run projected onto a GPU's bare roofline by predicted_speedup's formula."""
 
@@ -11,7 +11,7 @@ import torch
 from test_projection import CHAIN, TOY, chain_run
 from helpers import write_run
 from specbench.analysis import report
-from specbench.decoding import roofline
+from specbench.runs import roofline
 from specbench.decoding.profiles import ProfileError, read
 from specbench.common.files import ROOT
 

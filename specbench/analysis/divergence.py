@@ -10,7 +10,7 @@ first position t where a lossless run at temperature 0 differs from the `ar` run
     suspect   otherwise: a clear margin, a committed token that is not its verify's top-1, or the same tokens with
               another length (a stop handled differently)
 
-NEAR_TIE (logits, specbench.decoding.margins) is the float noise of one verify in the run's dtype.
+NEAR_TIE (logits, specbench.common.near_ties) is the float noise of one verify in the run's dtype.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from specbench.analysis import load
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
-from specbench.decoding.margins import NEAR_TIE, first_difference, near_tie_limit
+from specbench.common.near_ties import NEAR_TIE, first_difference, near_tie_limit
 
 COLUMNS = ["position", "ar token", "run token", "ar margin", "run margin", "class"]
 

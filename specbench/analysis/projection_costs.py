@@ -14,9 +14,8 @@ import pandas as pd
 from specbench.analysis.baselines import baseline_or_refusal
 from specbench.analysis.selection import Group
 from specbench.analysis.tables import Table
-from specbench.decoding import roofline
-from specbench.decoding.profiles import Entry
-from specbench.runs.projection import ProfileError, at_own_forwards, mean_context, price, read
+from specbench.runs import roofline
+from specbench.runs.projection import Entry, ProfileError, at_own_forwards, mean_context, price, read
 
 COLUMNS = ["iterations", "verify ms (run)", "verify ms (profile)", "verify run / profile - 1", "draft ms (run)",
            "draft ms (profile)", "draft run / profile - 1", "host ms (run)", "projected at the run's own forwards"]
@@ -112,7 +111,7 @@ def costs_table(group: Group, projection: Projection) -> Table:
 
 def projection(spec: str, runs: pd.DataFrame, pair: str | None) -> Projection:
     """The projection `--profile spec` asks for: a profile.json, or `roofline:GPU`, the runs' pairs on that GPU's
-    roofline (specbench.decoding.roofline) with the table of the measured profiles' ratios to it."""
+    roofline (specbench.runs.roofline) with the table of the measured profiles' ratios to it."""
     if not spec.startswith("roofline:"):
         return Projection(read(Path(spec)), pair)
     if pair is not None:

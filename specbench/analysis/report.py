@@ -37,7 +37,7 @@ from specbench.analysis.selection import Group, ReportError, labels, unique_labe
 from specbench.analysis.tables import Table, in_group, runs_on
 from specbench.common.aggregate import TRUNCATED_WARN_FRAC
 from specbench.common.files import write_text_atomic
-from specbench.decoding import roofline
+from specbench.runs import roofline
 from specbench.runs.identity import identity
 from specbench.runs.projection import ProfileError
 

@@ -1,5 +1,5 @@
 """Memory bandwidth in `bench gpu`'s cost profiles: the bytes each measured target forward moves
-(specbench.decoding.roofline.forward_bytes: the weights, then every row's keys and values), the rate it moved them
+(specbench.runs.roofline.forward_bytes: the weights, then every row's keys and values), the rate it moved them
 at, its fraction of the device's bandwidth (rated by its spec sheet, or measured by a copy probe for a device not in
 the table, a CPU included) and the time that bandwidth bounds it to, as a table and a plot per pair and path."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.decoding import roofline
+from specbench.runs import roofline
 from specbench.decoding.profiles import Entry
 
 WIDTHS = (1, 2, 4, 8, 16, 32, 64)  # the widths the table shows (the plot: every measured one)

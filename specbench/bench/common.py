@@ -15,7 +15,7 @@ from specbench.common.configs import compose_config, plain
 from specbench.data.dataset import Example, build_dataset
 from specbench.data.prompting import encode
 from specbench.decoding.decoders import Decoder
-from specbench.decoding.margins import first_difference, near_tie_limit
+from specbench.common.near_ties import first_difference, near_tie_limit
 from specbench.bench.profile import forward_seconds
 from specbench.decoding.state import sync
 from specbench.models.pairs import Pair, load_pair
@@ -100,7 +100,7 @@ def divergence_class(target: PreTrainedModel, prompt: list[int], ours: list[int]
                      limit: float | None = None) -> str:
     """Why two greedy generations of one target part, by its top-2 logit margin where they first differ, from one
     cache-free forward of the prompt and their common prefix: 'near-tie' when the margin is below `limit`
-    (margins.NEAR_TIE of the target's dtype) and both tokens are its top two, else 'suspect' (so are equal tokens
+    (near_ties.NEAR_TIE of the target's dtype) and both tokens are its top two, else 'suspect' (so are equal tokens
     of other lengths: a stop handled otherwise)."""
     k = first_difference(ours, theirs)
     if k >= min(len(ours), len(theirs)):

@@ -27,7 +27,7 @@ from specbench.bench.schedule import Budget, Pace, probe
 from specbench.bench.split import split_figures
 from specbench.common.configs import compose_config, plain
 from specbench.common.files import ROOT
-from specbench.decoding import roofline
+from specbench.runs import roofline
 from specbench.decoding.profiles import Entry
 from specbench.models.pairs import Pair, load_pair
 from specbench.models.shaped import chain, shrink, successor

@@ -17,20 +17,6 @@ import torch
 
 from specbench.decoding.proposal import Proposal, Verdict
 
-# the float noise of one verify's logits in a dtype, below which a top-2 margin is a near-tie: bfloat16 keeps 8
-# significant bits, so logits of 16-32 are stored 0.125 apart; float16 keeps 11 bits, float32 24
-NEAR_TIE = {"bfloat16": 0.5, "float16": 0.1, "float32": 0.01}
-
-
-def near_tie_limit(dtype: object) -> float:
-    """NEAR_TIE of a dtype (torch's or its name; None: float32, what a run that recorded none ran)."""
-    return NEAR_TIE.get(str(dtype or "float32").removeprefix("torch."), NEAR_TIE["float32"])
-
-
-def first_difference(a: list[int], b: list[int]) -> int:
-    """The first position where two token lists differ (the shorter's length where one extends the other)."""
-    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
 
 def top2_values(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The two largest logits [B, keep, 2] of logits [B, keep, V_model] over the first vocab_size entries, in float32,

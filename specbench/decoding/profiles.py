@@ -40,7 +40,7 @@ from typing import TypedDict
 FORMAT = 1
 SHAPE_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "vocab_size")  # an entry matches a run by these
-LAYOUT_KEYS = ("head_dim",)  # recorded beside them for the roofline (specbench.decoding.roofline), not matched
+LAYOUT_KEYS = ("head_dim",)  # recorded beside them for the roofline (specbench.runs.roofline), not matched
 ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {  # what every entry must have to cost an iteration
     "pair": str, "dtype": str, "path": str, "batch_size": int, "target_chain_s": dict, "draft_token_s": (int, float)}
 

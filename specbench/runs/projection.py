@@ -21,8 +21,8 @@ from specbench.decoding.profiles import (Entry, ProfileError, draft_seconds, ite
                                          prefill_seconds, read)
 from specbench.decoding.speedup import CallStats, alphas, from_row, iteration_seconds, merge_stats, predicted_speedup
 
-__all__ = ["ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project", "project_whole",
-           "read", "run_stats"]  # read: a profile.json, for the report
+__all__ = ["Entry", "ProfileError", "at_own_forwards", "draft_cost", "host_per_iteration", "price", "project",
+           "project_whole", "read", "run_stats"]  # read: a profile.json, for the report
 
 
 def run_stats(rows: list[dict]) -> dict[str, Any]:
