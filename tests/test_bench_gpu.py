@@ -290,3 +290,21 @@ def test_transformers_compiled_generation_decodes_its_eager_tokens():
     for assisted in (False, True):
         got, seconds, calls = run_theirs(tiny_pair, prompt, 12, assisted=assisted, static=True)
         assert got == want and seconds > 0 and calls[0] > 0 and (calls[1] > 0) == assisted
+
+
+def test_a_compiled_generation_transformers_cannot_run_is_left_out(monkeypatch):
+    """warm_theirs: a static-cache generation that raises (an older transformers) is dropped from the comparison,
+    the others kept; an eager one that raises is an error."""
+    from specbench.bench import engine
+
+    def theirs(pair, ids, max_new, assisted=True, static=False):
+        if static and assisted:
+            raise ValueError("assisted generation does not support a static cache")
+        return [1], 0.1, [1, 0]
+
+    monkeypatch.setattr(engine, "run_theirs", theirs)
+    assert list(engine.warm_theirs(None, [1], 4, dict(engine.THEIRS))) == [
+        "transformers", "transformers greedy", "transformers compiled greedy"]
+    monkeypatch.setattr(engine, "run_theirs", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no")))
+    with pytest.raises(RuntimeError, match="no"):
+        engine.warm_theirs(None, [1], 4, {"transformers": (True, False)})

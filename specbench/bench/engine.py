@@ -4,6 +4,7 @@ transformers' assisted generation; the target's verify cost against the nodes ve
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import sys
@@ -24,6 +25,8 @@ from specbench.decoding.profiles import Entry, iteration_costs
 from specbench.decoding.speedup import CallStats, call_stats, merge_stats, predicted_speedup
 from specbench.models.pairs import Pair, resolve_device
 from specbench.runs.provenance import cpu_record, git_info, package_versions
+
+log = logging.getLogger(__name__)
 
 
 def cmd_verify(args: argparse.Namespace, command: str) -> int:
@@ -101,6 +104,23 @@ class EngineFigures:
         return out
 
 
+def warm_theirs(pair: Pair, prompt: list[int], max_new: int, theirs: dict[str, tuple[bool, bool]]
+                ) -> dict[str, tuple[bool, bool]]:
+    """Warm each of transformers' generations up once (compiling its static-cache ones); a static-cache one that this
+    transformers version cannot run is left out, logged with its error (the eager ones must run)."""
+    out = {}
+    for label, (assisted, static) in theirs.items():
+        try:
+            run_theirs(pair, prompt, max_new, assisted, static)
+        except (ValueError, RuntimeError, TypeError, NotImplementedError) as err:
+            if not static:
+                raise
+            log.warning("%s left out: transformers cannot run it here (%s: %s)", label, type(err).__name__, err)
+            continue
+        out[label] = (assisted, static)
+    return out
+
+
 def per_token(records: list) -> float:
     """Leviathan's α, P(a draft token is accepted | its prefix was), from iterations as accepted / (accepted +
     rejected): each iteration accepts its drafts up to its one rejection (none if it accepted all). accepted / drafted
@@ -136,8 +156,8 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
         for engine in ours.values():  # warm-up, not measured: every prompt (the compiled graphs of all widths)
             for ids in prompts:
                 engine.generate(ids, max_new)
-        for assisted, static in theirs.values():  # a compiled generation compiles here
-            run_theirs(pair, p0, max_new, assisted, static)
+        theirs = warm_theirs(pair, p0, max_new, theirs)  # a compiled generation compiles here
+        labels = [*ours, *theirs]
         for r in range(repeats):
             for i, ids in enumerate(prompts):
                 k = (r * len(prompts) + i) % len(labels)  # rotate who goes first, against drift
@@ -160,7 +180,7 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                     if tokens[label] != yardstick and f"{label} {i}" not in bad:
                         why = divergence_class(pair.target, ids, tokens[label], yardstick)
                         bad[f"{label} {i}"] = f"{label}: " + mismatch(i, tokens[label], yardstick, why)
-    tps = {k: n / seconds[k] for k, n in theirs_tokens.items()}
+    tps = {k: theirs_tokens[k] / seconds[k] for k in theirs}
     overhead = {}
     for label in ours:
         m = run_metrics(rows[label])

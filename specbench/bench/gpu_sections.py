@@ -261,7 +261,7 @@ def sec_engines(ctx: Ctx, run: PairRun, path: str = "eager") -> None:
               f"greedy, {args.repeats} repeat(s); vanilla's acceptance rate {fig.acceptance:.3f}, per-token α "
               f"{fig.alpha:.3f}); per-call medians: target 1 token {fig.costs[path][0]:.2f} ms, {args.gamma + 1} "
               f"tokens {fig.costs[path][1]:.2f} ms, draft 1 token {fig.costs[path][2]:.2f} ms:")
-    like = "transformers compiled" if path == "compiled" else "transformers"  # like with like
+    like = "transformers compiled" if path == "compiled" and "transformers compiled" in fig.tps else "transformers"
     rep.table(["engine", "tokens/s", "overhead", "vs transformers assisted",
                *(["vs transformers compiled assisted"] if like != "transformers" else [])],
               [[k_, f"{fig.tps[k_]:.1f}", f"{fig.overhead[k_]:.1%}" if k_ in fig.overhead else "-",
