@@ -238,6 +238,7 @@ def entry(site: Site, g: Gpu, r: Ratios) -> Entry:
 def profile(g: Gpu, sites: list[Site], measured: list[Entry]) -> dict:
     """A cost profile (profiles.read's format) of GPU g with an entry per site, each forward at its roofline times
     the `measured` entries' ratios (slowdowns); `said` names where the ratios came from."""
-    priced = [(site, *slowdowns(g, site.path, site.batch_size, measured)) for site in sites]
+    found = {(s.path, s.batch_size): slowdowns(g, s.path, s.batch_size, measured) for s in sites}  # once per kind
+    priced = [(site, *found[site.path, site.batch_size]) for site in sites]
     return {"format": FORMAT, "name": f"roofline:{g.key}", "machine": [f"- {g.sheet}"],
             "entries": [entry(site, g, r) for site, r, _ in priced], "said": sorted({w for _, _, w in priced})}
