@@ -18,14 +18,14 @@ from omegaconf import OmegaConf
 from helpers import TEST_DEVICE, V, AcceptAll, FixedGamma, chi2_pvalue, compose_cfg, pair_engine, table_engine, target_joint
 from specbench.data.dataset import build_dataset
 from specbench.data.prompting import encode
-from specbench.decoding.acceptance import RULES, Rule
+from specbench.decoding.acceptance import RULES
 from specbench.models.pairs import load_pair
 from specbench.runs.runner import build_method
 from table_lm import TableLM
 
 MAX_NEW = 40
 LOSSLESS = ["ar", "vanilla", "heuristic", "confidence", "gammatune", "gammatune_plus", "adasd_gen_only", "pld",
-            "layer_skip"]
+            "layer_skip", "spec_tree", "dyn_tree"]
 LOSSY = ["draft_only", "adasd"]
 THRESHOLDS = ("t_g", "t_v", "threshold")  # float thresholds: equal to float32 rounding
 
@@ -146,11 +146,12 @@ PROMPTS4 = [[1, 5, 2], [3], [4, 4, 6, 1, 7, 0, 2], [2, 6]]
 N4 = 4_000  # batches: samples per row
 
 
-def row_pvalues(rule: Rule) -> list[float]:
-    """Chi-square p-value of each row's first two tokens over N4 batches of the four prompts."""
+def row_pvalues(method, seed: int = 100) -> list[float]:
+    """Chi-square p-value of each row's first two tokens over N4 batches of the four prompts (row b's generator
+    seeded seed + b: under the null a row's p-value falls below 1e-3 at one seed in a thousand)."""
     target, draft = TableLM(V, 11), TableLM(V, 12)
-    engine = table_engine(FixedGamma(rule), target, draft, 1.0, 64)
-    gens = [torch.Generator().manual_seed(100 + b) for b in range(len(PROMPTS4))]
+    engine = table_engine(method, target, draft, 1.0, 64)
+    gens = [torch.Generator().manual_seed(seed + b) for b in range(len(PROMPTS4))]
     counts = np.zeros((len(PROMPTS4), V, V))
     for _ in range(N4):
         for b, g in enumerate(engine.generate_batch(PROMPTS4, 3, gens)):
@@ -160,11 +161,37 @@ def row_pvalues(rule: Rule) -> list[float]:
 
 @pytest.mark.parametrize("name", ["rejection", "sample_match"])
 def test_batched_sampling_follows_each_rows_target(name):
-    assert min(row_pvalues(RULES.get(name)())) > 1e-3
+    assert min(row_pvalues(FixedGamma(RULES.get(name)()))) > 1e-3
 
 
 def test_a_wrong_rule_fails_the_batched_test():
-    assert max(row_pvalues(AcceptAll())) < 1e-6
+    assert max(row_pvalues(FixedGamma(AcceptAll()))) < 1e-6
+
+
+# the root has 3 children: recursive rejection over siblings, descent, correction and bonus in each row's first tokens
+TREES = {"spec_tree": {"name": "spec_tree", "paths": [[0], [1], [2], [0, 0], [0, 1], [1, 0]]},
+         "dyn_tree": {"name": "dyn_tree", "depth": 2, "top_k": 3, "total_nodes": 5}}
+
+
+@pytest.mark.parametrize("name", list(TREES))
+def test_batched_trees_follow_each_rows_target(name):
+    """B = 4 rows of different lengths verify their trees in one forward (tree masks per row): each row's first two
+    tokens follow its exact target joint; the same trees told they were drawn from q fail (next test)."""
+    assert min(row_pvalues(build_method(TREES[name]), 300)) > 1e-3
+
+
+def test_a_wrong_tree_rule_fails_the_batched_test():
+    """The same trees verified as if their children were independent draws from q (they are q's top ranks)."""
+    from specbench.decoding import tree_drafts
+    from specbench.decoding.proposal import SAMPLED, Proposal
+
+    class DrawnClaim(tree_drafts.TreeDraft):
+        def propose(self, buf, d):
+            return [Proposal(p.tokens, p.parents, p.q, p.why, SAMPLED, p.steps) for p in super().propose(buf, d)]
+
+    method = build_method(TREES["spec_tree"])
+    method.drafter.source = lambda states, binding, shape, fixed: DrawnClaim(states["draft"], shape.grower())
+    assert max(row_pvalues(method, 300)) < 1e-6
 
 
 def test_distilled_rows_equal_ar(tiny_pair, trained_drafter):

@@ -48,12 +48,12 @@ def test_one_call_equals_root_paths(model, pre):
     s = TreeState(model)
     if pre:
         s.forward(buffer(PREFIX), pre, 1)
-    logits = s.feed_tree(buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
+    logits = s.feed_trees(buffer(PREFIX), [len(PREFIX)], [TOKENS], [PARENTS], keep_root=True)
     assert logits.shape == (1, 1 + len(TOKENS), ARCH["vocab_size"])
     torch.testing.assert_close(logits[0, 0], truth(model, PREFIX), atol=ATOL, rtol=0)
     for j in range(len(TOKENS)):
         torch.testing.assert_close(logits[0, 1 + j], node_truth(model, PREFIX, j), atol=ATOL, rtol=0)
-    assert s.fed == [len(PREFIX)] and s.tree_nodes == list(range(len(TOKENS)))
+    assert s.fed == [len(PREFIX)] and s.tree_nodes == [list(range(len(TOKENS)))]
     assert s.cache.get_seq_length() == len(PREFIX) + len(TOKENS) and s.calls == 1 + bool(pre)
 
 
@@ -65,27 +65,27 @@ def test_calls_equal_root_paths(model, calls):
     s = TreeState(model)
     cached: list[int] = []
     for c, nodes in enumerate(calls):
-        logits = s.feed_tree(buffer(PREFIX), len(PREFIX), [TOKENS[j] for j in nodes], [PARENTS[j] for j in nodes],
-                           list(cached), keep_root=c == 0, nodes=nodes)
+        logits = s.feed_trees(buffer(PREFIX), [len(PREFIX)], [[TOKENS[j] for j in nodes]],
+                              [[PARENTS[j] for j in nodes]], keep_root=c == 0, nodes=[nodes])
         if c == 0:
             torch.testing.assert_close(logits[0, 0], truth(model, PREFIX), atol=ATOL, rtol=0)
         for k, j in enumerate(nodes):
             torch.testing.assert_close(logits[0, (c == 0) + k], node_truth(model, PREFIX, j), atol=ATOL, rtol=0)
         cached += nodes
-        assert s.tree_nodes == cached and s.fed == [len(PREFIX)]
+        assert s.tree_nodes == [cached] and s.fed == [len(PREFIX)]
 
 
 @pytest.mark.parametrize("path", [[2, 5], [2, 6, 9], [0], [1]])
 def test_keep_path_then_continue(model, path):
-    """After keep_path, an ordinary forward and a new tree continue prefix + path exactly."""
+    """After keep_paths, an ordinary forward and a new tree continue prefix + path exactly."""
     s = TreeState(model)
-    s.feed_tree(buffer(PREFIX), len(PREFIX), TOKENS, PARENTS, [], keep_root=True)
-    s.keep_path(len(PREFIX), path)
+    s.feed_trees(buffer(PREFIX), [len(PREFIX)], [TOKENS], [PARENTS], keep_root=True)
+    s.keep_paths([len(PREFIX)], [path])
     assert s.cache.get_seq_length() == len(PREFIX) + len(path) and s.fed == [len(PREFIX) + len(path)]
-    assert s.tree_nodes == []
+    assert s.tree_nodes == [[]]
     seq = PREFIX + [TOKENS[j] for j in path] + [13]
     torch.testing.assert_close(s.forward(buffer(seq), len(seq), 1)[0, 0], truth(model, seq), atol=ATOL, rtol=0)
-    logits = s.feed_tree(buffer(seq + [19]), len(seq) + 1, TOKENS, PARENTS, [], keep_root=True)
+    logits = s.feed_trees(buffer(seq + [19]), [len(seq) + 1], [TOKENS], [PARENTS], keep_root=True)
     torch.testing.assert_close(logits[0, 0], truth(model, seq + [19]), atol=ATOL, rtol=0)
     for j in (4, 8):
         torch.testing.assert_close(logits[0, 1 + j], node_truth(model, seq + [19], j), atol=ATOL, rtol=0)
@@ -94,8 +94,8 @@ def test_keep_path_then_continue(model, path):
 def test_keep_path_beyond_the_cache(model):
     """A drafter's path runs past its cached nodes: only the cached prefix of the path is kept."""
     s = TreeState(model)
-    s.feed_tree(buffer(PREFIX), len(PREFIX), TOKENS[:7], PARENTS[:7], [], keep_root=True)
-    s.keep_path(len(PREFIX), [2, 6, 9])
+    s.feed_trees(buffer(PREFIX), [len(PREFIX)], [TOKENS[:7]], [PARENTS[:7]], keep_root=True)
+    s.keep_paths([len(PREFIX)], [[2, 6, 9]])
     assert s.cache.get_seq_length() == len(PREFIX) + 2 and s.fed == [len(PREFIX) + 2]
     seq = PREFIX + [TOKENS[2], TOKENS[6], TOKENS[9]]
     torch.testing.assert_close(s.forward(buffer(seq), len(seq), 1)[0, 0], truth(model, seq), atol=ATOL, rtol=0)
@@ -104,17 +104,17 @@ def test_keep_path_beyond_the_cache(model):
 def test_chain_equals_forward(model):
     chain = [7, 19, 23, 2, 61]
     a, b = TreeState(model), ModelState(model)
-    got = a.feed_tree(buffer(PREFIX), len(PREFIX), chain, list(range(-1, len(chain) - 1)), [], keep_root=True)
+    got = a.feed_trees(buffer(PREFIX), [len(PREFIX)], [chain], [list(range(-1, len(chain) - 1))], keep_root=True)
     want = b.forward(buffer(PREFIX + chain), len(PREFIX) + len(chain), len(chain) + 1)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
 def test_refusals(model):
     s = TreeState(model)
-    with pytest.raises(ValueError, match="keep_root needs a committed token"):
-        s.feed_tree(buffer(PREFIX), 0, TOKENS, PARENTS, [], keep_root=True)
+    with pytest.raises(ValueError, match="a forward needs something to feed"):
+        s.feed_trees(buffer(PREFIX), [0], [[]], [[]], keep_root=True)
     with pytest.raises(ValueError, match="parent 3 is neither cached"):
-        s.feed_tree(buffer(PREFIX), len(PREFIX), [1], [3], [], keep_root=True, nodes=[7])
+        s.feed_trees(buffer(PREFIX), [len(PREFIX)], [[1]], [[3]], keep_root=True, nodes=[[7]])
     impl = model.config._attn_implementation
     try:
         model.config._attn_implementation = "flash_attention_2"
@@ -122,3 +122,56 @@ def test_refusals(model):
             TreeState(model)
     finally:
         model.config._attn_implementation = impl
+
+
+# --- several rows: each row's nodes against the cache-free forwards of its own prefix and root paths ---
+
+ROWS = [PREFIX, [7, 7, 2, 40, 13], PREFIX[3:] + [2]]  # committed tokens of 3 rows, of different lengths
+TREES = [(TOKENS, PARENTS), ([], []), ([TOKENS[j] for j in (0, 1, 3, 7)], [-1, -1, 0, 2])]  # row 1: no nodes
+
+
+def rows_buffer(rows: list[list[int]]) -> torch.Tensor:
+    """[B, N]: each row's ids, zeros after them (slots the feeds must not read)."""
+    width = max(map(len, rows)) + 8
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows])
+
+
+def check_rows(model, logits: torch.Tensor, rows: list[list[int]], trees: list[tuple], keep_root: bool) -> None:
+    """Row b's root (when kept) and nodes, right-aligned in logits [B, keep, V], equal their cache-free truth."""
+    for b, (prefix, (tokens, parents)) in enumerate(zip(rows, trees)):
+        if keep_root:
+            torch.testing.assert_close(logits[b, -len(tokens) - 1], truth(model, prefix), atol=ATOL, rtol=0)
+        for j, anc in enumerate(ancestors(parents)):
+            got = logits[b, logits.shape[1] - len(tokens) + j]
+            torch.testing.assert_close(got, truth(model, prefix + [tokens[a] for a in anc]), atol=ATOL, rtol=0)
+
+
+def test_a_batch_of_trees_equals_each_rows_root_paths(model):
+    """Three rows, partly cached to different lengths, feed trees of different sizes (one none) in one forward;
+    each row then keeps its own path (rows' rejected nodes become holes), continues with an ordinary forward and
+    a second tree, and a row leaves the batch: every logit equals the cache-free forward of the row's own tokens."""
+    s = TreeState(model, 3)
+    s.forward(rows_buffer(ROWS), [len(ROWS[0]) - 4, 2, len(ROWS[2]) - 1], 1)  # a cached prefix per row
+    logits = s.feed_trees(rows_buffer(ROWS), [len(r) for r in ROWS], [t for t, _ in TREES], [p for _, p in TREES],
+                          keep_root=True)
+    assert logits.shape == (3, 1 + len(TOKENS), ARCH["vocab_size"]) and s.calls == 2
+    check_rows(model, logits, ROWS, TREES, True)
+    paths = [[2, 6, 9], [], [0, 2]]  # root paths: 6 is a child of 2, 9 of 6; row 2: 2 of 0
+    s.keep_paths([len(r) for r in ROWS], paths)
+    kept = [r + [TREES[b][0][j] for j in p] for b, (r, p) in enumerate(zip(ROWS, paths))]
+    assert s.fed == [len(k) for k in kept] and s.tree_nodes == [[], [], []]
+    assert s.mask is not None and s.mask.sum(1).tolist() == s.fed  # each row's tokens, the rest holes
+    step = [k + [13 + b] for b, k in enumerate(kept)]
+    nxt = s.forward(rows_buffer(step), [len(x) for x in step], 1)
+    for b, x in enumerate(step):
+        torch.testing.assert_close(nxt[b, 0], truth(model, x), atol=ATOL, rtol=0)
+    again = [TREES[2], TREES[0], TREES[1]]
+    logits = s.feed_trees(rows_buffer(step), [len(x) for x in step], [t for t, _ in again], [p for _, p in again],
+                          keep_root=False)
+    check_rows(model, logits, step, again, False)
+    s.keep_paths([len(x) for x in step], [[0], [], []])
+    s.select([2, 0])  # row 1 leaves
+    last = [step[2] + [5], step[0] + [TREES[2][0][0], 6]]
+    nxt = s.forward(rows_buffer(last), [len(x) for x in last], 1)
+    for b, x in enumerate(last):
+        torch.testing.assert_close(nxt[b, 0], truth(model, x), atol=ATOL, rtol=0)

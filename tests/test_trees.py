@@ -134,9 +134,16 @@ def test_a_trees_trace_records_its_nodes_and_path(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["spec_tree", "dyn_tree"])
-def test_trees_are_refused_in_a_batch_and_on_the_compiled_path(tmp_path, name):
-    with pytest.raises(OptionError, match="batch_size=2"):
-        run(small(f"method={name}", "batch_size=2", "limit=2"), tmp_path / "b")
+def test_trees_run_in_a_batch_and_are_refused_on_the_compiled_path(tmp_path, name):
+    """A run at batch_size=3 writes each row's batch_size=1 tokens (tests/test_batch.py checks the engine against
+    ar); the compiled path refuses trees by name."""
+    from specbench.runs.results import read_rows
+
+    run(small(f"method={name}", "limit=5"), tmp_path / "b1")
+    run(small(f"method={name}", "batch_size=3", "limit=5"), tmp_path / "b3")
+    one, three = read_rows(tmp_path / "b1" / "rows.jsonl"), read_rows(tmp_path / "b3" / "rows.jsonl")
+    assert [r["token_ids"] for r in three] == [r["token_ids"] for r in one]
+    assert [r["batch_size"] for r in three] == [3, 3, 3, 2, 2]
     with pytest.raises(OptionError, match="engine.compile=false"):
         run(small(f"method={name}", "engine.compile=true", "limit=2"), tmp_path / "c")
 

@@ -85,9 +85,9 @@ def tree_seconds(model: PreTrainedModel, prompt: list[int], nodes: int, steps: i
     times = []
     for _ in range(steps + 2):
         t0 = state.seconds
-        state.feed_tree(buf, len(prompt), [65] * nodes, parents, [], True)
+        state.feed_trees(buf, [len(prompt)], [[65] * nodes], [parents], True)
         times.append(state.seconds - t0)
-        state.keep_path(len(prompt) - 1, [])
+        state.keep_paths([len(prompt) - 1], [[]])
     return statistics.median(times[2:])
 
 

@@ -9,7 +9,7 @@ with its own L_b, window, policy and generator:
      one-hot), at most min(window, tokens left - 1, context left - 1), the policy asked after each token;
   2. verify: one target forward over the row's uncached tokens and its nodes gives p at the root and at every node
      (the first is also the prompt prefill, as in transformers' assisted generation). A chain is fed causally; a
-     tree (one row) with tree attention, node j attending to the prefix and its ancestors at position
+     tree with tree attention, node j attending to the row's prefix and its ancestors at position
      L_b - 1 + depth(j) (specbench.decoding.tree_state). The plan says which: the verify is chosen once;
   3. accept: the rule, called once for the batch, gives each row's accepted root path (n nodes) and next token,
      written to buf[b, L_b:L_b+n+1]; L_b <- L_b + n + 1;
@@ -29,9 +29,10 @@ rejected columns and crops from the end the columns no row uses; with one row it
 built. A finished row leaves at once (`Cache.batch_select_indices` on caches, masks and buffer); the batch is not
 refilled. The batch drafts to the longest window still open; a row that stopped drafting (window, policy, EOS or
 length) feeds a masked hole in the remaining draft forwards, a cost its record's `draft_steps` (the batch's draft
-forwards) beside `drafted` shows. Trees are verified one row at a time (batch_size 1, eager path). Each row owns
-its policy (a copy: state, thresholds) and generator, so under greedy decoding its schedule and tokens are those it
-gets at B = 1 (up to the float rounding of batched kernels). Observers keep what an iteration measured in the row's
+forwards) beside `drafted` shows. Trees likewise: each row's nodes right-aligned under a 4-D mask of its own, its
+rejected nodes left as holes (eager path). Each row owns its policy (a copy: state, thresholds) and generator, so
+under greedy decoding its schedule and tokens are those it gets at B = 1 (up to the float rounding of batched
+kernels). Observers keep what an iteration measured in the row's
 Log (record, margins, time). Each iteration's wall time and each forward's seconds are split equally among its rows:
 a row's decode_s is its share, a batch's shares sum to its wall time; latency_s runs from the batch's start to the
 row's stop.
@@ -313,7 +314,7 @@ class Engine:
 
     def new_state(self, model: torch.nn.Module, B: int, need: int, role: str, trees: bool) -> Counted:
         """One model's state over B rows: a StaticState when compiling (room for `need` tokens), a head's own
-        HeadState, a TreeState (one row) when trees are fed, else a ModelState."""
+        HeadState, a TreeState when trees are fed, else a ModelState."""
         if self.compile:
             if not isinstance(model, PreTrainedModel):
                 raise OptionError(f"engine.compile=true compiles transformers models; the {role} model is a "
@@ -322,7 +323,7 @@ class Engine:
         if isinstance(model, DraftHead):  # a head in the draft role keeps its own kind of state
             return model.new_state(B)
         lm = causal_lm(model)
-        return TreeState(lm) if trees else ModelState(lm, B)
+        return TreeState(lm, B) if trees else ModelState(lm, B)
 
     def new_rows(self, prompts: list[list[int]], max_new_tokens: int, generators: list[torch.Generator | None]
                  ) -> list[Row]:

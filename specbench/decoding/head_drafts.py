@@ -115,6 +115,23 @@ class HeadDraft(GrowingDraft[HeadState]):
     def propose_chain(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
         raise NotImplementedError(f"{type(self).__name__} proposes trees only")
 
+    def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
+        """The one row's q at the root."""
+        return {0: self.root(buf, d.L[0], d)}
+
+    def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
+             ) -> dict[int, torch.Tensor]:
+        """The one row's q at its grown nodes."""
+        return {0: self.grow_row(trees[0], grow[0], buf, d.L[0], d)}
+
+    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
+        """q at the root [V] (None: nothing to draft from)."""
+        raise NotImplementedError
+
+    def grow_row(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+        """q [len(grow), V] at the grown nodes `grow`."""
+        raise NotImplementedError
+
 
 class Eagle3Draft(HeadDraft):
     """EAGLE-3's proposals for one row: a chain (grower None) or a tree grown by `grower`."""
@@ -197,7 +214,7 @@ class Eagle3Draft(HeadDraft):
         self.steps += 1
         return o, q
 
-    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+    def grow_row(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
         """q at the grown nodes `grow` [len(grow), V], fed in one head forward."""
         kv0 = self.cache.length
         ancestors = []
@@ -218,7 +235,7 @@ class Eagle3Draft(HeadDraft):
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """The head's cache keeps the committed positions: accepted drafts are read again with the target's states."""
         self.cache.crop(self.state.fed[0])
-        self.index = None
+        self.index = []
 
 
 class MedusaDraft(HeadDraft):
@@ -236,12 +253,12 @@ class MedusaDraft(HeadDraft):
         self.steps = 1
         return self.qs[0]
 
-    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+    def grow_row(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
         """q at a node of depth d is head d + 1's (no forward)."""
         return torch.stack([self.qs[len(t.path(j))] for j in grow])
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
-        self.index = None
+        self.index = []
 
 
 def medusa_dtype(heads: torch.nn.Module) -> torch.dtype:

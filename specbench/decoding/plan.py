@@ -82,7 +82,6 @@ def make_plan(names: dict[str, str], policy: Policy, needs: Needs, shape: Shape,
     if kind == "tree" and not rule.walks_trees:
         raise OptionError(f"method.parts.rule must be one of {', '.join(tree_rules())} for a tree "
                           f"({rule.chains_only}), got {names['rule']!r}")
-    tree_one_row = "verifies a tree of drafts one row at a time (tree attention over one row's cache)"
     eager = ("decodes with another library's loop, which the compiled path cannot run" if external else
              "the compiled decode path verifies chains only (static widths, no tree attention mask)"
              if kind == "tree" else "reads the verifier's hidden states, which the compiled decode path does not "
@@ -91,7 +90,7 @@ def make_plan(names: dict[str, str], policy: Policy, needs: Needs, shape: Shape,
                 roles=(needs.verifier, "draft") if needs.pair_draft else (needs.verifier,), rule=spec,
                 lossless=external or (needs.verifier == "target" and rule.lossless), stats=policy.reads_stats,
                 fixed_window=fixed_window(policy), cross_tokenizer=needs.cross_tokenizer,
-                one_row=needs.one_row or (tree_one_row if kind == "tree" else ""), eager=eager,
+                one_row=needs.one_row, eager=eager,
                 greedy_only=needs.greedy_only, carries=policy.carried is not None,
                 tree_roles=tuple(r for r in ("target", needs.tree_role) if r) if kind == "tree" else (),
                 looks=needs.looks and kind == "tree")

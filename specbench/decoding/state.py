@@ -191,12 +191,17 @@ class ModelState(Counted):
             drop = torch.tensor(drops, device=self.device)  # [B]
             after = self.mask.flip(1).cumsum(1).flip(1)  # [B, columns]: the row's tokens at or after column c
             self.mask = self.mask * (after > drop[:, None]).long()
-            used = self.mask.any(0).nonzero()  # columns some row still uses
-            keep = int(used.max()) + 1 if used.numel() else 0
-            if keep < self.columns:
-                keep_first(self.cache, keep, self.columns)
-                self.mask, self.columns = self.mask[:, :keep], keep
+            self.trim()
         self.fed = list(length)
+
+    def trim(self) -> None:
+        """Crop from the end the cache columns no row uses any more (several rows: the hole mask says which)."""
+        assert self.mask is not None
+        used = self.mask.any(0).nonzero()  # columns some row still uses
+        keep = int(used.max()) + 1 if used.numel() else 0
+        if keep < self.columns:
+            keep_first(self.cache, keep, self.columns)
+            self.mask, self.columns = self.mask[:, :keep], keep
 
     def select(self, rows: list[int]) -> None:
         """Keep only the given rows (indices into the current batch), in that order."""

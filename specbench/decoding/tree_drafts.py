@@ -1,14 +1,15 @@
 """A draft model growing one row's tree of drafts depth by depth (the proposer of spec_tree and dyn_tree; heads
 override how q is computed at the root and at grown nodes, specbench.decoding.head_drafts).
 
-Growth (one row, tree attention on the draft's own cache, specbench.decoding.tree_state):
-  depth 0: one forward of the row's uncached committed tokens gives q at the root;
+Growth (B >= 1 rows in lockstep, tree attention on the draft's own cache, specbench.decoding.tree_state):
+  depth 0: one forward of the rows' uncached committed tokens gives q at each root;
   depth d = 1..D: each node expanded at depth d - 1 gets the children a `Grower` picks from q there (distinct,
     ranked by q, chosen deterministically: siblings TOP_K, verified by recursive rejection with one-hot q); the new
-    nodes the grower expands (never an EOS) are fed in one forward, each attending to the prefix and its ancestors;
+    nodes the grower expands (never an EOS), of every row, are fed in one forward, each attending to its row's prefix
+    and its ancestors (a row with nothing to expand stops growing);
   then the grower selects the nodes to verify (ancestor-closed, at most the row's cap): the Proposal, in growth
   order (a node after its parent).
-After the verify the draft cache keeps the prefix plus the accepted path's expanded nodes (TreeState.keep_path).
+After the verify the draft cache keeps each row's prefix plus its accepted path's expanded nodes (TreeState.keep_paths).
 A node's score is its cumulative draft log-probability, sum of log q(x) along its root path (EAGLE-2's ranking).
 """
 
@@ -93,72 +94,94 @@ S = TypeVar("S", bound=Counted)
 
 
 class GrowingDraft(DraftSource, Generic[S]):
-    """One row's tree grown by `grower` over the drafter's state S (batch_size 1: the methods refuse more rows): a
-    draft model's (TreeDraft) or a head's (specbench.decoding.head_drafts.HeadDraft), which give q at the root and at
-    the grown nodes."""
+    """Each row's tree grown by `grower` over the drafter's state S, the rows depth by depth in lockstep: a draft
+    model's (TreeDraft, B >= 1) or a head's (specbench.decoding.head_drafts.HeadDraft, one row), which give q at the
+    roots and at the grown nodes."""
 
     def __init__(self, state: S, grower: Grower | None) -> None:
-        self.state = state  # one row
+        self.state = state
         self.grower = grower
-        self.index: list[int] | None = None  # proposal node -> grown node, of the last proposal
-        self.steps = 0  # draft forwards of the last proposal
+        self.index: list[list[int] | None] = []  # per row: proposal node -> grown node, of the last proposal
+        self.steps = 0  # draft forwards of the last proposal (the batch's)
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
-        """One row's tree of at most d.w_max[0] nodes after buf[0, :L]."""
-        L, cap, g = d.L[0], d.w_max[0], self.grower
-        self.index = None
-        if cap <= 0:
-            return [chain([], why="length")]
-        self.steps = 0
-        root = self.root(buf, L, d)
-        if root is None:
-            return [chain([], why="source")]
-        if g is None:
+        """Row b's tree of at most d.w_max[b] nodes after buf[b, :L_b]."""
+        g, B = self.grower, len(d.L)
+        self.index, self.steps = [None] * B, 0
+        live = [b for b in range(B) if d.w_max[b] > 0]
+        roots = {b: q for b, q in self.roots(buf, d, live).items() if q is not None} if live else {}
+        if roots and g is None:
             raise TypeError(f"{type(self).__name__} grows a tree: it needs the shape's grower")
-        t = Grown()
-        expanded = {-1: root}  # q at the root [V]
-        for depth in range(1, g.depth + 1):
-            new = [t.add(x, node, rank, q) for node, q in expanded.items() for rank, x in g.children(t, node, q)]
-            if depth == g.depth or not new:
-                break
-            grow = g.expand(t, [j for j in new if t.tokens[j] not in d.eos_ids])  # nothing follows an EOS
+        assert g is not None or not roots
+        trees = {b: Grown() for b in roots}
+        expanded = {b: {-1: q} for b, q in roots.items()}  # q at the root [V]
+        for depth in range(1, (g.depth if g is not None else 0) + 1):
+            assert g is not None
+            grow: dict[int, list[int]] = {}
+            for b, t in trees.items():
+                new = [t.add(x, node, rank, q) for node, q in expanded[b].items() for rank, x in g.children(t, node, q)]
+                expanded[b] = {}
+                if depth < g.depth and new:  # nothing follows an EOS
+                    grow_b = g.expand(t, [j for j in new if t.tokens[j] not in d.eos_ids])
+                    if grow_b:
+                        grow[b] = grow_b
             if not grow:
                 break
-            qs = self.grow(t, grow, buf, L, d)  # [len(grow), V]
-            expanded = {j: qs[k] for k, j in enumerate(grow)}
-        keep = g.select(t, cap)
-        self.index = keep
+            qs = self.grow(trees, grow, buf, d)  # row b: [len(grow[b]), V]
+            expanded.update({b: {j: qs[b][k] for k, j in enumerate(js)} for b, js in grow.items()})
+        return [self.proposal(trees.get(b), b, d) for b in range(B)]
+
+    def proposal(self, t: Grown | None, b: int, d: Drafting) -> Proposal:
+        """Row b's proposal: the nodes the grower selects of its tree t (None: it drafted nothing), in growth order."""
+        if d.w_max[b] <= 0:  # steps: the batch's draft forwards, which every row takes part in
+            return chain([], why="length", steps=self.steps)
+        if t is None or self.grower is None:
+            return chain([], why="source", steps=self.steps)
+        keep = self.grower.select(t, d.w_max[b])
+        self.index[b] = keep
         new_id = {j: k for k, j in enumerate(keep)}
         parents = [new_id[t.parents[j]] if t.parents[j] >= 0 else -1 for j in keep]
         q = torch.stack([t.qs[j] for j in keep]) if keep else None
-        return [Proposal([t.tokens[j] for j in keep], parents, q, "window", TOP_K, self.steps)]
+        return Proposal([t.tokens[j] for j in keep], parents, q, "window", TOP_K, self.steps)
 
-    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
-        """q at the root [V] (None: nothing to draft from)."""
+    def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
+        """q at the root [V] of each row in `live` (None: nothing to draft from)."""
         raise NotImplementedError
 
-    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
-        """q [len(grow), V] at the grown nodes `grow`."""
+    def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
+             ) -> dict[int, torch.Tensor]:
+        """q [len(grow[b]), V] at row b's grown nodes grow[b], for each row that grows."""
         raise NotImplementedError
+
+    def select(self, rows: list[int]) -> None:
+        self.index = [self.index[b] for b in rows] if self.index else []
 
 
 class TreeDraft(GrowingDraft[TreeState]):
-    """A draft model's tree for one row, grown with tree attention on its own cache."""
+    """A draft model's trees for B rows, grown with tree attention on its own cache, one forward per depth."""
 
-    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
-        """q at the root [V]: one forward of the row's uncached committed tokens (None: nothing to draft from)."""
+    def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
+        """q at the root [V] of each live row: one forward of their uncached committed tokens."""
+        s, B, before = self.state, len(d.L), list(self.state.fed)
+        upto = [d.L[b] if b in live else before[b] for b in range(B)]
+        if upto == before:
+            return {b: None for b in live}
         self.steps += 1
-        return d.sampler.probs(self.state.feed_tree(buf, L, [], [], [], True)[0, :1])[0]
+        q = d.sampler.probs(s.feed_trees(buf, upto, [[]] * B, [[]] * B, True)[:, -1])  # [B, V]
+        return {b: q[b] if upto[b] > before[b] else None for b in live}
 
-    def grow(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
-        """q [len(grow), V] at the grown nodes `grow`: they are fed in one forward (tree attention)."""
-        s = self.state
-        logits = s.feed_tree(buf, L, [t.tokens[j] for j in grow], [t.parents[j] for j in grow], list(s.tree_nodes),
-                             False, nodes=grow)
+    def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
+             ) -> dict[int, torch.Tensor]:
+        """q at the grown nodes, every row's fed in one forward (tree attention)."""
+        s, B = self.state, len(d.L)
+        js = [grow.get(b, []) for b in range(B)]
+        logits = s.feed_trees(buf, list(s.fed), [[trees[b].tokens[j] for j in js[b]] for b in range(B)],
+                              [[trees[b].parents[j] for j in js[b]] for b in range(B)], False, nodes=js)
         self.steps += 1
-        return d.sampler.probs(logits[0])
+        return {b: d.sampler.probs(logits[b, logits.shape[1] - len(js[b]) :]) for b in grow}
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
-        """The draft cache keeps the prefix and the accepted path's expanded nodes."""
-        if self.index is not None:
-            self.state.keep_path(lengths[0], [self.index[j] for j in paths[0]])
+        """Each row's draft cache keeps the prefix and the accepted path's expanded nodes."""
+        if any(i is not None for i in self.index):
+            self.state.keep_paths(lengths, [[ix[j] for j in p] if ix is not None else []
+                                            for ix, p in zip(self.index, paths)])

@@ -3,10 +3,10 @@ the batch's proposals to the target and how its cache then keeps each row's acce
 
 - chains (`ChainVerify`, B >= 1, eager or compiled): row b's n_b drafts go to buf[b, L_b:L_b+n_b], fed causally
   after its uncached tokens; the cache keeps its first L_b + n positions, the prefix and the n accepted drafts.
-- trees (`TreeVerify`, one row, eager): the uncached tokens and the n nodes in one forward with tree attention
-  (TreeState.feed_tree: node j sees the prefix and its root path, at position L - 1 + depth(j)); the cache keeps
-  the prefix and the accepted path's nodes (TreeState.keep_path). A proposal shaped as a chain (or empty) takes
-  `ChainVerify`'s causal forward, the same logits without a mask.
+- trees (`TreeVerify`, B >= 1, eager): each row's uncached tokens and n_b nodes in one forward with tree attention
+  (TreeState.feed_trees: node j sees the row's prefix and its root path, at position L_b - 1 + depth(j)); the cache
+  keeps each row's prefix and its accepted path's nodes (TreeState.keep_paths). A batch whose proposals are all
+  chains (or empty) takes `ChainVerify`'s causal forward, the same logits without a tree mask.
 """
 
 from __future__ import annotations
@@ -39,28 +39,29 @@ class ChainVerify:
 
 
 class TreeVerify:
-    """A tree of one row (the parts refuse a tree at batch_size > 1 or on the compiled path)."""
+    """Trees of B >= 1 rows, right-aligned in one block (TreeState.feed_trees)."""
 
     def __init__(self) -> None:
         self.chain = ChainVerify()
 
     def feed(self, target: ModelState, buf: torch.Tensor, L: list[int], props: list[Proposal],
              layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits [1, n + 1, V_model], p at the root then at each node in proposal order (target: the TreeState the
-        engine gives the verifier of a method whose plan verifies trees), and the states of `layers` as ChainVerify's."""
-        prop = props[0]
-        if prop.is_chain:
+        """Logits [B, max n_b + 1, V_model], row b's last n_b + 1 columns p at its root then at each of its nodes in
+        proposal order (target: the TreeState the engine gives the verifier of a method whose plan verifies trees),
+        and the states of `layers` as ChainVerify's. When every row's proposal is a chain, ChainVerify feeds them."""
+        if all(prop.is_chain for prop in props):
             return self.chain.feed(target, buf, L, props, layers)
-        logits = tree_state(target).feed_tree(buf, L[0], prop.tokens, prop.parents, [], True, layers=layers)
+        logits = tree_state(target).feed_trees(buf, L, [p.tokens for p in props], [p.parents for p in props], True,
+                                               layers=layers)
         return logits, target.take_hidden()
 
     def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
-        """The cache keeps buf[0, :L] and the accepted path's nodes; a chain fed causally is cropped."""
+        """Row b's cache keeps buf[b, :L_b] and its accepted path's nodes; chains fed causally are cropped."""
         tree = tree_state(target)
-        if not tree.tree_nodes:
+        if not any(tree.tree_nodes):
             self.chain.keep(tree, L, verdicts)
         else:
-            tree.keep_path(L[0], verdicts[0].path)
+            tree.keep_paths(L, [v.path for v in verdicts])
 
 
 def for_parts(trees: bool) -> ChainVerify | TreeVerify:
