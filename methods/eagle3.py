@@ -25,8 +25,7 @@ class Head(Drafter):
     loaded head in the draft role and reads the states of the layers it was trained on."""
 
     # the head replaces the pair's draft model and grows its tree over its own cache (the target's mask is checked)
-    needs = Needs(pair_draft=False, reads_states=True, one_row="drafts with a head that keeps one row's states and "
-                  "cache", tree_role="")
+    needs = Needs(pair_draft=False, reads_states=True, tree_role="")
     distill_kind = ""  # the task=distill task.kind (and head format) it loads
 
     def __init__(self, head: Any = None) -> None:

@@ -157,7 +157,8 @@ class LookaheadDraft(DraftSource):
 class Lookahead(Drafter):
     """Lookahead decoding: window width W, n-grams of N tokens, at most G n-grams per key, the window's seed."""
 
-    needs = Needs(proposes=("tree",), pair_draft=False, tree_role="", looks=True)  # its candidates and its window: one tree
+    needs = Needs(proposes=("tree",), pair_draft=False, tree_role="", looks=True,  # candidates and window: one tree
+                  one_row="feeds one row's look-ahead window (look-only nodes) in each verify, one row at a time")
 
     def __init__(self, width: int = 7, ngram: int = 5, guesses: int = 7, seed: int = 10) -> None:
         self.width = integer(width, "method.width", low=2, high=256)

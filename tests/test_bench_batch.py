@@ -26,7 +26,7 @@ FAKE = {("ar", 1): summary(10.0, None, 1.0), ("vanilla", 1): summary(25.0), ("ar
 
 def test_options_and_their_defaults():
     args = cli.parser().parse_args(["batch"])
-    assert (args.pair, args.methods, args.batch_sizes) == ("toy", "ar,vanilla,gammatune,adasd", [1, 2, 4, 8, 16, 32])
+    assert (args.pair, args.methods, args.batch_sizes) == ("toy", "ar,vanilla,gammatune,adasd,spec_tree,dyn_tree", [1, 2, 4, 8, 16, 32])
     assert (args.limit, args.threads, args.device, args.out, args.dataset) == (None, 1, None, None, "toy_arith")
     args = cli.parser().parse_args(["batch", "--batch-sizes", "8,1,2,2", "--limit", "5", "--threads", "2",
                                       "--device", "cpu", "--out", "x", "--methods", "ar", "warmup=0"])

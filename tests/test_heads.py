@@ -16,13 +16,14 @@ from helpers import pair_engine
 from specbench.common.hub import ModelUnavailable
 from specbench.common.options import OptionError
 from specbench.decoding.drafts import Drafting
-from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, MedusaDraft
+from specbench.decoding.head_drafts import DraftHead, Eagle3Draft, HeadNodes, MedusaDraft
 from specbench.decoding.sampling import Sampler, SamplingParams
 from specbench.decoding.compose import compose
+from specbench.decoding.parts import Shape
 from specbench.methods.dyn_tree import DynamicShape, DynamicTree
 from specbench.methods.eagle3 import Eagle3
 from specbench.methods.medusa import Medusa
-from specbench.methods.spec_tree import StaticShape
+from specbench.methods.spec_tree import StaticShape, StaticTree
 from specbench.methods.vanilla import Vanilla
 from specbench.models.eagle3 import Eagle3Config, Eagle3Head
 from specbench.models.heads import HeadFormatError, read_head, save_head
@@ -82,12 +83,12 @@ def test_training_time_test_steps_are_the_drafts_of_inference(tiny_pair):
         L = c + 2
         src = Eagle3Draft(DraftHead(head, "x").new_state(1))
         src.take(drafting(L, states=feats[:, : L - 1]))
-        src.root(ids.clone(), L, drafting(L))
-        torch.testing.assert_close(src.state.root, outs[0][0, c], atol=1e-5, rtol=1e-5)
-        o, cols = src.state.root, []
+        src.roots(ids.clone(), drafting(L), [0])
+        torch.testing.assert_close(src.state.root[0], outs[0][0, c], atol=1e-5, rtol=1e-5)
+        o, cols = src.state.root[0], []
         for j in range(1, 4):
-            o, _ = src.feed([o], [int(ids[0, c + j + 1])], [j], [cols], L, drafting(L))
-            o, cols = o[0], cols + [src.state.cache.length - 1]
+            out, _, new = src.feed({0: HeadNodes([o], [int(ids[0, c + j + 1])], [j], [cols])}, [L], drafting(L))[0]
+            o, cols = out[0], cols + new
             torch.testing.assert_close(o, outs[j][0, c], atol=1e-5, rtol=1e-5)
 
 
@@ -301,3 +302,31 @@ def test_training_a_head_lowers_its_held_out_loss(trained_drafter, tmp_path, kin
     assert [h["step"] for h in log if "val_kl" in h] == [0, 10, 20] and len(log) == 21
     assert len(info["val_top1_final"]) == {"eagle3": 2, "medusa": 4}[kind]  # per TTT step / head
     assert all(0 <= a <= 1 for a in info["val_top1_final"])
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "eagle3_tree", "medusa"])
+def test_heads_decode_each_rows_batch_size_1_tokens_in_a_batch(tiny_pair, kind):
+    """A head's rows at B in {2, 5}, prompts of very different lengths, rows leaving as they finish: each row gets
+    ar's tokens at B = 1 and its own B = 1 schedule (drafted, accepted per iteration), with drafts accepted."""
+    texts = [PROMPT, "Hi", PROMPT * 3, "a b", "The lazy dog sleeps", PROMPT + " again and again", "x"]
+    prompts = [tiny_pair.tokenizer(t)["input_ids"] for t in texts]
+    shape = DynamicTree(depth=3, top_k=2, total_nodes=6) if kind == "eagle3_tree" else Shape()
+    if kind == "medusa":  # head 1 made the target's own next-token head (its ResBlock the identity): drafts accepted
+        medusa = random_medusa(tiny_pair.target)
+        with torch.no_grad():
+            medusa[0][0].linear.weight.zero_()
+            medusa[0][0].linear.bias.zero_()
+            medusa[0][-1].weight.copy_(tiny_pair.target.get_output_embeddings().weight)
+        method = compose(Vanilla(), Medusa(head=medusa),
+                         StaticTree(paths=[[0], [1], [0, 0], [1, 0], [0, 0, 0]]), "rejection")
+    else:
+        method = compose(Vanilla(), Eagle3(head=random_eagle3(tiny_pair.target, draft_vocab=264)), shape, "rejection")
+    engine = pair_engine(tiny_pair, method)
+    ar = [pair_engine(tiny_pair, {"name": "ar"}).generate(p, 24).token_ids for p in prompts]
+    alone = [engine.generate(p, 24) for p in prompts]
+    assert [g.token_ids for g in alone] == ar and sum(r.accepted for g in alone for r in g.records) > 0
+    for B in (2, 5):
+        got = [g for i in range(0, len(prompts), B) for g in engine.generate_batch(prompts[i : i + B], 24)]
+        assert [g.token_ids for g in got] == ar, f"{kind} B={B}"
+        assert [[(r.drafted, r.accepted) for r in g.records] for g in got] == \
+            [[(r.drafted, r.accepted) for r in g.records] for g in alone], f"{kind} B={B}"

@@ -324,10 +324,7 @@ SAMPLED_NEW, LONGER = 16, {"lookahead": 32, "eagle3": 32, "eagle3_tree": 32}
 P_PASS = 1e-4
 # what a lossless method refuses before decoding instead (the runner's check_batch, then check_decode)
 REFUSES = {("uag", 1): "decode.temperature=0 only", ("uag", 4): "one row at a time",
-           ("hf_assisted", 4): "batch size 1 only", ("spec_tree", 4): "one row at a time",
-           ("dyn_tree", 4): "one row at a time", ("eagle3", 4): "one row's states", ("eagle3_tree", 4): "one row's states",
-           ("medusa", 4): "one row's states", ("suffix[shape=tree]", 4): "one row at a time",
-           ("lookahead", 4): "one row at a time"}
+           ("hf_assisted", 4): "batch size 1 only", ("lookahead", 4): "one row at a time"}
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""`python -m specbench.bench batch`: ar and the draft-model methods at batch sizes 1..32, each (method, batch size) as
+"""`python -m specbench.bench batch`: ar, chains and trees at batch sizes 1..32, each (method, batch size) as
 its own `python run.py` process (peak memory is per process)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from specbench.runs.layout import job_dir
 from specbench.runs.results import SUMMARY
 
 
-BATCH_METHODS = "ar,vanilla,gammatune,adasd"
+BATCH_METHODS = "ar,vanilla,gammatune,adasd,spec_tree,dyn_tree"  # chains and trees
 
 BATCH_SIZES = "1,2,4,8,16,32"
 

@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
                    help="results root (paths.results): each method's run folder below it is the one run.py writes "
                         "for the same overrides (resumable)")
     m.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. warmup=0")
-    b = sub.add_parser("batch", help="ar and the draft-model methods at batch sizes 1..32: throughput, speedup "
+    b = sub.add_parser("batch", help="ar, chain and tree methods at batch sizes 1..32: throughput, speedup "
                                      "over ar at the same batch size, acceptance, τ, peak memory")
     b.add_argument("--pair", default="toy")
     b.add_argument("--methods", default=batch.BATCH_METHODS, help="comma-separated method names")

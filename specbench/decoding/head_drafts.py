@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -37,12 +38,14 @@ T = TypeVar("T")
 
 
 class HeadCache(Protocol):
-    """The keys and values of a head's positions (specbench.models.eagle3.HeadCache)."""
+    """The keys and values of a head's positions (specbench.models.eagle3.HeadCache), columns shared by the rows."""
 
     @property
     def length(self) -> int: ...
 
     def crop(self, n: int) -> None: ...
+
+    def select(self, rows: list[int]) -> None: ...
 
 
 class Eagle3Module(Protocol):
@@ -66,21 +69,25 @@ class DraftHead(torch.nn.Module):
         self.device = next(head.parameters()).device
 
     def new_state(self, rows: int) -> "HeadState":
-        """The head's state over `rows` rows (the head methods decode one)."""
+        """The head's state over `rows` rows."""
         return HeadState(self, rows)
 
 
 class HeadState(Counted):
-    """A head's state for one row: its own cache (EAGLE-3's), the target states not read yet, its forwards' seconds
-    and calls (in the draft role, as a model's); fed: the head positions read."""
+    """A head's state over B rows: its own cache (EAGLE-3's: columns shared by the rows, row b's committed head
+    positions marked in `mask` when B > 1), the target states each row has not read yet, each row's output at its
+    last committed position, its forwards' seconds and calls (in the draft role, as a model's); fed: the head
+    positions each row has read."""
 
     def __init__(self, head: DraftHead, rows: int = 1) -> None:
         super().__init__(rows)
         self.model, self.device = head.head, head.device
         new_cache = getattr(self.model, "new_cache", None)  # EAGLE-3's keys and values (Medusa keeps none)
         self.cache: HeadCache | None = new_cache() if new_cache is not None else None
-        self.pending: list[torch.Tensor] = []  # target states [m, len(layers), H] not read yet, in order
-        self.root: torch.Tensor | None = None  # EAGLE-3: the head's output at the last committed position [H]
+        self.pending: list[list[torch.Tensor]] = [[] for _ in range(rows)]  # per row: states [m, len(layers), H]
+        self.root: list[torch.Tensor | None] = [None] * rows  # EAGLE-3: row b's output at position L_b - 2 [H]
+        self.mask: torch.Tensor | None = None if rows == 1 else torch.zeros((rows, 0), dtype=torch.bool,
+                                                                            device=self.device)
 
     def timed(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), its seconds counted as one forward of the head."""
@@ -89,6 +96,24 @@ class HeadState(Counted):
         sync(self.device)
         self.count(time.perf_counter() - t0)
         return out
+
+    def committed(self, kv: int) -> torch.Tensor:
+        """[B, kv] bool: the first kv cache columns that hold each row's committed positions."""
+        if self.mask is None:
+            return (torch.arange(kv, device=self.device) < self.fed[0])[None]
+        out = torch.zeros((len(self.fed), kv), dtype=torch.bool, device=self.device)
+        out[:, : self.mask.shape[1]] = self.mask
+        return out
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only the given rows (indices into the current batch), in that order."""
+        super().select(rows)
+        self.pending = [self.pending[b] for b in rows]
+        self.root = [self.root[b] for b in rows]
+        if self.mask is not None:
+            self.mask = self.mask[rows]
+        if self.cache is not None:
+            self.cache.select(rows)
 
 
 def head_state(state: Counted) -> HeadState:
@@ -103,43 +128,40 @@ class HeadDraft(GrowingDraft[HeadState]):
     """Shared by the heads: the states a request carries go to the head's state; no tree cache to keep."""
 
     def propose(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
-        """Take the request's states, then propose a chain (grower None) or a tree."""
+        """Take the request's states, then propose chains (grower None) or trees."""
         self.take(d)
         return self.propose_chain(buf, d) if self.grower is None else super().propose(buf, d)
 
     def take(self, d: Drafting) -> None:
-        """The request's target states [len(layers), m, H] (none before the first verify) join the pending ones."""
-        if d.states and d.states[0] is not None:
-            self.state.pending.append(d.states[0].transpose(0, 1).to(self.state.device))
+        """Row b's target states [len(layers), m, H] (none before its first verify) join its pending ones."""
+        for b, states in enumerate(d.states):
+            if states is not None:
+                self.state.pending[b].append(states.transpose(0, 1).to(self.state.device))
 
     def propose_chain(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
         raise NotImplementedError(f"{type(self).__name__} proposes trees only")
 
-    def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
-        """The one row's q at the root."""
-        return {0: self.root(buf, d.L[0], d)}
 
-    def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
-             ) -> dict[int, torch.Tensor]:
-        """The one row's q at its grown nodes."""
-        return {0: self.grow_row(trees[0], grow[0], buf, d.L[0], d)}
+@dataclass
+class HeadNodes:
+    """One row's drafted nodes for an EAGLE-3 head forward: node j reads (o of its parent, x_j) at head position
+    L - 2 + depth_j and attends to the row's committed positions, its ancestors' cache columns and itself."""
 
-    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
-        """q at the root [V] (None: nothing to draft from)."""
-        raise NotImplementedError
-
-    def grow_row(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
-        """q [len(grow), V] at the grown nodes `grow`."""
-        raise NotImplementedError
+    parents: list[torch.Tensor]  # [n] the parents' head outputs [H] (the root's: the row's root output)
+    tokens: list[int]  # [n]
+    depths: list[int]  # [n]
+    ancestors: list[list[int]]  # [n] the cache columns of each node's ancestors
 
 
 class Eagle3Draft(HeadDraft):
-    """EAGLE-3's proposals for one row: a chain (grower None) or a tree grown by `grower`."""
+    """EAGLE-3's proposals for B rows: chains (grower None) or trees grown by `grower`, the rows' positions read in
+    one head forward per step."""
 
     def __init__(self, state: HeadState, grower: Grower | None = None) -> None:
         super().__init__(state, grower)
-        self.out: dict[int, torch.Tensor] = {}  # grown node -> its head output [H]
-        self.col: dict[int, int] = {}  # grown node -> its cache column
+        self.out: list[dict[int, torch.Tensor]] = []  # per row: grown node -> its head output [H]
+        self.col: list[dict[int, int]] = []  # per row: grown node -> its cache column
+        self.kept = 0  # cache columns after the last read of committed positions (nodes come after them)
 
     @property
     def head(self) -> Eagle3Module:
@@ -154,108 +176,159 @@ class Eagle3Draft(HeadDraft):
         return self.state.cache
 
     def propose_chain(self, buf: torch.Tensor, d: Drafting) -> list[Proposal]:
-        """x_1 ~ q at the root, then x_i ~ q_i from the head's output at x_{i-1}, until the policy stops."""
-        L, cap = d.L[0], d.w_max[0]
-        if cap <= 0:
-            return [chain([], why="length")]
-        q = self.root(buf, L, d)
-        if q is None:
-            return [chain([], why="source")]
-        c, o = Chain(d.policies[0], cap, d.eos_ids, d.sampler.vocab_size), self.state.root
-        assert o is not None  # root() gave q at the root, from the head's output there
-        depth = 0
-        cols: list[int] = []  # the cache columns of the chain's drafts read so far
-        while True:
-            x = int(d.sampler.pick(q[None], d.generators[:1])[0])
+        """x_1 ~ q at the root, then x_i ~ q_i from the head's output at x_{i-1}, until each row's policy stops."""
+        B = len(d.L)
+        live = [b for b in range(B) if d.w_max[b] > 0]
+        q = {b: v for b, v in self.roots(buf, d, live).items() if v is not None} if live else {}
+        chains = [Chain(p, m, d.eos_ids, d.sampler.vocab_size) for p, m in zip(d.policies, d.w_max)]
+        o = {b: r for b in q if (r := self.state.root[b]) is not None}  # row b's last output [H]: root, then drafts
+        cols: dict[int, list[int]] = {b: [] for b in q}  # the cache columns of row b's drafts read so far
+        open_, depth = list(q), 0
+        while open_:
+            probs = torch.zeros((B, d.sampler.vocab_size), device=self.state.device)
+            probs[open_] = torch.stack([q[b] for b in open_]).to(probs.dtype)
+            x = d.sampler.pick(probs, d.generators, open_).tolist()
             depth += 1
-            if not c.take(x, q):
-                return [c.proposal(self.steps)]
-            o, q = self.feed([o], [x], [depth], [cols], L, d)
-            o, q = o[0], q[0]
-            cols = cols + [self.cache.length - 1]
+            open_ = [b for b in open_ if chains[b].take(x[b], q[b])]
+            if open_:
+                out = self.feed({b: HeadNodes([o[b]], [x[b]], [depth], [cols[b]]) for b in open_}, d.L, d)
+                for b in open_:
+                    o[b], q[b], cols[b] = out[b][0][0], out[b][1][0], cols[b] + out[b][2]
+        return [chains[b].proposal(self.steps) if b in o else
+                chain([], why="length" if d.w_max[b] <= 0 else "source", steps=self.steps) for b in range(B)]
 
-    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
-        """Read the committed pairs not read yet; q at the root [V] from the output at position L - 2."""
-        s, head = self.state, self.head
-        self.steps, self.out, self.col = 0, {}, {}
-        if s.pending:
-            f = torch.cat(s.pending).flatten(1)  # [m, len(layers) H]: low, middle, high
-            start, m = s.fed[0], f.shape[0]
-            if start + m != L - 1:
-                raise RuntimeError(f"the head has read {start} positions and got {m} states; {L - 1} are committed")
-            pos = torch.arange(start, L - 1, device=s.device)
-            allowed = torch.arange(start + m, device=s.device)[None] <= pos[:, None]  # [m, kv] causal
-            ids = buf[0, start + 1 : L].to(s.device)
-            with torch.inference_mode():
-                o = s.timed(head.step, f[None].to(head.fc.weight.dtype), ids[None], pos[None], allowed[None], s.cache)
-            s.root, s.fed, s.pending = o[0, -1], [L - 1], []
-            self.steps = 1
-        if s.root is None:
-            return None
+    def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
+        """Read each row's committed pairs not read yet, in one forward; q at the root [V] of each live row, from its
+        output at position L_b - 2."""
+        s, head, B = self.state, self.head, len(d.L)
+        self.steps, self.out, self.col = 0, [{} for _ in range(B)], [{} for _ in range(B)]
+        if any(s.pending):
+            f = [torch.cat(p).flatten(1) if p else None for p in s.pending]  # [m_b, len(layers) H]: low, mid, high
+            m = [0 if x is None else x.shape[0] for x in f]
+            for b in range(B):
+                if m[b] and s.fed[b] + m[b] != d.L[b] - 1:
+                    raise RuntimeError(f"row {b}: the head has read {s.fed[b]} positions and got {m[b]} states; "
+                                       f"{d.L[b] - 1} are committed")
+            self.read(buf, d, f, m)
+        self.kept = self.cache.length
+        outs = {b: o for b in live if (o := s.root[b]) is not None}
+        if not outs:
+            return {b: None for b in live}
         with torch.inference_mode():
-            return d.sampler.probs(head.target_logits(s.root)[None])[0]
+            q = d.sampler.probs(head.target_logits(torch.stack(list(outs.values()))))  # [len(outs), V]
+        at = {b: i for i, b in enumerate(outs)}
+        return {b: (q[at[b]] if b in at else None) for b in live}
 
-    def feed(self, parents: list[torch.Tensor], tokens: list[int], depths: list[int], ancestors: list[list[int]],
-             L: int, d: Drafting) -> tuple[torch.Tensor, torch.Tensor]:
-        """Nodes reading (o_parent, x_j) at positions L - 2 + depth_j, each attending to the committed positions, the
-        cache columns `ancestors[j]` and itself; their outputs [n, H] and q [n, V]."""
-        s, head, n = self.state, self.head, len(tokens)
-        kv0 = self.cache.length
-        allowed = torch.zeros((n, kv0 + n), dtype=torch.bool, device=s.device)
-        allowed[:, : s.fed[0]] = True
-        for k, cols in enumerate(ancestors):
-            allowed[k, cols] = True
-            allowed[k, kv0 + k] = True
-        pos = torch.tensor([L - 2 + dep for dep in depths], device=s.device)
-        ids = torch.tensor(tokens, device=s.device)
+    def read(self, buf: torch.Tensor, d: Drafting, f: list[torch.Tensor | None], m: list[int]) -> None:
+        """One head forward of row b's m_b committed pairs (f_t, x_{t+1}), t = fed_b..L_b-2, right-aligned (holes on
+        the left attend to themselves only); row b's root output becomes its last one."""
+        s, head, B, M = self.state, self.head, len(d.L), max(m)
+        kv0, dev = self.cache.length, s.device
+        width = next(x for x in f if x is not None).shape[1]
+        feats = torch.zeros((B, M, width), dtype=head.fc.weight.dtype, device=dev)
+        ids = torch.zeros((B, M), dtype=torch.long, device=dev)
+        pos = torch.zeros((B, M), dtype=torch.long, device=dev)
+        for b, x in enumerate(f):
+            if x is not None:
+                feats[b, M - m[b] :] = x.to(feats.dtype)
+                ids[b, M - m[b] :] = buf[b, s.fed[b] + 1 : d.L[b]].to(dev)
+                pos[b, M - m[b] :] = torch.arange(s.fed[b], d.L[b] - 1, device=dev)
+        c = torch.arange(M, device=dev)
+        new = c[None] >= torch.tensor([M - k for k in m], device=dev)[:, None]  # [B, M] the rows' positions
+        allowed = torch.zeros((B, M, kv0 + M), dtype=torch.bool, device=dev)
+        allowed[:, :, :kv0] = s.committed(kv0)[:, None] & new[:, :, None]
+        allowed[:, :, kv0:] = (new[:, None] & (c[None, None] <= c[None, :, None])) | torch.eye(M, dtype=torch.bool,
+                                                                                                 device=dev)
         with torch.inference_mode():
-            o = s.timed(head.step, torch.stack(parents)[None], ids[None], pos[None], allowed[None], s.cache)[0]
-            q = d.sampler.probs(head.target_logits(o))
+            o = s.timed(head.step, feats, ids, pos, allowed, self.cache)  # [B, M, H]
+        s.root = [o[b, -1] if m[b] else s.root[b] for b in range(B)]
+        s.fed = [d.L[b] - 1 if m[b] else s.fed[b] for b in range(B)]
+        s.pending = [[] for _ in range(B)]
+        if s.mask is not None:
+            s.mask = torch.cat([s.committed(kv0), new], dim=1)
+        self.steps = 1
+
+    def feed(self, rows: dict[int, HeadNodes], L: list[int], d: Drafting
+             ) -> dict[int, tuple[torch.Tensor, torch.Tensor, list[int]]]:
+        """One head forward of each row's nodes, right-aligned: row b's outputs [n_b, H], q [n_b, V] and the cache
+        columns they were written to."""
+        s, head, B = self.state, self.head, len(L)
+        kv0, dev = self.cache.length, s.device
+        N = max(len(r.tokens) for r in rows.values())
+        first = {b: kv0 + N - len(r.tokens) for b, r in rows.items()}  # row b's first node column
+        H = next(iter(rows.values())).parents[0].shape[-1]
+        par = torch.zeros((B, N, H), dtype=next(iter(rows.values())).parents[0].dtype, device=dev)
+        ids = torch.zeros((B, N), dtype=torch.long, device=dev)
+        pos = torch.zeros((B, N), dtype=torch.long, device=dev)
+        allowed = torch.zeros((B, N, kv0 + N), dtype=torch.bool, device=dev)
+        allowed[:, :, :kv0] = s.committed(kv0)[:, None]
+        allowed[:, torch.arange(N), kv0 + torch.arange(N)] = True  # every query (holes too) attends to itself
+        for b, r in rows.items():
+            k0 = N - len(r.tokens)
+            par[b, k0:] = torch.stack(r.parents)
+            ids[b, k0:] = torch.tensor(r.tokens, device=dev)
+            pos[b, k0:] = torch.tensor([L[b] - 2 + dep for dep in r.depths], device=dev)
+            for k, cols in enumerate(r.ancestors):
+                allowed[b, k0 + k, cols] = True
+        idle = [b for b in range(B) if b not in rows]
+        allowed[idle, :, :kv0] = False  # a row without nodes feeds holes
+        with torch.inference_mode():
+            o = s.timed(head.step, par, ids, pos, allowed, self.cache)
+            q = d.sampler.probs(head.target_logits(o))  # [B, N, V]
         self.steps += 1
-        return o, q
+        return {b: (o[b, N - len(r.tokens) :], q[b, N - len(r.tokens) :],
+                    list(range(first[b], kv0 + N))) for b, r in rows.items()}
 
-    def grow_row(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
-        """q at the grown nodes `grow` [len(grow), V], fed in one head forward."""
-        kv0 = self.cache.length
-        ancestors = []
-        for j in grow:
-            a, cols = t.parents[j], []
-            while a >= 0:
-                cols.append(self.col[a])
-                a = t.parents[a]
-            ancestors.append(cols)
-        root = self.state.root
-        assert root is not None  # the tree grows after root() gave q there, from the head's output at the root
-        parents = [self.out[t.parents[j]] if t.parents[j] >= 0 else root for j in grow]
-        o, q = self.feed(parents, [t.tokens[j] for j in grow], [len(t.path(j)) for j in grow], ancestors, L, d)
-        for k, j in enumerate(grow):
-            self.out[j], self.col[j] = o[k], kv0 + k
-        return q
+    def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
+             ) -> dict[int, torch.Tensor]:
+        """q at each row's grown nodes [len(grow[b]), V], every row's fed in one head forward."""
+        rows = {}
+        for b, js in grow.items():
+            t, ancestors = trees[b], []
+            for j in js:
+                a, cols = t.parents[j], []
+                while a >= 0:
+                    cols.append(self.col[b][a])
+                    a = t.parents[a]
+                ancestors.append(cols)
+            root = self.state.root[b]
+            assert root is not None  # the tree grows after roots() gave q there, from the head's output at the root
+            parents = [self.out[b][t.parents[j]] if t.parents[j] >= 0 else root for j in js]
+            rows[b] = HeadNodes(parents, [t.tokens[j] for j in js], [len(t.path(j)) for j in js], ancestors)
+        out = self.feed(rows, d.L, d)
+        for b, js in grow.items():
+            o, _, cols = out[b]
+            self.out[b].update({j: o[k] for k, j in enumerate(js)})
+            self.col[b].update({j: cols[k] for k, j in enumerate(js)})
+        return {b: out[b][1] for b in grow}
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """The head's cache keeps the committed positions: accepted drafts are read again with the target's states."""
-        self.cache.crop(self.state.fed[0])
+        self.cache.crop(self.kept)
         self.index = []
 
 
 class MedusaDraft(HeadDraft):
-    """Medusa's tree for one row: the heads once at the last committed state, children by depth from q_{d+1}."""
+    """Medusa's trees for B rows: the heads once at each row's last committed state, children by depth from q_{d+1}."""
 
-    def root(self, buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor | None:
-        """q_1..q_k [k, V] from the state at position L - 2; q at the root is q_1."""
+    def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
+        """q_1..q_k [k, V] from each live row's state at position L_b - 2, in one call; q at the root is q_1."""
         s, heads = self.state, self.state.model
-        if not s.pending:
-            return None
-        h = s.pending[-1][-1, -1]  # [H]: the last committed position, the last hidden_states index
-        s.pending = []
-        with torch.inference_mode():
-            self.qs = d.sampler.probs(s.timed(heads, h.to(medusa_dtype(heads))))  # [k, V]
-        self.steps = 1
-        return self.qs[0]
+        read = [b for b in live if s.pending[b]]
+        self.qs: dict[int, torch.Tensor] = {}
+        if read:
+            h = torch.stack([s.pending[b][-1][-1, -1] for b in read])  # [n, H]: the last position, last layer index
+            with torch.inference_mode():
+                qs = d.sampler.probs(s.timed(heads, h.to(medusa_dtype(heads))))  # [n, k, V]
+            self.qs = {b: qs[i] for i, b in enumerate(read)}
+            self.steps = 1
+        s.pending = [[] for _ in s.pending]
+        return {b: self.qs[b][0] if b in self.qs else None for b in live}
 
-    def grow_row(self, t: Grown, grow: list[int], buf: torch.Tensor, L: int, d: Drafting) -> torch.Tensor:
+    def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
+             ) -> dict[int, torch.Tensor]:
         """q at a node of depth d is head d + 1's (no forward)."""
-        return torch.stack([self.qs[len(t.path(j))] for j in grow])
+        return {b: torch.stack([self.qs[b][len(trees[b].path(j))] for j in js]) for b, js in grow.items()}
 
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         self.index = []

@@ -33,7 +33,7 @@ class Shape:
 
     @property
     def trees(self) -> bool:
-        """Is a tree of nodes verified per call (one row, eager path)?"""
+        """Is a tree of nodes verified per call (eager path)?"""
         return self.kind != "chain"
 
     def grower(self) -> Grower | None:

@@ -68,7 +68,7 @@ class Eagle3Config:
 
 
 class HeadCache:
-    """Keys and values [1, kv_heads, n, d] of the head's positions so far (one row)."""
+    """Keys and values [B, kv_heads, n, d] of the head's positions so far (columns shared by the rows)."""
 
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None
@@ -88,6 +88,11 @@ class HeadCache:
         """Keep the first n positions."""
         if self.keys is not None and self.values is not None and n < self.length:  # append sets both
             self.keys, self.values = self.keys[..., :n, :], self.values[..., :n, :]
+
+    def select(self, rows: list[int]) -> None:
+        """Keep the given rows (batch indices), in that order."""
+        if self.keys is not None and self.values is not None:
+            self.keys, self.values = self.keys[rows], self.values[rows]
 
 
 # training-time test: a list of the earlier steps' (keys, values); inference: the head's own cache
@@ -168,7 +173,7 @@ class Eagle3Head(nn.Module):
 
     @staticmethod
     def new_cache() -> HeadCache:
-        """An empty cache of the head's positions (one row)."""
+        """An empty cache of the head's positions."""
         return HeadCache()
 
     def attach(self, embed: nn.Embedding) -> "Eagle3Head":
