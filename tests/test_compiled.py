@@ -99,6 +99,38 @@ def test_rollback_is_a_position_reset(tiny_pair):
     assert (width(1), width(3), width(6), width(33)) == (1, 4, 8, None)
 
 
+def test_a_tree_on_the_static_cache_equals_its_root_paths(tiny_pair):
+    """A tree forward on the static cache (its mask a graph input), then keep_paths moving the accepted path's nodes
+    into place, then a second tree and a chain forward: every logit equals the cache-free forward of its root path."""
+    from specbench.decoding.proposal import ancestors
+
+    model = tiny_pair.target
+    state = StaticState(model, 1, 64)
+    prefix, tokens, parents = [5, 17, 42, 99, 7], [11, 22, 33, 44, 55], [-1, -1, 0, 1, 3]
+
+    def truth(ids):
+        with torch.no_grad():
+            return model(torch.tensor([ids], device=model.device)).logits[0, -1]
+
+    def check(logits, prefix):
+        torch.testing.assert_close(logits[0, 0], truth(prefix), rtol=1e-4, atol=1e-4)
+        for j, anc in enumerate(ancestors(parents)):
+            torch.testing.assert_close(logits[0, 1 + j], truth(prefix + [tokens[a] for a in anc]), rtol=1e-4,
+                                       atol=1e-4)
+
+    buf = torch.tensor([prefix + [0] * 16], device=model.device)
+    state.forward(buf, 3, 1)  # a cached prefix: eager on a fresh cache
+    check(state.feed_trees(buf, [5], [tokens], [parents], True), prefix)  # width 8: a compiled graph
+    state.keep_paths([5], [[1, 3, 4]])  # not a prefix of the node columns: copied into place
+    kept = prefix + [22, 44, 55]
+    assert state.fed == [8] and state.forest.nodes == [[]]
+    buf[0, : len(kept) + 1] = torch.tensor(kept + [9])
+    check(state.feed_trees(buf, [9], [tokens], [parents], True), kept + [9])
+    state.keep_paths([9], [[0, 2]])
+    buf[0, 9:12] = torch.tensor([11, 33, 6])
+    torch.testing.assert_close(state.forward(buf, 12, 1)[0, 0], truth(kept + [9, 11, 33, 6]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("overrides, needle", [
     (("method=hf_assisted",), "another library's loop"),
     (("method=sd2",), "hidden states"),

@@ -183,7 +183,7 @@ def test_options_and_refusals():
     m = build_method({"name": "lookahead"})
     with pytest.raises(OptionError, match="one row at a time"):
         m.plan.refuse(m.name, batch_size=2)
-    with pytest.raises(OptionError, match="verifies chains only"):
+    with pytest.raises(OptionError, match="look-ahead window runs on the eager path only"):
         m.plan.refuse(m.name, compile=True)
 
 

@@ -111,7 +111,6 @@ def test_options_and_refusals():
     with pytest.raises(OptionError, match="method.min_token_prob"):
         build_method({"name": "suffix", "min_token_prob": 2})
     m = build_method({"name": "suffix", "parts": {"shape": "tree"}})
-    m.plan.refuse(m.name, 4)  # trees decode in batches too
-    with pytest.raises(OptionError, match="verifies chains only"):
-        m.plan.refuse(m.name, compile=True)
+    m.plan.refuse(m.name, 4)  # trees decode in batches too, and compiled
+    m.plan.refuse(m.name, compile=True)
     build_method({"name": "suffix"}).plan.refuse("suffix", 4)  # chains decode in batches

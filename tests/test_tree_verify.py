@@ -53,7 +53,7 @@ def test_one_call_equals_root_paths(model, pre):
     torch.testing.assert_close(logits[0, 0], truth(model, PREFIX), atol=ATOL, rtol=0)
     for j in range(len(TOKENS)):
         torch.testing.assert_close(logits[0, 1 + j], node_truth(model, PREFIX, j), atol=ATOL, rtol=0)
-    assert s.fed == [len(PREFIX)] and s.tree_nodes == [list(range(len(TOKENS)))]
+    assert s.fed == [len(PREFIX)] and s.forest.nodes == [list(range(len(TOKENS)))]
     assert s.cache.get_seq_length() == len(PREFIX) + len(TOKENS) and s.calls == 1 + bool(pre)
 
 
@@ -72,7 +72,7 @@ def test_calls_equal_root_paths(model, calls):
         for k, j in enumerate(nodes):
             torch.testing.assert_close(logits[0, (c == 0) + k], node_truth(model, PREFIX, j), atol=ATOL, rtol=0)
         cached += nodes
-        assert s.tree_nodes == [cached] and s.fed == [len(PREFIX)]
+        assert s.forest.nodes == [cached] and s.fed == [len(PREFIX)]
 
 
 @pytest.mark.parametrize("path", [[2, 5], [2, 6, 9], [0], [1]])
@@ -82,7 +82,7 @@ def test_keep_path_then_continue(model, path):
     s.feed_trees(buffer(PREFIX), [len(PREFIX)], [TOKENS], [PARENTS], keep_root=True)
     s.keep_paths([len(PREFIX)], [path])
     assert s.cache.get_seq_length() == len(PREFIX) + len(path) and s.fed == [len(PREFIX) + len(path)]
-    assert s.tree_nodes == [[]]
+    assert s.forest.nodes == [[]]
     seq = PREFIX + [TOKENS[j] for j in path] + [13]
     torch.testing.assert_close(s.forward(buffer(seq), len(seq), 1)[0, 0], truth(model, seq), atol=ATOL, rtol=0)
     logits = s.feed_trees(buffer(seq + [19]), [len(seq) + 1], [TOKENS], [PARENTS], keep_root=True)
@@ -159,7 +159,7 @@ def test_a_batch_of_trees_equals_each_rows_root_paths(model):
     paths = [[2, 6, 9], [], [0, 2]]  # root paths: 6 is a child of 2, 9 of 6; row 2: 2 of 0
     s.keep_paths([len(r) for r in ROWS], paths)
     kept = [r + [TREES[b][0][j] for j in p] for b, (r, p) in enumerate(zip(ROWS, paths))]
-    assert s.fed == [len(k) for k in kept] and s.tree_nodes == [[], [], []]
+    assert s.fed == [len(k) for k in kept] and s.forest.nodes == [[], [], []]
     assert s.mask is not None and s.mask.sum(1).tolist() == s.fed  # each row's tokens, the rest holes
     step = [k + [13 + b] for b, k in enumerate(kept)]
     nxt = s.forward(rows_buffer(step), [len(x) for x in step], 1)

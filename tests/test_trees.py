@@ -1,6 +1,6 @@
 """Tree drafting end to end: the trees spec_tree and dyn_tree propose against a brute-force rebuild from cache-free
 draft forwards (which also checks the draft cache's compaction after every verify), their traces, and the refusals
-of batches and the compiled path."""
+in batches and on the compiled path."""
 
 from __future__ import annotations
 
@@ -134,9 +134,9 @@ def test_a_trees_trace_records_its_nodes_and_path(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["spec_tree", "dyn_tree"])
-def test_trees_run_in_a_batch_and_are_refused_on_the_compiled_path(tmp_path, name):
+def test_trees_run_in_a_batch_and_on_the_compiled_path(tmp_path, name):
     """A run at batch_size=3 writes each row's batch_size=1 tokens (tests/test_batch.py checks the engine against
-    ar); the compiled path refuses trees by name."""
+    ar), and so does a compiled run (tests/test_compiled.py: tokens and schedules); the compiled path takes one row."""
     from specbench.runs.results import read_rows
 
     run(small(f"method={name}", "limit=5"), tmp_path / "b1")
@@ -144,8 +144,10 @@ def test_trees_run_in_a_batch_and_are_refused_on_the_compiled_path(tmp_path, nam
     one, three = read_rows(tmp_path / "b1" / "rows.jsonl"), read_rows(tmp_path / "b3" / "rows.jsonl")
     assert [r["token_ids"] for r in three] == [r["token_ids"] for r in one]
     assert [r["batch_size"] for r in three] == [3, 3, 3, 2, 2]
-    with pytest.raises(OptionError, match="engine.compile=false"):
-        run(small(f"method={name}", "engine.compile=true", "limit=2"), tmp_path / "c")
+    run(small(f"method={name}", "engine.compile=true", "limit=5"), tmp_path / "c")
+    assert [r["token_ids"] for r in read_rows(tmp_path / "c" / "rows.jsonl")] == [r["token_ids"] for r in one]
+    with pytest.raises(OptionError, match="engine.compile=true decodes one example at a time"):
+        run(small(f"method={name}", "engine.compile=true", "batch_size=2", "limit=2"), tmp_path / "c2")
 
 
 @pytest.mark.parametrize("options, match", [

@@ -1,5 +1,5 @@
 """The compiled decode path (`engine.compile=true`): static KV caches and `torch.compile`d forwards, as in
-gpt-fast's generate.py, for one row (batch_size 1).
+gpt-fast's generate.py, for one row (batch_size 1), chains and trees.
 
 - Cache: one transformers `StaticCache` per model, allocated for the longest generation seen (capacity a multiple
   of CAPACITY_STEP, so graphs are not rebuilt per prompt length) and reused. Its layers write k new keys at columns
@@ -10,6 +10,9 @@ gpt-fast's generate.py, for one row (batch_size 1).
   compiled call (`PreTrainedModel.get_compiled_call`: one graph per width, no dynamic shapes); the causal mask keeps
   the padded columns out of every real token's attention and their logits are dropped. Wider forwards (the
   prefill) and the first forward of a fresh cache (which allocates it) run eagerly on the same cache.
+- Trees: a tree forward passes its mask (specbench.decoding.forest) over the cache's whole capacity as a graph
+  input, so a width's graph serves every tree of that width (static shapes, the mask's values vary); the nodes are
+  written after the row's committed columns and the kept path's keys and values are copied into place after them.
 - Timing: CUDA events per forward (state.Clock), read after the engine's synchronisation of the iteration, so a
   fixed-window draft loop (drafts.ModelDraft.propose_on_device) never waits for the device.
 Written by hand: transformers' compiled decoding (generate with a static cache) has no draft-verify loop with
@@ -27,6 +30,7 @@ from transformers.cache_utils import Cache, StaticLayer
 from transformers.generation.configuration_utils import CompileConfig
 
 from specbench.common.options import OptionError
+from specbench.decoding.forest import Block, Forest, additive
 from specbench.decoding.state import CausalLM, Clock, ModelState
 
 WIDTHS = (1, 2, 4, 8, 16, 32)  # forward widths with a compiled graph; wider forwards run eagerly
@@ -93,6 +97,31 @@ def forward_static(model: CausalLM, call: Any, cache: StaticCache, layers: list[
     return out.logits[:, :k].clone()  # a copy: CUDA graphs reuse their output buffers
 
 
+@torch.inference_mode()
+def forward_tree(model: CausalLM, call: Any, cache: StaticCache, layers: list[StaticLayer], block: Block, start: int
+                 ) -> torch.Tensor:
+    """Logits [1, K, V] of a tree block (specbench.decoding.forest) of one row written at columns start..start+K-1,
+    padded on the right to a compiled width as forward_static pads a chain; its mask spans the cache's capacity
+    (each padded query sees itself only) and is an input of the graph, so one graph per width serves every tree."""
+    K, W, capacity = block.width, width(block.width), layers[0].max_cache_len
+    Wp = W or K
+    if start + Wp > capacity:
+        raise ValueError(f"a tree forward of {K} tokens after {start} columns overflows the static cache of {capacity}")
+    allowed = torch.zeros((1, Wp, capacity), dtype=torch.bool, device=block.ids.device)
+    allowed[:, :K, : start + K] = block.allowed
+    pad = torch.arange(K, Wp, device=block.ids.device)
+    allowed[:, pad, start + pad] = True
+    ids, pos = block.ids.new_zeros((1, Wp)), block.pos.new_zeros((1, Wp))
+    ids[:, :K], pos[:, :K] = block.ids, block.pos
+    mask = additive(allowed, model.dtype)
+    for layer in layers:  # the block's columns start at `start`
+        layer.cumulative_length.fill_(start)
+    if W is None or not cache.is_initialized:
+        return model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True).logits[:, :K]
+    out = call(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+    return out.logits[:, :K].clone()
+
+
 class StaticState(ModelState):
     """ModelState over a static cache and compiled forwards, for one row; forwards are timed by clock marks."""
 
@@ -108,6 +137,7 @@ class StaticState(ModelState):
         self.call = compiled_call(model)
         self.clock = Clock(self.device)
         self.spans: list[tuple[Any, Any]] = []  # clock marks (start, end) of forwards not yet accounted
+        self.forest = Forest(1)  # the row's tree nodes, written after its committed columns
 
     @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
@@ -126,6 +156,38 @@ class StaticState(ModelState):
         self.spans.append((t0, self.clock.mark()))
         self.row_tokens = [t + ids.shape[1] for t in self.row_tokens]  # now: the engine reads them per iteration
         return logits
+
+    @torch.inference_mode()
+    def feed_trees(self, buf: torch.Tensor, upto: list[int], tokens: list[list[int]], parents: list[list[int]],
+                   keep_root: bool, nodes: list[list[int]] | None = None, layers: tuple[int, ...] = ()
+                   ) -> torch.Tensor:
+        """TreeState.feed_trees for the one row of a static cache (forward_tree): logits [1, keep_root + n, V]."""
+        start = self.fed[0] + len(self.forest.nodes[0])  # the columns written: committed, then tree nodes
+        committed = (torch.arange(start, device=self.device) < self.fed[0])[None]
+        block = self.forest.block(buf, self.fed, upto, tokens, parents, nodes, committed)
+        t0 = self.clock.mark()
+        logits = forward_tree(self.model, self.call, self.cache, self.layers, block, start)
+        self.spans.append((t0, self.clock.mark()))
+        self.row_tokens = [t + block.width for t in self.row_tokens]
+        self.forest.commit(block)
+        self.fed = list(upto)
+        keep = max(1, int(keep_root) + len(tokens[0]))
+        return logits[:, logits.shape[1] - keep :]
+
+    @torch.inference_mode()
+    def keep_paths(self, lengths: list[int], paths: list[list[int]]) -> None:
+        """The row keeps its first lengths[0] committed tokens and its path's cached nodes: their keys and values are
+        copied to the columns after the kept tokens (in place: a CUDA graph holds the cache's addresses), and the
+        next write starts after them."""
+        lengths, keep = self.forest.kept(lengths, paths, self.fed)
+        n, cols = lengths[0], keep[0]
+        if cols != list(range(n, n + len(cols))):
+            idx = torch.tensor(cols, device=self.device)
+            for layer in self.layers:
+                assert layer.keys is not None and layer.values is not None  # a tree forward initialized them
+                layer.keys[:, :, n : n + len(cols)] = layer.keys.index_select(2, idx)
+                layer.values[:, :, n : n + len(cols)] = layer.values.index_select(2, idx)
+        self.fed = [n + len(cols)]
 
     def settle(self) -> None:
         """Account the forwards since the last settle (their events are complete after the engine's sync)."""

@@ -30,12 +30,11 @@ built. A finished row leaves at once (`Cache.batch_select_indices` on caches, ma
 refilled. The batch drafts to the longest window still open; a row that stopped drafting (window, policy, EOS or
 length) feeds a masked hole in the remaining draft forwards, a cost its record's `draft_steps` (the batch's draft
 forwards) beside `drafted` shows. Trees likewise: each row's nodes right-aligned under a 4-D mask of its own, its
-rejected nodes left as holes (eager path). Each row owns its policy (a copy: state, thresholds) and generator, so
-under greedy decoding its schedule and tokens are those it gets at B = 1 (up to the float rounding of batched
-kernels). Observers keep what an iteration measured in the row's
-Log (record, margins, time). Each iteration's wall time and each forward's seconds are split equally among its rows:
-a row's decode_s is its share, a batch's shares sum to its wall time; latency_s runs from the batch's start to the
-row's stop.
+rejected nodes left as holes (the compiled path: one row). Each row owns its policy (a copy: state, thresholds)
+and generator, so under greedy decoding its schedule and tokens are those it gets at B = 1 (up to the float
+rounding of batched kernels). Observers keep what an iteration measured in the row's Log (record, margins, time).
+Each iteration's wall time and each forward's seconds are split equally among its rows: a row's decode_s is its
+share, a batch's shares sum to its wall time; latency_s runs from the batch's start to the row's stop.
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ from specbench.decoding import verifiers
 from specbench.decoding.head_drafts import DraftHead
 from specbench.decoding.state import Clock, Counted, ModelState, causal_lm, model_state, sync, write
 from specbench.decoding.stopping import StopCriteria
+from specbench.decoding.tree_drafts import MAX_NODES
 from specbench.decoding.tree_state import TreeState
 
 
@@ -136,7 +136,7 @@ class Engine:
 
     def __init__(self, method: Method, stop_strings: tuple[str, ...] = (), compile: bool = False) -> None:
         b = method.bound
-        self.compile = compile  # the compiled decode path (specbench.decoding.compiled), B = 1
+        self.compile = compile  # the compiled decode path (specbench.decoding.compiled), B = 1, chains and trees
         method.plan.refuse(method.name, compile=compile)
         self.method, self.plan = method, method.plan
         self.rule = make_rule(method.plan.rule, greedy=b.params.greedy)  # called once per iteration for the batch
@@ -319,7 +319,7 @@ class Engine:
             if not isinstance(model, PreTrainedModel):
                 raise OptionError(f"engine.compile=true compiles transformers models; the {role} model is a "
                                   f"{type(model).__name__}: set engine.compile=false")
-            return StaticState(model, B, need, role)
+            return StaticState(model, B, need + (MAX_NODES if trees else 0), role)  # room for the nodes grown
         if isinstance(model, DraftHead):  # a head in the draft role keeps its own kind of state
             return model.new_state(B)
         lm = causal_lm(model)

@@ -83,9 +83,9 @@ def make_plan(names: dict[str, str], policy: Policy, needs: Needs, shape: Shape,
         raise OptionError(f"method.parts.rule must be one of {', '.join(tree_rules())} for a tree "
                           f"({rule.chains_only}), got {names['rule']!r}")
     eager = ("decodes with another library's loop, which the compiled path cannot run" if external else
-             "the compiled decode path verifies chains only (static widths, no tree attention mask)"
-             if kind == "tree" else "reads the verifier's hidden states, which the compiled decode path does not "
-             "return" if needs.reads_states else "")
+             "its look-ahead window runs on the eager path only" if needs.looks else
+             "reads the verifier's hidden states, which the compiled decode path does not return"
+             if needs.reads_states else "")
     return Plan(kind=kind, verifier=needs.verifier,
                 roles=(needs.verifier, "draft") if needs.pair_draft else (needs.verifier,), rule=spec,
                 lossless=external or (needs.verifier == "target" and rule.lossless), stats=policy.reads_stats,

@@ -22,8 +22,8 @@ import torch
 
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.proposal import TOP_K, Proposal, chain
-from specbench.decoding.state import Counted
-from specbench.decoding.tree_state import TreeState
+from specbench.decoding.state import Counted, ModelState
+from specbench.decoding.tree_state import tree_state
 
 MAX_NODES = 1024  # nodes verified per call: beyond any published tree (EAGLE ~60, Sequoia <= 768)
 
@@ -157,12 +157,12 @@ class GrowingDraft(DraftSource, Generic[S]):
         self.index = [self.index[b] for b in rows] if self.index else []
 
 
-class TreeDraft(GrowingDraft[TreeState]):
+class TreeDraft(GrowingDraft[ModelState]):
     """A draft model's trees for B rows, grown with tree attention on its own cache, one forward per depth."""
 
     def roots(self, buf: torch.Tensor, d: Drafting, live: list[int]) -> dict[int, torch.Tensor | None]:
         """q at the root [V] of each live row: one forward of their uncached committed tokens."""
-        s, B, before = self.state, len(d.L), list(self.state.fed)
+        s, B, before = tree_state(self.state), len(d.L), list(self.state.fed)
         upto = [d.L[b] if b in live else before[b] for b in range(B)]
         if upto == before:
             return {b: None for b in live}
@@ -173,7 +173,7 @@ class TreeDraft(GrowingDraft[TreeState]):
     def grow(self, trees: dict[int, Grown], grow: dict[int, list[int]], buf: torch.Tensor, d: Drafting
              ) -> dict[int, torch.Tensor]:
         """q at the grown nodes, every row's fed in one forward (tree attention)."""
-        s, B = self.state, len(d.L)
+        s, B = tree_state(self.state), len(d.L)
         js = [grow.get(b, []) for b in range(B)]
         logits = s.feed_trees(buf, list(s.fed), [[trees[b].tokens[j] for j in js[b]] for b in range(B)],
                               [[trees[b].parents[j] for j in js[b]] for b in range(B)], False, nodes=js)
@@ -183,5 +183,5 @@ class TreeDraft(GrowingDraft[TreeState]):
     def rollback(self, lengths: list[int], paths: list[list[int]]) -> None:
         """Each row's draft cache keeps the prefix and the accepted path's expanded nodes."""
         if any(i is not None for i in self.index):
-            self.state.keep_paths(lengths, [[ix[j] for j in p] if ix is not None else []
+            tree_state(self.state).keep_paths(lengths, [[ix[j] for j in p] if ix is not None else []
                                             for ix, p in zip(self.index, paths)])

@@ -1,13 +1,7 @@
-"""Tree attention over B >= 1 rows (`TreeState`, the state of a model that verifies or grows trees): feed each
-row's proposal nodes in one forward, then keep only each row's accepted path.
-
-A row's cache holds its committed tokens followed by its tree nodes (their proposal indices in tree_nodes[b], their
-columns in tree_cols[b]). Node j attends to the row's committed columns, its ancestors and itself, at position
-L - 1 + d(j) (L = committed tokens, d = depth), so its keys, values and logits equal those of a causal forward of
-prefix + j's root path. Rows are right-aligned in a block as ModelState.block aligns chains (holes on the left).
-The mask is an additive float [B, 1, q, kv] mask, which transformers' masking_utils passes through as is (a 4-D
-mask is "already prepared") and eager and sdpa attention add to the scores. A kept path's nodes sit at their own
-positions, so several rows keep them where they are and unmask them; one row index-selects them into place.
+"""Tree attention over B >= 1 rows on the eager path (`TreeState`, the state of a model that verifies or grows
+trees): feed each row's proposal nodes in one forward (the block and mask: specbench.decoding.forest), then keep
+only each row's accepted path. A kept path's nodes sit at their own positions, so several rows keep them where they
+are and unmask them in the hole mask; one row index-selects them into place (its cache stays compact).
 """
 
 from __future__ import annotations
@@ -17,6 +11,8 @@ import time
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
+from specbench.decoding.compiled import StaticState
+from specbench.decoding.forest import Forest, additive
 from specbench.decoding.state import CausalLM, Counted, ModelState, keep_first, sync
 
 
@@ -50,9 +46,7 @@ class TreeState(ModelState):
 
     def __init__(self, model: CausalLM, rows: int = 1) -> None:
         super().__init__(model, rows)
-        self.tree_nodes: list[list[int]] = [[] for _ in range(rows)]  # row b's tree nodes in the cache, fed order
-        self.tree_paths: list[dict[int, list[int]]] = [{} for _ in range(rows)]  # node -> its root path, root first
-        self.tree_cols: list[dict[int, int]] = [{} for _ in range(rows)]  # node -> its cache column
+        self.forest = Forest(rows)  # each row's tree nodes in the cache
         self.check()
 
     def check(self) -> None:
@@ -70,109 +64,46 @@ class TreeState(ModelState):
             return self.mask.bool()
         return (torch.arange(self.columns, device=self.device) < self.fed[0])[None]
 
-    def grow_paths(self, upto: list[int], tokens: list[list[int]], parents: list[list[int]],
-                   nodes: list[list[int]]) -> tuple[list[dict[int, list[int]]], int, list[int]]:
-        """Row b's root paths with its new nodes (parents [n_b] index the whole proposal: -1 = root, a cached node or
-        an earlier new node), the block width K = max_b (k_b + n_b), k_b = upto[b] - fed[b] committed tokens, and
-        each row's first block column K - k_b - n_b (rows right-aligned, holes on the left)."""
-        paths = [dict(p) for p in self.tree_paths]
-        for b, (u, f) in enumerate(zip(upto, self.fed)):
-            if u < f or (self.tree_nodes[b] and u != f):
-                raise ValueError(f"row {b}: fed {f}, upto {u}: committed tokens are fed before tree nodes, never "
-                                 "after them (keep_paths first)")
-            for j, a in zip(nodes[b], parents[b]):
-                if a >= 0 and a not in paths[b]:
-                    raise ValueError(f"row {b}: node {j}'s parent {a} is neither cached nor fed before it")
-                paths[b][j] = (paths[b][a] if a >= 0 else []) + [j]
-        k = [u - f + len(t) for u, f, t in zip(upto, self.fed, tokens)]
-        if max(k) == 0:
-            raise ValueError("a forward needs something to feed: no row has a committed token or a node")
-        return paths, max(k), [max(k) - n for n in k]
-
     @torch.inference_mode()
     def feed_trees(self, buf: torch.Tensor, upto: list[int], tokens: list[list[int]], parents: list[list[int]],
                    keep_root: bool, nodes: list[list[int]] | None = None, layers: tuple[int, ...] = ()
                    ) -> torch.Tensor:
-        """Feed each row b buf[b, fed_b:upto_b] causally then its new nodes tokens[b] [n_b], all rows in one forward;
-        logits [B, keep_root + max n_b, V], right-aligned: row b's root (its last committed token, when keep_root and
-        it fed one) then its nodes in its last n_b columns. nodes[b] [n_b] name the new nodes (default: numbered on
-        from the row's cached ones). Node j attends to the row's committed columns, its ancestors and itself, at
-        position upto_b - 1 + depth(j). With `layers`, their states [len(layers), B, K, H] go to take_hidden."""
+        """Feed each row b buf[b, fed_b:upto_b] causally then its new nodes tokens[b] [n_b], all rows in one forward
+        (specbench.decoding.forest); logits [B, keep_root + max n_b, V], right-aligned: row b's root (its last
+        committed token, when keep_root and it fed one) then its nodes in its last n_b columns. nodes[b] [n_b] name
+        the new nodes. With `layers`, their states [len(layers), B, K, H] go to take_hidden."""
         t0 = time.perf_counter()
-        B, dev, prior = len(self.fed), self.device, self.columns
-        nodes = nodes or [list(range(len(c), len(c) + len(t))) for c, t in zip(self.tree_nodes, tokens)]
-        paths, K, start = self.grow_paths(upto, tokens, parents, nodes)
-        if self.cache.get_seq_length() != prior:
-            raise ValueError(f"the cache holds {self.cache.get_seq_length()} columns, the state expects {prior}")
-        first = [s + u - f for s, u, f in zip(start, upto, self.fed)]  # row b's first node column in the block
-        cols = [dict(c) for c in self.tree_cols]
-        for b in range(B):
-            cols[b].update({j: prior + first[b] + i for i, j in enumerate(nodes[b])})
-        c = torch.arange(K, device=dev)
-        s_, f_ = torch.tensor(start, device=dev)[:, None], torch.tensor(first, device=dev)[:, None]
-        new = (c >= s_) & (c < f_)  # [B, K] the block's committed tokens
-        allowed = torch.zeros((B, K, prior + K), dtype=torch.bool, device=dev)
-        allowed[:, :, :prior] = self.committed()[:, None] & (c >= s_)[:, :, None]  # a row's queries: its prefix
-        allowed[:, :, prior:] = new[:, None] & (c[None, :, None] >= c[None, None])  # ... its new tokens, causally
-        allowed[:, c, prior + c] |= (c < s_)  # a hole attends to itself only
-        trip = [(b, first[b] + i, cols[b][a]) for b in range(B) for i, j in enumerate(nodes[b]) for a in paths[b][j]]
-        if trip:  # ... and node j to its root path (ancestors and itself)
-            allowed[tuple(torch.tensor(trip, device=dev).T)] = True
-        dtype = self.model.dtype
-        mask = torch.zeros((B, 1, K, prior + K), dtype=dtype, device=dev).masked_fill(~allowed[:, None],
-                                                                                      torch.finfo(dtype).min)
-        ids = torch.zeros((B, K), dtype=torch.long, device=dev)
-        pos = torch.zeros((B, K), dtype=torch.long, device=dev)
-        for b in range(B):  # committed fed..upto-1 at their buffer index; node j at upto - 1 + d(j)
-            ids[b, start[b] : first[b]] = buf[b, self.fed[b] : upto[b]].to(dev)
-            ids[b, first[b] :] = torch.tensor(tokens[b], dtype=torch.long, device=dev)
-            pos[b, start[b] :] = torch.tensor(list(range(self.fed[b], upto[b])) +
-                                              [upto[b] - 1 + len(paths[b][j]) for j in nodes[b]], device=dev)
+        if self.cache.get_seq_length() != self.columns:
+            raise ValueError(f"the cache holds {self.cache.get_seq_length()} columns, the state expects {self.columns}")
+        block = self.forest.block(buf, self.fed, upto, tokens, parents, nodes, self.committed())
         keep = max(1, int(keep_root) + max(len(t) for t in tokens))
         extra = {"output_hidden_states": True} if layers else {}
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=self.cache, use_cache=True,
-                         logits_to_keep=keep, **extra)
+        out = self.model(input_ids=block.ids, attention_mask=additive(block.allowed, self.model.dtype),
+                         position_ids=block.pos, cache=self.cache, use_cache=True, logits_to_keep=keep, **extra)
         if layers:
             self.hidden = torch.stack([out.hidden_states[k] for k in layers])
-        sync(dev)
-        self.count(time.perf_counter() - t0, K)
+        sync(self.device)
+        self.count(time.perf_counter() - t0, block.width)
         if self.mask is not None:
-            self.mask = torch.cat([self.mask, new.long()], dim=1)
-        self.fed, self.columns = list(upto), prior + K
-        self.tree_nodes = [t + n for t, n in zip(self.tree_nodes, nodes)]
-        self.tree_paths, self.tree_cols = paths, cols
+            self.mask = torch.cat([self.mask, block.new.long()], dim=1)
+        self.fed, self.columns = list(upto), self.columns + block.width
+        self.forest.commit(block)
         return out.logits[:, out.logits.shape[1] - keep :]
 
     @torch.inference_mode()
     def keep_paths(self, lengths: list[int], paths: list[list[int]]) -> None:
         """Row b keeps its first lengths[b] committed tokens, then the cached nodes of paths[b] (its cached prefix) in
         path order; every other tree node is dropped. A row without tree nodes and lengths[b] >= fed[b] keeps all."""
-        keep: list[list[int]] = []  # per row: the kept path nodes' columns
-        lengths = list(lengths)
-        for b, (n, path) in enumerate(zip(lengths, paths)):
-            tree, fed = self.tree_nodes[b], self.fed[b]
-            if not tree and n >= fed:
-                lengths[b] = n = fed
-            if not 0 <= n <= fed:
-                raise ValueError(f"row {b}: length {n} is outside the committed tokens 0..{fed}")
-            m = 0
-            while m < len(path) and path[m] in tree:  # the path's nodes in the cache are a prefix of it
-                m += 1
-            if m and n < fed:
-                raise ValueError("tree nodes attended to all committed tokens: they cannot be kept when some are "
-                                 "dropped")
-            keep.append([self.tree_cols[b][j] for j in path[:m]])
+        lengths, keep = self.forest.kept(lengths, paths, self.fed)
         if self.mask is None:
             self.keep_columns(list(range(lengths[0])) + keep[0])
-        else:
-            self.mask = self.mask.clone()
-            for b, k in enumerate(keep):
-                self.mask[b, k] = 1
-            self.fed = [f + len(k) for f, k in zip(self.fed, keep)]
-            self.crop([n + len(k) for n, k in zip(lengths, keep)])
-            self.trim()  # the dropped nodes' columns at the end
-        self.tree_nodes = [[] for _ in self.fed]
-        self.tree_paths, self.tree_cols = [{} for _ in self.fed], [{} for _ in self.fed]
+            return
+        self.mask = self.mask.clone()
+        for b, k in enumerate(keep):
+            self.mask[b, k] = 1
+        self.fed = [f + len(k) for f, k in zip(self.fed, keep)]
+        self.crop([n + len(k) for n, k in zip(lengths, keep)])
+        self.trim()  # the dropped nodes' columns at the end
 
     def keep_columns(self, keep: list[int]) -> None:
         """One row keeps the cache columns `keep`, in that order. transformers can remove only the last columns
@@ -193,15 +124,13 @@ class TreeState(ModelState):
     def select(self, rows: list[int]) -> None:
         """Keep only the given rows (indices into the current batch), in that order."""
         super().select(rows)
-        self.tree_nodes = [self.tree_nodes[b] for b in rows]
-        self.tree_paths = [self.tree_paths[b] for b in rows]
-        self.tree_cols = [self.tree_cols[b] for b in rows]
+        self.forest.select(rows)
 
 
-def tree_state(state: Counted) -> TreeState:
-    """`state` as a TreeState (the engine gives one to every model role of a method whose parts propose trees): a
-    TypeError otherwise."""
-    if not isinstance(state, TreeState):
+def tree_state(state: Counted) -> TreeState | StaticState:
+    """`state` as one that feeds and keeps trees (the engine gives one to every model role of a method whose parts
+    propose trees: a TreeState, or on the compiled path a StaticState): a TypeError otherwise."""
+    if not isinstance(state, (TreeState, StaticState)):
         raise TypeError(f"trees need the state of a model with tree attention (TreeState), got a "
                         f"{type(state).__name__}")
     return state

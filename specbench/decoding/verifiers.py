@@ -58,7 +58,7 @@ class TreeVerify:
     def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
         """Row b's cache keeps buf[b, :L_b] and its accepted path's nodes; chains fed causally are cropped."""
         tree = tree_state(target)
-        if not any(tree.tree_nodes):
+        if not any(tree.forest.nodes):
             self.chain.keep(tree, L, verdicts)
         else:
             tree.keep_paths(L, [v.path for v in verdicts])
