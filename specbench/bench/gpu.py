@@ -89,8 +89,10 @@ def estimate(section: str, run: PairRun | None, ctx: Ctx) -> float | None:
     if section == "batch":
         return OVERHEAD * (pace.ar(1, n) + pace.vanilla(1, g, n) +
                            sum(pace.ar(b, n) + pace.vanilla(b, g, n) for b in args.batch_sizes))
-    if section == "trees":  # warm-up and one measured generation of ar and each tree method (about 2 vanilla's)
-        return 2 * OVERHEAD * (pace.ar(1, n) + len(TREE_METHODS) * 2 * pace.vanilla(1, g, n))
+    if section == "trees":  # warm-up, then each B: ar, vanilla and each tree method (about 2 vanilla's)
+        k = 1 + 2 * len(TREE_METHODS)
+        return OVERHEAD * (pace.ar(1, n) + k * pace.vanilla(1, g, n) +
+                           sum(pace.ar(b, n) + k * pace.vanilla(b, g, n) for b in args.batch_sizes))
     if section == "split":  # ar and vanilla, warm-up and measured, on one device and split (SPLIT_SLOWDOWN slower)
         k = min(n, SPLIT_TOKENS)
         return 2 * OVERHEAD * (1 + SPLIT_SLOWDOWN) * (1 + SPLIT_PROMPTS) * (pace.ar(1, k) + pace.vanilla(1, g, k))

@@ -93,8 +93,8 @@ def check_pairs(names: list[str], quick: bool) -> str | None:
 
 def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], methods: tuple[str, ...], gamma: int,
                   max_new: int, budget: Budget) -> list[dict]:
-    """tokens/s of each method (ar among them) at each B (eager; tree methods at B = 1 only), speedup over ar at the
-    same B; the budget is checked before each B."""
+    """tokens/s of each method (ar among them) at each B (eager), speedup over ar at the same B; the budget is
+    checked before each B."""
     params = sampling_params({"temperature": 0.0, "max_new_tokens": max_new})
     specs: dict[str, dict[str, Any]] = {"ar": {"name": "ar"},
                                         "vanilla": {"name": "vanilla", "gamma": gamma, "parts": {"rule": "rejection"}}}
@@ -108,8 +108,6 @@ def batch_figures(pair: Pair, prompts: list[list[int]], sizes: list[int], method
         batch = [prompts[i % len(prompts)] for i in range(b)]
         tps = {}
         for name, engine in ours.items():
-            if b > 1 and name in TREE_METHODS:
-                continue
             m = measure(engine, batch, max_new, seeded=False)
             tps[name] = m["tokens_per_s"]
             rows.append({"B": b, "method": name, "tokens_per_s": tps[name], "acceptance": m["acceptance"],
@@ -332,19 +330,19 @@ def sec_compiled(ctx: Ctx, run: PairRun) -> None:
     sec_costs(ctx, run, "compiled")
 
 
-def sec_batch(ctx: Ctx, run: PairRun, methods: tuple[str, ...] = ("vanilla",), sizes: list[int] | None = None
-              ) -> None:
-    """ar and `methods` at each batch size (or `sizes`): tokens/s and speedup over ar."""
+def sec_batch(ctx: Ctx, run: PairRun, methods: tuple[str, ...] = ("vanilla",)) -> None:
+    """ar and `methods` at each batch size: tokens/s and speedup over ar."""
     args = ctx.args
-    rows = batch_figures(run.loaded(), run.prompts, sizes or args.batch_sizes, methods, args.gamma, args.max_new_tokens,
+    rows = batch_figures(run.loaded(), run.prompts, args.batch_sizes, methods, args.gamma, args.max_new_tokens,
                          ctx.budget)
     run.rows += rows
-    ctx.rep.write(f"{'Batch sizes' if sizes is None else 'Tree methods'} (eager, {args.max_new_tokens} new tokens, "
+    trees = any(m in TREE_METHODS for m in methods)
+    ctx.rep.write(f"{'Trees beside chains' if trees else 'Batch sizes'} (eager, {args.max_new_tokens} new tokens, "
                   "greedy; tokens/s of one batch):")
     ctx.rep.table(["B", "method", "tokens/s", "speedup vs ar", "acceptance"],
                   [[r["B"], r["method"], f"{r['tokens_per_s']:.1f}", f"{r['speedup_vs_ar']:.3f}",
                     "-" if r["acceptance"] is None else f"{r['acceptance']:.3f}"] for r in rows])
-    ctx.rep.record(pair=run.name, what="batch" if sizes is None else "trees", rows=rows)
+    ctx.rep.record(pair=run.name, what="trees" if trees else "batch", rows=rows)
     plot(ctx.rep.out, run.name, run.rows, run.costs)
 
 
@@ -373,5 +371,5 @@ SPLIT_PROMPTS, SPLIT_TOKENS = 1, 32  # a split target's forwards move half its w
 
 SECTION_RUN: dict[str, Callable[[Ctx, PairRun], None]] = {
     "build": sec_build, "engines": sec_engines, "costs": sec_costs, "compiled": sec_compiled, "batch": sec_batch,
-    "trees": partial(sec_batch, methods=TREE_METHODS, sizes=[1]),  # the tree methods at B = 1 against ar
+    "trees": partial(sec_batch, methods=("vanilla", *TREE_METHODS)),  # trees beside a chain, at every batch size
     "split": sec_split}
