@@ -50,9 +50,9 @@ def setup(request):
     return pair, prompts, eos, ar
 
 
-def batched(engine, prompts: list[list[int]], B: int) -> list:
+def batched(engine, prompts: list[list[int]], B: int, max_new: int = MAX_NEW) -> list:
     """Generations of the prompts decoded B at a time."""
-    return [g for i in range(0, len(prompts), B) for g in engine.generate_batch(prompts[i : i + B], MAX_NEW)]
+    return [g for i in range(0, len(prompts), B) for g in engine.generate_batch(prompts[i : i + B], max_new)]
 
 
 def schedule(gen) -> list[tuple]:
@@ -234,3 +234,37 @@ def test_a_suffix_row_keeps_its_own_trees_when_others_leave(setup):
         assert g.token_ids == a.token_ids == ar[i], f"row {i}"
         assert schedule(g) == schedule(a), f"row {i}: {len(g.records)} iterations at B = 4, {len(a.records)} at B = 1"
     assert any(r.accepted for g in alone for r in g.records)  # drafts were accepted
+
+
+def test_tree_and_head_rows_at_batch_size_64_are_their_ar_tokens():
+    """Sixty-four toy_arith prompts in one batch (and two of 32): every row of spec_tree, dyn_tree, eagle3_tree (a
+    random head) and medusa (head 1 the target's own output layer, so drafts are accepted) is ar's B = 1 decode."""
+    from specbench.decoding.compose import compose
+    from specbench.methods.dyn_tree import DynamicTree
+    from specbench.methods.eagle3 import Eagle3
+    from specbench.methods.medusa import Medusa
+    from specbench.methods.spec_tree import StaticTree
+    from specbench.methods.vanilla import Vanilla
+    from test_heads import random_eagle3, random_medusa
+
+    cfg = compose_cfg("pair=toy", "pair.dtype=float32", "dataset=toy_arith")
+    pair = load_pair(OmegaConf.to_container(cfg.pair, resolve=True), torch.device(TEST_DEVICE))
+    prompts = [encode(pair.tokenizer, ex) for ex in build_dataset(OmegaConf.to_container(cfg.dataset, resolve=True)
+                                                                  ).examples()[:64]]
+    eos = pair.eos_ids([pair.target, pair.draft])
+    ar = [pair_engine(pair, {"name": "ar"}, eos_ids=eos).generate(p, 48).token_ids for p in prompts]
+    medusa = random_medusa(pair.target)
+    with torch.no_grad():
+        medusa[0][0].linear.weight.zero_()
+        medusa[0][0].linear.bias.zero_()
+        medusa[0][-1].weight.copy_(pair.target.get_output_embeddings().weight)
+    head = random_eagle3(pair.target, draft_vocab=pair.vocab_size // 2)
+    methods = {"spec_tree": {"name": "spec_tree"}, "dyn_tree": {"name": "dyn_tree"},
+               "eagle3_tree": compose(Vanilla(), Eagle3(head=head), DynamicTree(), "rejection"),
+               "medusa": compose(Vanilla(), Medusa(head=medusa), StaticTree(paths=[[0], [1], [0, 0], [1, 0]]))}
+    for name, method in methods.items():
+        engine = pair_engine(pair, method, eos_ids=eos)
+        for B in (32, 64):
+            gens = batched(engine, prompts, B, 48)
+            assert [g.token_ids for g in gens] == ar, f"{name} B={B}"
+            assert sum(r.accepted for g in gens for r in g.records) > 0, name
