@@ -133,7 +133,7 @@ def test_a_trees_trace_records_its_nodes_and_path(tmp_path):
     assert summary["acceptance_by_depth"] and all(0 <= a <= 1 for a in summary["acceptance_by_depth"])
 
 
-@pytest.mark.parametrize("name", ["spec_tree", "dyn_tree"])
+@pytest.mark.parametrize("name", ["dyn_tree"])
 def test_trees_run_in_a_batch_and_on_the_compiled_path(tmp_path, name):
     """A run at batch_size=3 writes each row's batch_size=1 tokens (tests/test_batch.py checks the engine against
     ar), and so does a compiled run (tests/test_compiled.py: tokens and schedules); the compiled path takes one row."""
