@@ -112,7 +112,6 @@ class GrowingDraft(DraftSource, Generic[S]):
         roots = {b: q for b, q in self.roots(buf, d, live).items() if q is not None} if live else {}
         if roots and g is None:
             raise TypeError(f"{type(self).__name__} grows a tree: it needs the shape's grower")
-        assert g is not None or not roots
         trees = {b: Grown() for b in roots}
         expanded = {b: {-1: q} for b, q in roots.items()}  # q at the root [V]
         for depth in range(1, (g.depth if g is not None else 0) + 1):
