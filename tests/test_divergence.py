@@ -101,15 +101,17 @@ def test_the_report_counts_and_lists_divergences(tmp_path):
 def test_a_tie_with_the_top1_is_not_off_top1():
     """bfloat16 logits tie often: a committed token whose logit equals the column's maximum is a top-1, whichever index
     argmax or topk reports; one below it is off."""
-    from specbench.decoding.margins import chosen_logits, committed, top2
+    from specbench.decoding.margins import block_margins, top2
 
     logits = torch.tensor([[[1.0, 3.0, 3.0, 0.5], [2.0, 0.0, 1.0, 1.5]]])  # [B=1, keep=2, V=4]: column 0 ties 1 and 2
-    margin, top = top2(logits, 4)
-    assert margin == [[0.0, 0.5]] and top == [[3.0, 2.0]]
-    for token in (1, 2):  # either of the tie
-        chosen = chosen_logits(logits, [[0, 1]], [[token, 0]])[0]
-        assert committed(margin[0], top[0], [0, 1], chosen) == ([0.0, 0.5], [])
-    assert committed(margin[0], top[0], [0, 1], chosen_logits(logits, [[0, 1]], [[0, 3]])[0])[1] == [0, 1]
+    tops = top2(logits, 4).tolist()
+    assert [[a - b for a, b, _ in row] for row in tops] == [[0.0, 0.5]] and [t[0] for t in tops[0]] == [3.0, 2.0]
+    for token in (1, 2):  # either of the tie, whichever index topk reports
+        assert block_margins(tops, logits, [[0, 1]], [[token, 0]]) == [([0.0, 0.5], [])]
+    assert block_margins(tops, logits, [[0, 1]], [[0, 3]]) == [([0.0, 0.5], [0, 1])]
+    assert block_margins(tops, logits, [[1]], [[3]]) == [([0.5], [0])]  # the block's own columns
+    two = torch.cat([logits, logits.flip(-1)])  # B = 2: row 1's column 1 is [1.5, 1.0, 0.0, 2.0]
+    assert block_margins(top2(two, 4).tolist(), two, [[0], [1, 0]], [[2], [1, 0]]) == [([0.0], []), ([0.5, 0.0], [0, 1])]
     # a recorded zero margin at the first divergence is a tie also in rows that listed it as off (older rows)
     ar = row([1, 2, 3], [1.0, 0.0, 1.0])
     assert divergence.first_divergence("x", ar, row([1, 5, 3], [1.0, 0.0, 1.0], [1]), 0.01).kind == "near-tie"

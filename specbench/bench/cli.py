@@ -28,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (1: several threads on a shared 2-core box spin and time erratically)")
+    e.add_argument("--trace", default=None, metavar="DIR",
+                   help="instead: torch.profiler traces of ar's and vanilla's eager loops into DIR, and where their "
+                        "time goes outside the forwards (DIR/trace.md)")
     v = sub.add_parser("verify", help="the target's verify cost against the nodes verified (chain and tree)")
     v.add_argument("--pair", default="toy", help="a conf/pair name")
     v.add_argument("--dataset", default="smoke", help="a conf/dataset name whose first prompt is the prefix")

@@ -15,7 +15,7 @@ from typing import cast
 
 import torch
 
-from specbench.bench import profile as prof
+from specbench.bench import profile as prof, trace
 from specbench.bench.gpu_report import machine
 from specbench.bench.common import (assistant_settings, call_ms, dataset_prompts, divergence_class, engines, leviathan,
                                     load, mismatch, run_theirs)
@@ -190,11 +190,33 @@ def engine_figures(pair: Pair, prompts: list[list[int]], gamma: int, max_new: in
                          {path: merge_stats(s) for path, s in stats.items()})
 
 
+def cmd_trace(pair: Pair, prompts: list[list[int]], args: argparse.Namespace) -> int:
+    """`engine --trace DIR`: ar's and vanilla's eager generations under torch.profiler (specbench.bench.trace), after
+    a warm-up; each summary printed and kept in DIR/trace.md with the chrome traces beside it."""
+    out = Path(args.trace)
+    out.mkdir(parents=True, exist_ok=True)
+    ours = engines(pair, args.gamma, args.max_new_tokens, ("eager",))
+    models = [pair.target, pair.model("draft")]
+    text = [f"pair {args.pair}, {len(prompts)} {args.dataset} prompts x {args.max_new_tokens} new tokens, "
+            f"{torch.get_num_threads()} thread(s), {prof.device_name(pair.target.device)}"]
+    for label, engine in ours.items():
+        for ids in prompts:  # warm-up
+            engine.generate(ids, args.max_new_tokens)
+        name = label.replace(" ", "_")
+        text += ["", f"### {label} ({name}.json)", "", trace.trace(engine, prompts, args.max_new_tokens, models,
+                                                                    out / f"{name}.json").summary()]
+    (out / "trace.md").write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+    return 0
+
+
 def cmd_engine(args: argparse.Namespace) -> int:
     """Print engine_figures for one pair; exit status 1 when any generation's tokens differ from transformers'."""
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     pair = load(args.pair, device)
+    if args.trace:  # ours only: no like-for-like comparison with transformers needs equal vocabularies
+        return cmd_trace(pair, dataset_prompts(pair, args.dataset, args.prompts), args)
     v_t, v_d = (m.config.get_text_config().vocab_size for m in (pair.target, pair.model("draft")))
     if v_t != v_d:  # transformers' assisted generation would take its different-tokenizer path: another algorithm
         print(f"pair {args.pair}: target and draft vocab_size differ; transformers' assisted generation needs equal "

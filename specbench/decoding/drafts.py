@@ -58,6 +58,12 @@ class DraftSource:
         """Finished rows left the batch: keep the per-row state of `rows` (indices into the batch), in that order."""
 
 
+def on(device: torch.device, t: torch.Tensor) -> torch.Tensor:
+    """t on `device`, with no dispatch when it is there already (the draft and the target share a device except in
+    split pairs)."""
+    return t if t.device == device else t.to(device)
+
+
 class Chain:
     """A chain under construction for one row: tokens, their q, and the policy's verdict after each."""
 
@@ -109,7 +115,7 @@ class ModelDraft(DraftSource):
         while open_:
             drafting = set(open_)
             upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
-            q = d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]).to(buf.device)  # [B, V]
+            q = on(buf.device, d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]))  # [B, V]
             x_t = d.sampler.pick(q, d.generators, open_)  # [B]; row b's next draft forward reads it at buf[b, L_b + i]
             if len(open_) == len(d.L):
                 flat.index_copy_(0, at + i, x_t)
@@ -127,7 +133,7 @@ class ModelDraft(DraftSource):
         draft, L, w = self.state, d.L[0], d.w_max[0]
         qs = []
         for i in range(w):
-            q = d.sampler.probs(draft.forward(buf, L + i, 1)[:, 0]).to(buf.device)  # [1, V]
+            q = on(buf.device, d.sampler.probs(draft.forward(buf, L + i, 1)[:, 0]))  # [1, V]
             buf[0, L + i] = d.sampler.pick(q, d.generators[:1])[0]
             qs.append(q[0])
         c = Chain(d.policies[0], w, d.eos_ids, d.sampler.vocab_size)

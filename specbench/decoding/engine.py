@@ -49,7 +49,7 @@ from transformers import PreTrainedModel
 from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
-from specbench.decoding.margins import chosen_values, committed, committed_columns, to_host, top2_values
+from specbench.decoding.margins import block_margins, committed_columns, top2
 from specbench.decoding.acceptance import make_rule
 from specbench.decoding.method import Method
 from specbench.decoding.policy import Policy
@@ -106,16 +106,13 @@ class Iteration:
     verify_s: float
     p_all: torch.Tensor | None  # [B, keep, V] when H(q) and d_JS are computed
     keep: int
-    margin: list[list[float]]  # [B][keep] the target's top-2 margins
-    top: list[list[float]]  # [B][keep] its top-1 logits
-    chosen: list[list[float]]  # [B][n_b + 1] the committed tokens' logits
-    cols: list[list[int]]  # [B][n_b + 1] the columns that chose them
+    margins: list[tuple[list[float], list[int]]]  # [B] the block's top-2 margins [n_b + 1], offsets off the top-1
     trace: bool
 
 
 def keep_margins(r: Row, it: Iteration, b: int, rec: IterationRecord, kept: int) -> None:
     """Observer: the target's top-2 margins at the first `kept` tokens of row b's block, and those not its top-1."""
-    m, off = committed(it.margin[b], it.top[b], it.cols[b], it.chosen[b])
+    m, off = it.margins[b]
     start = len(r.log.margins)  # one margin per token of r.out before the block
     r.log.margins += m[:kept]
     r.log.off_top1 += [start + i for i in off if i < kept]
@@ -150,6 +147,7 @@ class Engine:
         """Decode up to max_new_tokens new tokens after prompt_ids [P] with the engine's method."""
         return self.generate_batch([prompt_ids], max_new_tokens, [generator], trace)[0]
 
+    @torch.inference_mode()  # no autograd bookkeeping in the loop's host-side tensor ops
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
                        generators: list[torch.Generator | None] | None = None, trace: bool = False) -> list[Generation]:
         """Decode up to max_new_tokens new tokens after each prompt [B][P_b] together; one Generation per row."""
@@ -194,7 +192,7 @@ class Engine:
             if plan.looks:  # look-only nodes off: [1, keep', V_model]
                 logits, props = self.look_back(logits, rows[0], props[0])
             p_all = self.sampler.probs(logits)  # [B, keep, V]
-            vals = top2_values(logits, self.sampler.vocab_size)  # [B, keep, 2] on the device; host copy after commit
+            tops = top2(logits, self.sampler.vocab_size)  # [B, keep, 3] on the device; host copy after commit
             keep = p_all.shape[1]
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
@@ -206,10 +204,10 @@ class Engine:
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
             blocks = self.commit(buf, rows, props, verdicts, verify, target, source)
             cols = [committed_columns(keep, prop, v) for prop, v in zip(props, verdicts)]
-            margin, top, chosen = to_host(vals, chosen_values(logits, cols, blocks), cols)  # [B][keep] x2, [B][n_b + 1]
+            margins = block_margins(tops.tolist(), logits, cols, blocks)
             # 5. record the iteration and update each row's policy; 6. stop where an autoregressive decoder would
             iteration = Iteration(props, verdicts, blocks, drafts_fed, clock.seconds(t_iter, t1), clock.seconds(t1, t2),
-                                  p_all if stats else None, keep, margin, top, chosen, cols, trace)
+                                  p_all if stats else None, keep, margins, trace)
             for b, r in enumerate(rows):
                 self.record(r, b, iteration, max_new_tokens)
             sync(self.device)

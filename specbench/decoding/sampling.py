@@ -67,7 +67,8 @@ class Sampler:
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed sampling distribution [..., V] from logits [..., V_model] ([n] or [B, positions] lead), float32."""
-        logits = logits[..., : self.vocab_size].float()
+        logits = logits[..., : self.vocab_size]
+        logits = logits if logits.dtype == torch.float32 else logits.float()  # no dispatch when it already is
         if self.params.greedy:
             return torch.softmax(logits, dim=-1)  # statistics only: softmax at T=1
         if self._warpers:

@@ -72,10 +72,11 @@ def to_device(values: Sequence[float] | Sequence[Sequence[float]], dtype: torch.
 
 
 def write(buf: torch.Tensor, at: list[tuple[int, int]], values: list[int]) -> None:
-    """buf[b, c] = v for each (b, c) of at [k] and v of values [k], in one call (buf [B, C] contiguous)."""
+    """buf[b, c] = v for each (b, c) of at [k] and v of values [k], in one copy and one call (buf [B, C] contiguous,
+    long: the token buffer)."""
     width = buf.shape[1]
-    flat = to_device([b * width + c for b, c in at], torch.long, buf.device)
-    buf.view(-1).index_copy_(0, flat, to_device(values, buf.dtype, buf.device))
+    flat_and_values = to_device([[b * width + c for b, c in at], values], torch.long, buf.device)  # [2, k]
+    buf.view(-1).index_copy_(0, flat_and_values[0], flat_and_values[1])
 
 
 class Counted:
