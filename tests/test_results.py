@@ -1,6 +1,7 @@
 """Results are append-only and resumable; a crash leaves only complete rows."""
 
 import json
+import os
 
 import pytest
 
@@ -83,6 +84,9 @@ def test_summary_records_provenance(tmp_path):
     assert saved["choices"]["method"] == "vanilla" and saved["choices"]["pair"] == "tiny_random"
     assert saved["config"]["method"]["gamma"] == 5
     assert saved["device_info"]["device"].split(":")[0] == TEST_DEVICE  # cuda in the CUDA lane
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 None) if os.path.exists("/proc/cpuinfo") else None
+    assert model is None or saved["device_info"]["cpu"] == model  # the CPU's model name, not its architecture
     # token-weighted totals agree with the rows
     rows = read_rows(tmp_path / ROWS)
     assert s["total_new_tokens"] == sum(r["new_tokens"] for r in rows)

@@ -85,9 +85,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def device_info(device: torch.device) -> dict[str, object]:
-    """Device type and name, CPU model and thread count."""
-    info: dict[str, object] = {"device": str(device), "platform": platform.platform(),
-                               "cpu": platform.processor() or platform.machine(),
+    """Device type and name, CPU model (cpu_record's: "AMD EPYC", not the architecture) and thread count."""
+    info: dict[str, object] = {"device": str(device), "platform": platform.platform(), "cpu": cpu_record()["model"],
                                "torch_threads": torch.get_num_threads()}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
