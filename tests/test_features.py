@@ -81,6 +81,31 @@ def test_a_partly_written_cache_is_completed_to_what_one_write_gives(tmp_path, t
     assert who["weights_sha256"] == F.tensors_sha256(target.state_dict())
 
 
+def test_a_cache_of_more_layers_serves_a_run_of_fewer(tmp_path, target, monkeypatch):
+    """A complete cache of layers (1, 2) serves a run of layer 2 alone and a run of none, with the live target's
+    states, and nothing new is written; one from another target does not serve, and the run writes its own."""
+    from accelerate import Accelerator
+
+    from specbench.models.pairs import Pair
+
+    rows, pair = seqs(), Pair("tiny", target, None, None, 256)  # type: ignore[arg-type]
+    acc = Accelerator(cpu=True)
+    F.target_features(acc, pair, str(tmp_path), rows, (1, 2), 0, 4, False)
+    ids, mask, _, _ = F.make_batch(rows[:3], 0)
+    for layers in ((2,), ()):
+        got = F.target_features(acc, pair, str(tmp_path), rows, layers, 0, 4, False)
+        want = F.Live(target, 256, layers)(ids, mask, torch.arange(3))
+        keep = mask.bool()[..., None, None]  # the rows' own positions (the cache pads with zeros)
+        torch.testing.assert_close(got(ids, mask, torch.arange(3)).states * keep, want.states * keep, rtol=1e-5,
+                                   atol=1e-5)
+    assert [p.name.split("-")[:3] for p in tmp_path.iterdir()] == [["layers", "1", "2"]]
+    other = copy.deepcopy(target)
+    with torch.no_grad():
+        next(other.parameters()).view(-1)[0] += 1e-3
+    F.target_features(acc, Pair("tiny", other, None, None, 256), str(tmp_path), rows, (2,), 0, 4, False)  # type: ignore[arg-type]
+    assert sorted(p.name.split("-")[1] for p in tmp_path.iterdir()) == ["1", "2"]  # its own cache of layer 2
+
+
 def test_a_cache_of_another_target_is_refused(tmp_path, target, monkeypatch):
     rows = seqs()
     who = write(tmp_path, target, rows)

@@ -8,7 +8,8 @@ from which π_V's logits are lm_head(final) (checked against the model's own log
 A cache folder holds shard-NNNNN.safetensors files (rows of the sequences, each row's states [len, S + 1, H] in the
 target's dtype, S named layers then the final state; "offsets" [rows + 1] into them) and meta.json, written last:
 its presence marks a complete cache. Its key (the layers, the sequences' sha256) names a subfolder, so other data or
-layers get a cache of their own; a cache of the same key from another target (weights hash, commit, dtype) is
+layers get a cache of their own, except that a complete cache of the same sequences whose layers include the run's
+serves it (a drafter's run reuses an EAGLE-3 head's cache); a cache from another target (its weights hash) is
 refused. Shard k is written by process k mod N; each is written atomically, so a killed write keeps its finished
 shards and a rerun writes the rest. safetensors rather than numpy.memmap: bfloat16, and a documented file format.
 """
@@ -182,11 +183,14 @@ def finish_cache(folder: Path, who: dict[str, str], seqs: Seqs, layers: tuple[in
 
 
 class Cached(Head):
-    """The target's states read from a complete cache (memory-mapped shards); the target itself is not needed."""
+    """The target's states read from a complete cache (memory-mapped shards); the target itself is not needed.
+    `pick`: the places of the run's layers among the cache's (a cache of more layers serves fewer), None: all."""
 
-    def __init__(self, folder: Path, target: PreTrainedModel, vocab: int, who: dict[str, str]) -> None:
+    def __init__(self, folder: Path, target: PreTrainedModel, vocab: int, who: dict[str, str],
+                 pick: list[int] | None = None) -> None:
         super().__init__(target, vocab)
         self.weight = self.weight.clone()  # a copy of its own: the target is released
+        self.pick = pick
         self.meta = check_meta(folder, who)
         self.shards = [safe_open(p, framework="pt") for p in sorted(folder.glob("shard-*.safetensors"))]
         self.offsets = [f.get_tensor("offsets") for f in self.shards]
@@ -204,7 +208,8 @@ class Cached(Head):
         for b, g in enumerate(got):
             both[b, : len(g)] = g
         both = both.to(self.weight.device)
-        return TargetOut(both[:, :, :-1], both[:, :, -1])
+        states = both[:, :, :-1] if self.pick is None else both[:, :, self.pick]
+        return TargetOut(states, both[:, :, -1])
 
 
 def shell(target: PreTrainedModel) -> PreTrainedModel:
@@ -228,6 +233,18 @@ def check_folder(folder: str) -> Path:
                      "or null to run the target on every batch")
 
 
+def wider_cache(folder: Path, who: dict[str, str], seqs: Seqs, layers: tuple[int, ...]
+                ) -> tuple[Path, list[int]] | None:
+    """A complete cache under `folder` by this target (`who`) of the same sequences whose layers include `layers`
+    (the first by name), and the places of `layers` among its own; None if there is none."""
+    digest = cache_key(seqs, layers).rsplit("-", 1)[1]
+    for path in sorted(folder.glob(f"layers-*-{digest}/{META}")):
+        meta = json.loads(path.read_text())
+        if set(layers) <= set(meta["layers"]) and meta["identity"]["weights_sha256"] == who["weights_sha256"]:
+            return path.parent, [meta["layers"].index(k) for k in layers]
+    return None
+
+
 def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs, layers: tuple[int, ...], pad: int,
                     bs: int, progress: str | bool | None) -> Live | Cached:
     """Live when `folder` is None; else the cache of (layers, seqs) under it, written first where it is missing (each
@@ -236,6 +253,10 @@ def target_features(acc: Accelerator, pair: Pair, folder: str | None, seqs: Seqs
         return Live(pair.target, pair.vocab_size, layers)
     check_logits(pair.target, pair.vocab_size)
     path, who = Path(folder) / cache_key(seqs, layers), target_identity(pair.target)  # run_distill: check_folder
+    wider = None if (path / META).exists() else wider_cache(Path(folder), who, seqs, layers)
+    if wider is not None:
+        log.info("features: reusing %s, whose layers include %s", wider[0], list(layers))
+        return Cached(wider[0], pair.target, pair.vocab_size, who, wider[1])
     if not (path / META).exists():
         t0 = time.perf_counter()
         write_cache(path, pair.target, who, seqs, layers, pad, bs, acc.process_index, acc.num_processes, progress)
