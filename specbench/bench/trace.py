@@ -78,10 +78,9 @@ def trace(engine: Decoder, prompts: list[list[int]], max_new: int, models: Seque
     prof.export_chrome_trace(str(path))
     events = list(prof.events())
     spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == MARK)
-    tops = [e for e in events if e.cpu_parent is None and e.name != MARK]
     ops: dict[str, tuple[int, float]] = {}
-    for e in tops:
-        if not any(a <= e.time_range.start and e.time_range.end <= b for a, b in spans):
+    for e in events:  # top-level ops: one inside a marked forward has the mark as its parent
+        if e.cpu_parent is None and e.name != MARK:
             c, us = ops.get(e.name, (0, 0.0))
             ops[e.name] = (c + 1, us + e.time_range.end - e.time_range.start)
     wall = max(e.time_range.end for e in events) - min(e.time_range.start for e in events)
