@@ -157,7 +157,7 @@ def write_cache(folder: Path, target: PreTrainedModel, who: dict[str, str], seqs
     """This process's missing shards (k mod processes == process); a shard of another target (`who`) is refused."""
     folder.mkdir(parents=True, exist_ok=True)
     shards = range(process, -(-len(seqs) // SHARD_ROWS), processes)
-    t0 = time.perf_counter()
+    t0, kept = time.perf_counter(), 0
     for k in progress_bar(shards, progress if process == 0 else False, desc="target features", unit="shard"):
         path = folder / f"shard-{k:05d}.safetensors"
         if path.exists():
@@ -166,9 +166,11 @@ def write_cache(folder: Path, target: PreTrainedModel, who: dict[str, str], seqs
                 if theirs.get("weights_sha256") != who["weights_sha256"]:
                     raise InputError(f"features cache shard {path} was computed by another target than this run's "
                                      f"{who}; delete {folder}")
+            kept += 1
             continue
         write_shard(path, target, seqs[k * SHARD_ROWS : (k + 1) * SHARD_ROWS], layers, pad, bs, who)  # atomic
-    log.info("features: process %d wrote its shards of %s in %.1f s", process, folder, time.perf_counter() - t0)
+    log.info("features: process %d wrote %d of its shards of %s in %.1f s (%d written by an earlier run)", process,
+             len(shards) - kept, folder, time.perf_counter() - t0, kept)
 
 
 def finish_cache(folder: Path, who: dict[str, str], seqs: Seqs, layers: tuple[int, ...], seconds: float) -> dict:
