@@ -140,12 +140,12 @@ class StaticState(ModelState):
         self.forest = Forest(1)  # the row's tree nodes, written after its committed columns
 
     @torch.inference_mode()
-    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
-                ) -> torch.Tensor:
-        """Feed buf[0, fed:upto] and return the logits [1, keep, V] of its last `keep` tokens (no hidden states: the
-        plan keeps a drafter that reads them off the compiled path)."""
+    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = (),
+                ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed buf[0, fed:upto] (or `ids`, those tokens, as ModelState.forward) and return the logits [1, keep, V]
+        of its last `keep` tokens (no hidden states: the plan keeps a drafter that reads them off the compiled path)."""
         upto = upto if isinstance(upto, int) else upto[0]
-        logits = self.feed(buf[:, self.fed[0] : upto], self.fed[0])
+        logits = self.feed(buf[:, self.fed[0] : upto] if ids is None else ids, self.fed[0])
         self.fed = [upto]
         return logits[:, -keep:]
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from specbench.decoding.proposal import Proposal, chain
-from specbench.decoding.policy import Policy
+from specbench.decoding.policy import Policy, fixed_window
 from specbench.decoding.sampling import Sampler
 from specbench.decoding.state import ModelState, to_device, write
 
@@ -42,6 +42,9 @@ class Drafting:
     states: Sequence[torch.Tensor | None] = ()
     # [B] the target's argmax at row b's look-only nodes of its last proposal (Lookahead's window), None without them
     looked: Sequence[list[int] | None] = ()
+    # are the drafts' distributions q read (sampling, H(q) and d_JS, or a policy's keep_drafting)? False at
+    # temperature 0 otherwise: a draft model's drafts are then argmax z, with no softmax, and proposed with q = None
+    keep_q: bool = True
 
 
 class DraftSource:
@@ -69,6 +72,7 @@ class Chain:
 
     def __init__(self, policy: Policy, last: int, eos_ids: frozenset[int], vocab: int) -> None:
         self.policy, self.last, self.eos_ids, self.vocab = policy, last, eos_ids, vocab
+        self.fixed = fixed_window(policy)  # its keep_drafting is always True: it needs no q
         self.tokens: list[int] = []
         self.qs: list[torch.Tensor] = []
         self.why = "window" if last > 0 else "length"
@@ -78,15 +82,19 @@ class Chain:
         self.tokens.append(x)
         if q is not None:
             self.qs.append(q)
-        if q is None:  # the policy sees a deterministic draft's q = one-hot(x) [V]
-            q = torch.zeros(self.vocab)
-            q[x] = 1.0
-        keep = self.policy.keep_drafting(len(self.tokens), q, x)  # asked for EOS too: confidence learns from it
+        # a policy that reads the tokens is asked for EOS too: confidence learns from it
+        keep = self.fixed or self.policy.keep_drafting(len(self.tokens), self.one_hot(x) if q is None else q, x)
         if x in self.eos_ids:
             self.why = "eos"
         elif not keep:
             self.why = "policy"
         return x not in self.eos_ids and keep and len(self.tokens) < self.last
+
+    def one_hot(self, x: int) -> torch.Tensor:
+        """What a policy sees of a deterministic draft: q = one-hot(x) [V]."""
+        q = torch.zeros(self.vocab)
+        q[x] = 1.0
+        return q
 
     def proposal(self, steps: int) -> Proposal:
         """The chain as a Proposal (q [w, V] stacked, or None for a deterministic one)."""
@@ -109,20 +117,26 @@ class ModelDraft(DraftSource):
             return [self.propose_on_device(buf, d)]
         chains = [Chain(p, m, d.eos_ids, d.sampler.vocab_size) for p, m in zip(d.policies, d.w_max)]
         open_ = [b for b, m in enumerate(d.w_max) if m > 0]  # rows still drafting
-        flat = buf.view(-1)
-        at = to_device([b * buf.shape[1] + L for b, L in enumerate(d.L)], torch.long, buf.device)  # [B] buf[b, L_b]
+        at = None  # [B] flat buffer index of buf[b, L_b], made for B > 1
+        fed = None  # one row: the draft its next forward is fed (not written to buf: the verify writes the chain)
         i = 0
         while open_:
             drafting = set(open_)
             upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
-            q = on(buf.device, d.sampler.probs(draft.forward(buf, upto, 1)[:, 0]))  # [B, V]
-            x_t = d.sampler.pick(q, d.generators, open_)  # [B]; row b's next draft forward reads it at buf[b, L_b + i]
-            if len(open_) == len(d.L):
-                flat.index_copy_(0, at + i, x_t)
+            z = draft.forward(buf, upto, 1, ids=fed)[:, 0]  # [B, V_model]
+            q = on(buf.device, d.sampler.probs(z)) if d.keep_q else None  # [B, V]
+            # [B]; row b's next draft forward reads it at buf[b, L_b + i]
+            x_t = d.sampler.pick(q, d.generators, open_) if q is not None else on(buf.device, d.sampler.top(z))
+            if draft.mask is None:
+                fed = x_t[:, None]
+            elif len(open_) == len(d.L):
+                at = to_device([b * buf.shape[1] + L for b, L in enumerate(d.L)], torch.long, buf.device) \
+                    if at is None else at
+                buf.view(-1).index_copy_(0, at + i, x_t)
             x = x_t.tolist()
             if len(open_) < len(d.L):
                 write(buf, [(b, d.L[b] + i) for b in open_], [x[b] for b in open_])
-            open_ = [b for b in open_ if chains[b].take(x[b], q[b])]
+            open_ = [b for b in open_ if chains[b].take(x[b], None if q is None else q[b])]
             i += 1
         return [c.proposal(i) for c in chains]
 

@@ -50,9 +50,9 @@ from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
 from specbench.decoding.margins import block_margins, committed_columns, top2
-from specbench.decoding.acceptance import make_rule
+from specbench.decoding.acceptance import Greedy, make_rule
 from specbench.decoding.method import Method
-from specbench.decoding.policy import Policy
+from specbench.decoding.policy import Policy, fixed_window
 from specbench.decoding.records import Generation, IterationRecord
 from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
@@ -182,7 +182,7 @@ class Engine:
             forward_before = {role: s.seconds for role, s in states.items()}  # settled at the previous iteration's end
             drafts_fed = list(drafter.row_tokens) if drafter is not None else [0] * len(rows)
             # 1. draft: row b proposes at most min(window, tokens left - 1, context left - 1) nodes
-            props = self.propose(source, buf, rows, max_new_tokens)
+            props = self.propose(source, buf, rows, max_new_tokens, stats)
             t1 = clock.mark()
             if drafter is not None:  # the tokens each row's draft forwards fed this iteration
                 drafts_fed = [a - b for a, b in zip(drafter.row_tokens, drafts_fed)]
@@ -191,20 +191,26 @@ class Engine:
             logits, hidden = verify.feed(target, buf, [r.L for r in rows], props, layers)  # [B, keep, V_model]
             if plan.looks:  # look-only nodes off: [1, keep', V_model]
                 logits, props = self.look_back(logits, rows[0], props[0])
-            p_all = self.sampler.probs(logits)  # [B, keep, V]
             tops = top2(logits, self.sampler.vocab_size)  # [B, keep, 3] on the device; host copy after commit
-            keep = p_all.shape[1]
+            # [B, keep, V]; none when only argmax p is read (the greedy rule, no statistics): argmax p = argmax z
+            p_all = self.sampler.probs(logits) if stats or type(self.rule) is not Greedy else None
+            keep = logits.shape[1]
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
-            verdicts = self.rule.accept(props, p_all, [r.generator for r in rows],
-                                        [r.policy.relaxation() or 0.0 for r in rows])
+            if p_all is None:  # the host copy of the margins' argmax decides
+                host = tops.tolist()
+                verdicts = Greedy.accept_top(props, [[int(c[2]) for c in row] for row in host])
+            else:
+                host = None
+                verdicts = self.rule.accept(props, p_all, [r.generator for r in rows],
+                                            [r.policy.relaxation() or 0.0 for r in rows])
             if hidden is not None:  # the states of `layers`: the drafter's next request carries them
                 for r, states_b in zip(rows, self.committed_states(hidden, rows, props, verdicts, fed)):
                     r.states = states_b
             # 4. commit the path and the next token; the caches keep each row's prefix plus its accepted path
             blocks = self.commit(buf, rows, props, verdicts, verify, target, source)
             cols = [committed_columns(keep, prop, v) for prop, v in zip(props, verdicts)]
-            margins = block_margins(tops.tolist(), logits, cols, blocks)
+            margins = block_margins(host or tops.tolist(), logits, cols, blocks)
             # 5. record the iteration and update each row's policy; 6. stop where an autoregressive decoder would
             iteration = Iteration(props, verdicts, blocks, drafts_fed, clock.seconds(t_iter, t1), clock.seconds(t1, t2),
                                   p_all if stats else None, keep, margins, trace)
@@ -262,16 +268,18 @@ class Engine:
         for r in rows:
             r.log.decode_s += wall / len(rows)
 
-    def propose(self, source: DraftSource | None, buf: torch.Tensor, rows: list[Row], max_new_tokens: int
-                ) -> list[Proposal]:
+    def propose(self, source: DraftSource | None, buf: torch.Tensor, rows: list[Row], max_new_tokens: int,
+                stats: bool) -> list[Proposal]:
         """Step 1: each row's proposal of at most w_max_b = min(budget, tokens left - 1, context left - 1) nodes
-        (budget: Method.budget), empty without a source; the request carries the rows' last verifier states."""
+        (budget: Method.budget), empty without a source; the request carries the rows' last verifier states and
+        whether the drafts' q are read (sampling, `stats`, or a policy that stops on them)."""
         if source is None:
             return [chain([]) for _ in rows]
         w_max = [min(self.method.budget(r.policy), r.P + max_new_tokens - r.L - 1, r.ctx - r.L - 1) for r in rows]
+        keep_q = stats or not self.sampler.params.greedy or not all(fixed_window(r.policy) for r in rows)
         return source.propose(buf, Drafting([r.L for r in rows], w_max, [r.policy for r in rows],
                                             [r.generator for r in rows], self.sampler, self.stop.eos_ids,
-                                            [r.states for r in rows], [r.looked for r in rows]))
+                                            [r.states for r in rows], [r.looked for r in rows], keep_q))
 
     def look_back(self, logits: torch.Tensor, row: Row, prop: Proposal) -> tuple[torch.Tensor, list[Proposal]]:
         """The one row's look-only nodes (Plan.looks): the target's argmax there goes to the row for the drafter's

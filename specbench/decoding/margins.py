@@ -20,10 +20,12 @@ from specbench.decoding.proposal import Proposal, Verdict
 
 
 def top2(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[B, keep, 3] float64 on the logits' device: the top-1 and top-2 of logits [B, keep, V_model] over the first
-    vocab_size entries (in float32) and the top-1's index (exact in float64)."""
-    t = logits[..., :vocab_size].float().topk(2, dim=-1)
-    return torch.cat([t.values.double(), t.indices[..., :1].double()], -1)
+    """[B, keep, 3] float32 on the logits' device: the top-1 and top-2 of logits [B, keep, V_model] over the first
+    vocab_size entries (in float32) and their argmax (the first top-1 index, as a greedy decoder's; exact in float32
+    below 2^24 entries): the greedy rule decides from it (Greedy.accept_top)."""
+    z = logits if logits.shape[-1] == vocab_size else logits[..., :vocab_size]
+    z = z if z.dtype == torch.float32 else z.float()
+    return torch.cat([z.topk(2, dim=-1).values, z.argmax(-1, keepdim=True).float()], -1)
 
 
 def block_margins(tops: list, logits: torch.Tensor, cols: list[list[int]], blocks: list[list[int]]

@@ -80,6 +80,10 @@ class Sampler:
             logits = flat.reshape(logits.shape)
         return torch.softmax(logits, dim=-1)
 
+    def top(self, logits: torch.Tensor) -> torch.Tensor:
+        """argmax over the first vocab_size entries of logits [..., V_model]: the greedy token (argmax z = argmax p)."""
+        return logits[..., : self.vocab_size].argmax(dim=-1)
+
     def pick(self, probs: torch.Tensor, generators: Sequence[torch.Generator | None], rows: list[int] | None = None
              ) -> torch.Tensor:
         """One token per row [B] from probs [B, V]: argmax when greedy, else one draw per row of `rows` (default

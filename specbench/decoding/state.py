@@ -134,16 +134,17 @@ class ModelState(Counted):
         self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, until taken
 
     @torch.inference_mode()
-    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = ()
-                ) -> torch.Tensor:
+    def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = (),
+                ids: torch.Tensor | None = None) -> torch.Tensor:
         """Feed each row b buf[b, fed[b]:upto[b]]; logits [B, keep, V_model] of the block's last `keep` columns (row
         b's newest tokens, right-aligned). With `layers` (hidden_states indices: k = output of decoder layer k) it
-        also keeps their states of every fed column [len(layers), B, width, H] for take_hidden."""
+        also keeps their states of every fed column [len(layers), B, width, H] for take_hidden. One row may be fed
+        `ids` [1, upto - fed] instead, its tokens not yet in buf (a draft loop's last draft)."""
         t0 = time.perf_counter()
         upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
         extra: dict[str, torch.Tensor | bool]
         if self.mask is None:  # one row, no holes: the plain causal forward
-            ids, extra = buf[:, self.fed[0] : upto[0]].to(self.device), {}
+            ids, extra = buf[:, self.fed[0] : upto[0]].to(self.device) if ids is None else ids, {}
             width = upto[0] - self.fed[0]
         else:
             ids, extra, width = self.block(buf, upto)
