@@ -123,17 +123,17 @@ class ModelDraft(DraftSource):
         while open_:
             drafting = set(open_)
             upto = [L + i if b in drafting else draft.fed[b] for b, L in enumerate(d.L)]  # the others feed a hole
-            z = draft.forward(buf, upto, 1, ids=fed)[:, 0]  # [B, V_model]
-            q = on(buf.device, d.sampler.probs(z)) if d.keep_q else None  # [B, V]
-            # [B]; row b's next draft forward reads it at buf[b, L_b + i]
-            x_t = d.sampler.pick(q, d.generators, open_) if q is not None else on(buf.device, d.sampler.top(z))
+            z = draft.forward(buf, upto, 1, ids=fed)  # [B, 1, V_model]
+            q = on(buf.device, d.sampler.probs(z[:, 0])) if d.keep_q else None  # [B, V]
+            # [B, 1]; row b's next draft forward reads it at buf[b, L_b + i]
+            x_t = d.sampler.pick(q, d.generators, open_)[:, None] if q is not None else on(buf.device, d.sampler.top(z))
             if draft.mask is None:
-                fed = x_t[:, None]
+                fed = x_t
             elif len(open_) == len(d.L):
                 at = to_device([b * buf.shape[1] + L for b, L in enumerate(d.L)], torch.long, buf.device) \
                     if at is None else at
-                buf.view(-1).index_copy_(0, at + i, x_t)
-            x = x_t.tolist()
+                buf.view(-1).index_copy_(0, at + i, x_t[:, 0])
+            x = [row[0] for row in x_t.tolist()]
             if len(open_) < len(d.L):
                 write(buf, [(b, d.L[b] + i) for b in open_], [x[b] for b in open_])
             open_ = [b for b in open_ if chains[b].take(x[b], None if q is None else q[b])]

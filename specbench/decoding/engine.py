@@ -58,7 +58,7 @@ from specbench.decoding.proposal import Proposal, Verdict, chain
 from specbench.decoding.sampling import Sampler, entropy_bits, js_distance
 from specbench.decoding import verifiers
 from specbench.decoding.head_drafts import DraftHead
-from specbench.decoding.state import Clock, Counted, ModelState, causal_lm, model_state, sync, write
+from specbench.decoding.state import Clock, Counted, ModelState, causal_lm, model_state, sync
 from specbench.decoding.stopping import StopCriteria
 from specbench.decoding.tree_drafts import MAX_NODES
 from specbench.decoding.tree_state import TreeState
@@ -94,7 +94,7 @@ class Row:
     log: Log = field(default_factory=Log)
 
 
-@dataclass
+@dataclass(slots=True)
 class Iteration:
     """What one iteration decided for the batch's B rows, for the records (Engine.record)."""
 
@@ -307,13 +307,11 @@ class Engine:
     def commit(buf: torch.Tensor, rows: list[Row], props: list[Proposal], verdicts: list[Verdict],
                verify: verifiers.ChainVerify | verifiers.TreeVerify, target: ModelState, source: DraftSource | None
                ) -> list[list[int]]:
-        """Step 4: write each row's block [n_b + 1] (returned) to buf[b, L_b:L_b+n+1]; the target's cache and the
-        source keep buf[b, :L_b] plus the path."""
+        """Step 4: each row's block [n_b + 1] (returned) in buf[b, L_b:L_b+n+1] (the verify writes what it did not
+        feed from there); the target's cache and the source keep buf[b, :L_b] plus the path."""
         L = [r.L for r in rows]
         blocks = [[prop.tokens[j] for j in v.path] + [v.token] for prop, v in zip(props, verdicts)]
-        write(buf, [(b, L[b] + i) for b, block in enumerate(blocks) for i in range(len(block))],
-              [t for block in blocks for t in block])
-        verify.keep(target, L, verdicts)
+        verify.keep(target, buf, L, verdicts, blocks)  # the block's tokens not in buf yet go there
         if source is not None:
             source.rollback(L, [v.path for v in verdicts])
         return blocks

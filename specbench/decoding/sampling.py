@@ -82,7 +82,7 @@ class Sampler:
 
     def top(self, logits: torch.Tensor) -> torch.Tensor:
         """argmax over the first vocab_size entries of logits [..., V_model]: the greedy token (argmax z = argmax p)."""
-        return logits[..., : self.vocab_size].argmax(dim=-1)
+        return (logits if logits.shape[-1] == self.vocab_size else logits[..., : self.vocab_size]).argmax(dim=-1)
 
     def pick(self, probs: torch.Tensor, generators: Sequence[torch.Generator | None], rows: list[int] | None = None
              ) -> torch.Tensor:

@@ -73,7 +73,14 @@ def to_device(values: Sequence[float] | Sequence[Sequence[float]], dtype: torch.
 
 def write(buf: torch.Tensor, at: list[tuple[int, int]], values: list[int]) -> None:
     """buf[b, c] = v for each (b, c) of at [k] and v of values [k], in one copy and one call (buf [B, C] contiguous,
-    long: the token buffer)."""
+    long: the token buffer); one row's consecutive columns (a block at B = 1) by a slice copy, with fewer ops."""
+    b0, c0 = at[0]
+    if len(at) == 1:  # one token (ar's block): a fill, no host tensor
+        buf[b0, c0] = values[0]
+        return
+    if all(b == b0 and c == c0 + i for i, (b, c) in enumerate(at)):
+        buf[b0, c0 : c0 + len(values)] = to_device(values, torch.long, buf.device)
+        return
     width = buf.shape[1]
     flat_and_values = to_device([[b * width + c for b, c in at], values], torch.long, buf.device)  # [2, k]
     buf.view(-1).index_copy_(0, flat_and_values[0], flat_and_values[1])
@@ -133,13 +140,15 @@ class ModelState(Counted):
                                                                             device=self.device)
         self.hidden: torch.Tensor | None = None  # [len(layers), B, width, H]: the last forward's, until taken
 
-    @torch.inference_mode()
     def forward(self, buf: torch.Tensor, upto: int | list[int], keep: int, layers: tuple[int, ...] = (),
                 ids: torch.Tensor | None = None) -> torch.Tensor:
         """Feed each row b buf[b, fed[b]:upto[b]]; logits [B, keep, V_model] of the block's last `keep` columns (row
         b's newest tokens, right-aligned). With `layers` (hidden_states indices: k = output of decoder layer k) it
         also keeps their states of every fed column [len(layers), B, width, H] for take_hidden. One row may be fed
         `ids` [1, upto - fed] instead, its tokens not yet in buf (a draft loop's last draft)."""
+        if not torch.is_inference_mode_enabled():  # a caller outside the engine's loop, which runs in the mode
+            with torch.inference_mode():  # (entering it per forward, as a decorator does: docs/results/engine.md)
+                return self.forward(buf, upto, keep, layers, ids)
         t0 = time.perf_counter()
         upto = [upto] * len(self.fed) if isinstance(upto, int) else upto
         extra: dict[str, torch.Tensor | bool]

@@ -61,7 +61,7 @@ class StopCriteria:
         for k in range(start + 1, len(out) + 1):
             if out[k - 1] in self.eos_ids:
                 return "eos", k
-            if self.has_stop_string(out[:k]):
+            if self.stop_strings and self.has_stop_string(out[:k]):  # no copy of out without stop strings
                 return "stop_string", k
             if k >= max_new:
                 return "length", k

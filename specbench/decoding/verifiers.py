@@ -33,8 +33,11 @@ class ChainVerify:
         logits = target.forward(buf, [n + k for n, k in zip(L, w)], max(w) + 1, layers)
         return logits, target.take_hidden()
 
-    def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
-        """Row b's cache keeps buf[b, :L_b + n_b], n_b its accepted drafts (the rest is rolled back)."""
+    def keep(self, target: ModelState, buf: torch.Tensor, L: list[int], verdicts: list[Verdict],
+             blocks: list[list[int]]) -> None:
+        """Row b's cache keeps buf[b, :L_b + n_b], n_b its accepted drafts (the rest is rolled back), and its next
+        token goes to buf[b, L_b + n_b]: the accepted drafts are in buf already, where feed wrote them."""
+        write(buf, [(b, n + v.accepted) for b, (n, v) in enumerate(zip(L, verdicts))], [v.token for v in verdicts])
         target.crop([n + v.accepted for n, v in zip(L, verdicts)])
 
 
@@ -55,13 +58,16 @@ class TreeVerify:
                                                layers=layers)
         return logits, target.take_hidden()
 
-    def keep(self, target: ModelState, L: list[int], verdicts: list[Verdict]) -> None:
-        """Row b's cache keeps buf[b, :L_b] and its accepted path's nodes; chains fed causally are cropped."""
+    def keep(self, target: ModelState, buf: torch.Tensor, L: list[int], verdicts: list[Verdict],
+             blocks: list[list[int]]) -> None:
+        """Row b's cache keeps buf[b, :L_b] and its accepted path's nodes; its block [n_b + 1] (the path's tokens
+        and the next) goes to buf[b, L_b:]. Chains fed causally are kept as ChainVerify keeps them."""
         tree = tree_state(target)
         if not any(tree.forest.nodes):
-            self.chain.keep(tree, L, verdicts)
-        else:
-            tree.keep_paths(L, [v.path for v in verdicts])
+            return self.chain.keep(tree, buf, L, verdicts, blocks)
+        write(buf, [(b, L[b] + i) for b, block in enumerate(blocks) for i in range(len(block))],
+              [t for block in blocks for t in block])
+        tree.keep_paths(L, [v.path for v in verdicts])
 
 
 def for_parts(trees: bool) -> ChainVerify | TreeVerify:
