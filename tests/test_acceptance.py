@@ -129,3 +129,25 @@ def test_exact_rules_relax_nothing(name):
     rule = make_rule(name, greedy=name == "greedy")
     v = rule.accept([chain([0, 3], torch.full((2, 4), 0.25))], p[None], [torch.Generator().manual_seed(0)], [1.0])[0]
     assert v.relaxed == 0 and v.js is None
+
+
+def test_greedy_on_the_host_matches_the_batched_decide():
+    """Greedy.accept_top (the engine's path: the margins' argmax copy) gives every row the verdict of the batched
+    decide (chains) and of the tree walk (a tree), on chains of 0..4 drafts right-aligned in one batch."""
+    g = torch.Generator().manual_seed(0)
+    V, W = 5, 4
+    for _ in range(50):
+        p = torch.rand((4, W + 1, V), generator=g).softmax(-1)  # [B, W+1, V]
+        top = p.argmax(-1)
+        props = []
+        for b, n in enumerate(torch.randint(0, W + 1, (4,), generator=g).tolist()):
+            x = top[b, W - n : W].clone()  # the target's choices, some then changed: each row's first mismatch varies
+            x[torch.rand(n, generator=g) < 0.3] = torch.randint(0, V, (1,), generator=g)
+            props.append(chain(x.tolist()))
+        batched = Greedy().accept(props, p, [None] * 4)
+        host = Greedy.accept_top(props, top.tolist())
+        assert [(v.path, v.token) for v in host] == [(v.path, v.token) for v in batched]
+    tree = chain([])
+    tree.tokens, tree.parents = [3, 1, 4], [-1, -1, 1]  # the root's children 3 and 1, and 4 below 1
+    p = torch.stack([onehot(1, V), onehot(2, V), onehot(4, V), onehot(0, V)])  # the root's argmax 1, then 1's 4
+    assert Greedy.accept_top([tree], [p.argmax(-1).tolist()])[0].path == Greedy().walk(tree, p, None)[0] == [1, 2]

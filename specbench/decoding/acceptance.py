@@ -41,14 +41,12 @@ class Greedy(Rule):
     def walk(self, prop, p, generator):
         return trees.greedy_path(prop, p.argmax(-1).tolist())
 
-    def accept(self, props, p, generators, thresholds=None):
-        return self.accept_top(props, p.argmax(-1).tolist())
-
     @staticmethod
     def accept_top(props: list[Proposal], top: list[list[int]]) -> list[Verdict]:
         """Every row, chain or tree, walked on the host from argmax p [B][W+1] (row b's last n_b + 1 columns its
         root's then its nodes'; a chain is the tree whose node j has parent j - 1): no device op for the batch, where
-        the batched decide takes six. The engine passes the argmax its margins copied (top2)."""
+        the batched decide takes six. The engine passes the argmax its margins copied (top2) when the rule is this
+        one and no statistics need p; a subclass decides through `decide`."""
         keep = len(top[0]) if top else 0
         return [Verdict(*trees.greedy_path(prop, top[b][keep - len(prop) - 1 :])) for b, prop in enumerate(props)]
 

@@ -94,7 +94,7 @@ class Row:
     log: Log = field(default_factory=Log)
 
 
-@dataclass(slots=True)
+@dataclass
 class Iteration:
     """What one iteration decided for the batch's B rows, for the records (Engine.record)."""
 

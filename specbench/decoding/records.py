@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(slots=True)  # one per iteration and row: slots make it cheaper to build and read
+@dataclass
 class IterationRecord:
     """One draft-verify iteration (docs/design.md section 3)."""
 

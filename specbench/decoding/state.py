@@ -166,7 +166,8 @@ class ModelState(Counted):
         self.count(time.perf_counter() - t0, width)
         self.fed = list(upto)
         self.columns += width
-        return out.logits[:, -keep:]
+        logits = out.logits  # [B, keep, V_model] (logits_to_keep); a stub model may return every column
+        return logits if logits.shape[1] == keep else logits[:, -keep:]
 
     def take_hidden(self) -> torch.Tensor | None:
         """The states the last forward kept for its `layers` (None without), handed over once."""
