@@ -117,7 +117,8 @@ class ModelDraft(DraftSource):
             return [self.propose_on_device(buf, d)]
         chains = [Chain(p, m, d.eos_ids, d.sampler.vocab_size) for p, m in zip(d.policies, d.w_max)]
         open_ = [b for b, m in enumerate(d.w_max) if m > 0]  # rows still drafting
-        at = None  # [B] flat buffer index of buf[b, L_b], made for B > 1
+        at = None if draft.mask is None else to_device([b * buf.shape[1] + L for b, L in enumerate(d.L)], torch.long,
+                                                       buf.device)  # [B] flat buffer index of buf[b, L_b] (B > 1)
         fed = None  # one row: the draft its next forward is fed (not written to buf: the verify writes the chain)
         i = 0
         while open_:
@@ -130,8 +131,7 @@ class ModelDraft(DraftSource):
             if draft.mask is None:
                 fed = x_t
             elif len(open_) == len(d.L):
-                at = to_device([b * buf.shape[1] + L for b, L in enumerate(d.L)], torch.long, buf.device) \
-                    if at is None else at
+                assert at is not None  # several rows
                 buf.view(-1).index_copy_(0, at + i, x_t[:, 0])
             x = [row[0] for row in x_t.tolist()]
             if len(open_) < len(d.L):

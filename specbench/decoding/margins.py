@@ -17,13 +17,14 @@ from __future__ import annotations
 import torch
 
 from specbench.decoding.proposal import Proposal, Verdict
+from specbench.decoding.sampling import vocab_logits
 
 
 def top2(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """[B, keep, 3] float32 on the logits' device: the top-1 and top-2 of logits [B, keep, V_model] over the first
     vocab_size entries (in float32) and their argmax (the first top-1 index, as a greedy decoder's; exact in float32
     below 2^24 entries): the greedy rule decides from it (Greedy.accept_top)."""
-    z = logits if logits.shape[-1] == vocab_size else logits[..., :vocab_size]
+    z = vocab_logits(logits, vocab_size)
     z = z if z.dtype == torch.float32 else z.float()
     return torch.cat([z.topk(2, dim=-1).values, z.argmax(-1, keepdim=True).float()], -1)
 

@@ -67,7 +67,7 @@ class Sampler:
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed sampling distribution [..., V] from logits [..., V_model] ([n] or [B, positions] lead), float32."""
-        logits = logits[..., : self.vocab_size]
+        logits = vocab_logits(logits, self.vocab_size)
         logits = logits if logits.dtype == torch.float32 else logits.float()  # no dispatch when it already is
         if self.params.greedy:
             return torch.softmax(logits, dim=-1)  # statistics only: softmax at T=1
@@ -82,7 +82,7 @@ class Sampler:
 
     def top(self, logits: torch.Tensor) -> torch.Tensor:
         """argmax over the first vocab_size entries of logits [..., V_model]: the greedy token (argmax z = argmax p)."""
-        return (logits if logits.shape[-1] == self.vocab_size else logits[..., : self.vocab_size]).argmax(dim=-1)
+        return vocab_logits(logits, self.vocab_size).argmax(dim=-1)
 
     def pick(self, probs: torch.Tensor, generators: Sequence[torch.Generator | None], rows: list[int] | None = None
              ) -> torch.Tensor:
@@ -94,6 +94,12 @@ class Sampler:
         e = exponentials([int(b in drawn) for b in range(probs.shape[0])], 1, probs.shape[-1], generators,
                          probs.device, probs.dtype)  # [B, 1, V]
         return categorical(probs, e[:, 0])
+
+
+def vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """logits [..., V_model] cut to the first vocab_size entries (a padded embedding's extra ids are never drawn),
+    with no op when there are no others."""
+    return logits if logits.shape[-1] == vocab_size else logits[..., :vocab_size]
 
 
 def categorical(weights: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
