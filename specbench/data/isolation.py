@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.util import find_spec
@@ -300,11 +301,9 @@ def _limits(limits: Limits, uid: int | None, candidate: bool) -> dict[str, int]:
 
 def _feed(pipe: IO[bytes], data: bytes) -> None:
     """Write a child's input and close it (in a thread: a child that does not read cannot block us)."""
-    try:
+    with suppress(OSError):  # BrokenPipeError included
         pipe.write(data)
         pipe.close()
-    except (BrokenPipeError, OSError):
-        pass
 
 
 def _kill(proc: subprocess.Popen, uid: int | None) -> None:
@@ -315,16 +314,30 @@ def _kill(proc: subprocess.Popen, uid: int | None) -> None:
         doomed = []
     if uid is not None:  # processes that left the tree (setsid, double fork) keep the run's uid
         doomed += [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     for p in doomed:
-        try:
+        with suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     proc.wait()
+    _wait_gone(doomed)
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float = 30.0) -> None:
+    """Wait until the killed processes have exited (zombies have: their memory is freed). A SIGKILL lands
+    asynchronously, so on a busy machine a big process outlives it a while; the namespace's init exits last."""
+    deadline = time.monotonic() + timeout_s
+    while (procs := [p for p in procs if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    if procs:
+        log.warning("sandbox: processes %s still run %.0f s after their kill", [p.pid for p in procs], timeout_s)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:  # the same process (not a reused pid), not a zombie
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _no_capabilities() -> list[str]:
