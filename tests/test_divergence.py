@@ -117,6 +117,21 @@ def test_a_tie_with_the_top1_is_not_off_top1():
     assert divergence.first_divergence("x", ar, row([1, 5, 3], [1.0, 0.0, 1.0], [1]), 0.01).kind == "near-tie"
 
 
+def test_the_host_tops_index_is_the_first_argmax_at_ties():
+    """host_tops' index is torch.argmax's (the first top-1, as a greedy decoder picks) also where the top two tie and
+    topk reports another tied index; its values are the top two (bfloat16-like rounded logits tie often)."""
+    from specbench.decoding.margins import host_tops, top2
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn((3, 6, 1000), generator=g).mul(2).round().to(torch.bfloat16)  # [B, keep, V_model]
+    logits[0, 0, [5, 700]] = 20.0  # a tie topk reports in either order
+    host = host_tops(top2(logits, 990), logits, 990)  # the model's padded entries 990.. are never a token
+    z = logits[..., :990].float()
+    assert [[int(t[2]) for t in row] for row in host] == z.argmax(-1).tolist()
+    assert [[t[:2] for t in row] for row in host] == z.topk(2, dim=-1).values.tolist()
+    assert host[0][0][2] == 5 and sum(t[0] == t[1] for row in host for t in row) >= 6  # ties were there to fix
+
+
 def test_bench_classifies_where_two_greedy_generations_part(tiny_pair):
     """`bench engine` / `bench gpu` name each token difference from transformers a near-tie or suspect by the target's
     top-2 margin where the two part, from a cache-free forward of the prompt and the common prefix, checked here

@@ -49,7 +49,7 @@ from transformers import PreTrainedModel
 from specbench.common.options import OptionError
 from specbench.decoding.compiled import StaticState
 from specbench.decoding.drafts import DraftSource, Drafting
-from specbench.decoding.margins import block_margins, committed_columns, top2
+from specbench.decoding.margins import block_margins, committed_columns, host_tops, top2
 from specbench.decoding.acceptance import Greedy, make_rule
 from specbench.decoding.method import Method
 from specbench.decoding.policy import Policy, fixed_window
@@ -198,7 +198,7 @@ class Engine:
             t2 = clock.mark()
             # 3. accept: one call of the rule for the batch; row b's accepted path and the next token
             if p_all is None:  # the host copy of the margins' argmax decides
-                host = tops.tolist()
+                host = host_tops(tops, logits, self.sampler.vocab_size)
                 verdicts = Greedy.accept_top(props, [[int(c[2]) for c in row] for row in host])
             else:
                 host = None

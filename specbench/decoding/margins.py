@@ -22,11 +22,23 @@ from specbench.decoding.sampling import vocab_logits
 
 def top2(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """[B, keep, 3] float32 on the logits' device: the top-1 and top-2 of logits [B, keep, V_model] over the first
-    vocab_size entries (in float32) and their argmax (the first top-1 index, as a greedy decoder's; exact in float32
-    below 2^24 entries): the greedy rule decides from it (Greedy.accept_top)."""
+    vocab_size entries (in float32) and a top-1 index (exact in float32 below 2^24 entries), in one pass over the
+    vocabulary (an argmax beside topk made two: docs/results/engine.md). Where the top two are equal the index may
+    be any tied one: host_tops makes it the first."""
     z = vocab_logits(logits, vocab_size)
-    z = z if z.dtype == torch.float32 else z.float()
-    return torch.cat([z.topk(2, dim=-1).values, z.argmax(-1, keepdim=True).float()], -1)
+    top = (z if z.dtype == torch.float32 else z.float()).topk(2, dim=-1)
+    return torch.cat([top.values, top.indices[..., :1].float()], -1)
+
+
+def host_tops(tops: torch.Tensor, logits: torch.Tensor, vocab_size: int) -> list[list[list[float]]]:
+    """The host copy of top2's tops [B][keep][3], each index the first top-1, as a greedy decoder's argmax: at a tie
+    of the top two (topk orders equal values in no fixed way) the row's argmax is taken again (a rare device op)."""
+    host = tops.tolist()
+    for b, row in enumerate(host):
+        for c, t in enumerate(row):
+            if t[0] == t[1]:
+                t[2] = float(vocab_logits(logits[b, c], vocab_size).argmax())
+    return host
 
 
 def block_margins(tops: list, logits: torch.Tensor, cols: list[list[int]], blocks: list[list[int]]
