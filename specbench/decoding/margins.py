@@ -32,12 +32,13 @@ def top2(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def host_tops(tops: torch.Tensor, logits: torch.Tensor, vocab_size: int) -> list[list[list[float]]]:
     """The host copy of top2's tops [B][keep][3], each index the first top-1, as a greedy decoder's argmax: at a tie
-    of the top two (topk orders equal values in no fixed way) the row's argmax is taken again (a rare device op)."""
+    of the top two (topk orders equal values in no fixed way) the argmax is taken again, all tied columns at once."""
     host = tops.tolist()
-    for b, row in enumerate(host):
-        for c, t in enumerate(row):
-            if t[0] == t[1]:
-                t[2] = float(vocab_logits(logits[b, c], vocab_size).argmax())
+    tied = [(b, c) for b, row in enumerate(host) for c, t in enumerate(row) if t[0] == t[1]]
+    if tied:  # rare: one gather, one argmax and one copy for them all
+        rows, cols = zip(*tied)
+        for (b, c), i in zip(tied, vocab_logits(logits[list(rows), list(cols)], vocab_size).argmax(-1).tolist()):
+            host[b][c][2] = float(i)
     return host
 
 
